@@ -1,0 +1,25 @@
+# All third-party dependencies come from Debian packages (scripts/install-deps).
+find_package(Threads REQUIRED)
+find_package(Boost 1.81 REQUIRED CONFIG)
+find_package(nlohmann_json 3.11 REQUIRED)
+find_package(cppzmq 4.9 REQUIRED)
+find_package(CURL REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
+if(PDR_WITH_UCX)
+  pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx>=1.13)
+endif()
+if(PDR_BUILD_TESTS)
+  find_package(GTest 1.12 REQUIRED)
+  include(GoogleTest)
+endif()
+if(PDR_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+# Boost.Asio/Beast as a target with our defines; imported includes are SYSTEM so their
+# warnings stay quiet.
+add_library(pdr_boost INTERFACE)
+target_link_libraries(pdr_boost INTERFACE Boost::headers Threads::Threads)
+target_compile_definitions(pdr_boost INTERFACE BOOST_ASIO_NO_DEPRECATED)
+add_library(pdr::boost ALIAS pdr_boost)

@@ -1,0 +1,1 @@
+// placeholder until the owner fills this library in

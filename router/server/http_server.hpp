@@ -1,0 +1,89 @@
+#pragma once
+// A small HTTP/1.1 server on Boost.Beast coroutines, shared by pdrouter and pdsim.
+// One coroutine per client connection; per request a new parser with header/body limits;
+// keep-alive; graceful drain. The handler gets an Exchange and either answers at once
+// (respond) or streams (begin_stream / write_chunk / end_stream, chunked encoding).
+//
+// Client disconnects: while the handler runs, the server watches the client socket. If the
+// client closes, the handler's coroutine is cancelled (its pending co_await completes with
+// net::error::operation_aborted) and every callback registered with on_client_gone() runs,
+// so upstream legs can close their sockets at once.
+#include "router/common/io.hpp"
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace pdr::server {
+
+struct Limits {
+    std::size_t max_header_bytes = 16 * 1024;
+    std::size_t max_body_bytes = 8 * 1024 * 1024;
+    Duration read_timeout{30'000};   // reading one request (headers + body)
+    Duration idle_timeout{75'000};   // keep-alive wait for the next request
+    Duration write_timeout{30'000};  // one write to a slow client
+    std::size_t max_connections = 10'000;
+};
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+class Exchange {
+public:
+    virtual ~Exchange() = default;
+
+    virtual const Request& request() const = 0;
+    virtual std::string remote_address() const = 0;
+
+    // Sends a whole response (Content-Length set by the server; keep-alive follows the request).
+    virtual awaitable<error_code> respond(Response res) = 0;
+
+    // Streaming: sends the head with `Transfer-Encoding: chunked`, then one chunk per call
+    // (each written to the socket before the call returns), then the last chunk.
+    virtual awaitable<error_code> begin_stream(http::response<http::empty_body> head) = 0;
+    virtual awaitable<error_code> write_chunk(std::string_view data) = 0;
+    virtual awaitable<error_code> end_stream() = 0;
+
+    // Ends the connection without finishing the response (after a mid-stream failure, so the
+    // client sees a truncated stream rather than a clean end).
+    virtual void abort() = 0;
+
+    // True once respond() or begin_stream() has been called.
+    virtual bool responded() const = 0;
+    // True once the client has closed its side (or the connection failed).
+    virtual bool client_gone() const = 0;
+    // Runs `fn` (on the connection's executor) when the client goes away before the handler
+    // has finished. Callbacks registered after that run at once.
+    virtual void on_client_gone(std::function<void()> fn) = 0;
+};
+
+using Handler = std::function<awaitable<void>(Exchange&)>;
+
+// Answers for requests the server rejects before a handler sees them (413, 431, 400 bad
+// HTTP). The body is produced by the router's error table (OpenAI shape).
+class HttpServer {
+public:
+    HttpServer(net::any_io_executor executor, Limits limits, Handler handler);
+    ~HttpServer();
+    HttpServer(const HttpServer&) = delete;
+    HttpServer& operator=(const HttpServer&) = delete;
+
+    // Binds and listens (throws std::system_error at start-up on failure). Port 0 picks a
+    // free port; the bound port is returned. Call once, then start().
+    unsigned short listen(const std::string& host, unsigned short port);
+    void start();
+
+    // Stops accepting, lets in-flight exchanges finish for up to `grace`, then closes every
+    // connection. Completes when all connection coroutines have ended.
+    awaitable<void> drain(Duration grace);
+
+    std::size_t active_connections() const noexcept;
+
+private:
+    struct Impl;
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace pdr::server

@@ -1,0 +1,88 @@
+#pragma once
+// Typed router configuration: command-line flags + config file (JSON or YAML) + environment,
+// merged into one validated `Config`. Precedence: flag > config file > environment > default.
+// Parsing never throws and never starts anything: errors come back as ParseOutcome{Exit, 2, msg}.
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "router/common/log.hpp"
+
+namespace pdr {
+using Duration = std::chrono::milliseconds;  // same alias as router/common/io.hpp
+}
+
+namespace pdr::config {
+
+// One upstream instance. `host` is kept without brackets (an IPv6 literal is stored bare).
+struct InstanceAddress {
+    std::string host;
+    unsigned short port = 0;
+
+    // "host:port", or "[v6]:port" when host contains ':'.
+    std::string text() const;
+    friend bool operator==(const InstanceAddress&, const InstanceAddress&) = default;
+};
+
+// Accepts "host:port", "http://host:port", "http://host:port/", "[::1]:port", "dns-name:port".
+// On failure returns false and sets `error` to a short reason (no trailing period).
+bool parse_instance_address(std::string_view s, InstanceAddress& out, std::string& error);
+
+enum class OnMissingKvParams { Error, Recompute };
+
+struct Config {
+    std::string host = "0.0.0.0";
+    unsigned short port = 8000;
+    std::string port_file;  // write the bound port here (useful with --port 0)
+    std::vector<InstanceAddress> prefill, decode;
+    std::string model;             // empty: no model probe
+    std::string admin_api_key;     // --admin-api-key or env ADMIN_API_KEY; empty: admin disabled
+    std::string upstream_api_key;  // --upstream-api-key or env OPENAI_API_KEY; empty: forward
+                                   // the client's Authorization header
+    Duration connect_timeout{3000};         // upstream connect
+    Duration prefill_timeout{300000};       // whole prefill leg
+    Duration decode_timeout{300000};        // until the decode leg's response head arrives
+    Duration decode_idle_timeout{120000};   // between two decode stream chunks
+    Duration request_read_timeout{30000};   // reading a client request
+    Duration client_idle_timeout{75000};    // keep-alive idle on client connections
+    Duration kv_lease_timeout{30000};       // P's KV lease; refreshes every kv_lease_timeout/3
+    bool lease_refresh = true;              // --no-lease-refresh turns the LeaseKeeper off
+    Duration health_interval{5000};         // probe period for instances that are up
+    Duration health_backoff_max{30000};     // re-probe backoff cap for instances that are down
+    std::size_t max_body_bytes = 8u << 20;
+    std::size_t max_header_bytes = 16u << 10;
+    std::size_t max_concurrent_requests = 1024;
+    OnMissingKvParams on_missing_kv_params = OnMissingKvParams::Error;
+    int prefill_retries = 1;  // extra attempts on another P after 5xx/connect/timeout
+    int decode_retries = 1;   // extra attempts on another D after a connect failure
+    log::Level log_level = log::Level::Info;
+    log::Format log_format = log::Format::Text;
+    bool demo = false;
+    Duration demo_token_delay{20};
+    std::string config_file;  // the --config file that was read, if any
+};
+
+struct ParseOutcome {
+    enum class Action { Run, Exit } action = Action::Run;
+    int exit_code = 0;   // Exit: 0 for --help/--version, 2 for errors
+    std::string output;  // help/version text (stdout) or one error line (stderr)
+    Config config;       // valid when action == Run
+};
+
+// `argv` as given to main (argv[0] is the program name); `getenv_fn` looks up environment
+// variables (tests inject one; it may return nullptr).
+ParseOutcome parse_command_line(int argc, const char* const* argv,
+                                const std::function<const char*(const char*)>& getenv_fn);
+// Same, reading the process environment with std::getenv.
+ParseOutcome parse_command_line(int argc, const char* const* argv);
+
+std::string help_text();
+std::string version_text();  // "pdrouter <version>\n"
+std::string_view version();  // "<major>.<minor>.<patch>" from the CMake project version
+
+std::string_view to_string(OnMissingKvParams v) noexcept;
+
+}  // namespace pdr::config

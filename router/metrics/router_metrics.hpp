@@ -1,0 +1,138 @@
+#pragma once
+// The router's named metrics (prefix `pdrouter_`, documented in docs/metrics.md). Series with
+// bounded labels are created eagerly in the constructor; per-instance series are created by
+// instance() when an instance appears and hidden by remove_instance() when it goes away.
+// All methods are thread-safe; the hot-path ones touch only atomics.
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "router/metrics/metrics.hpp"
+
+namespace pdr::metrics {
+
+enum class Route {
+    Completions,
+    ChatCompletions,
+    Models,
+    Health,
+    Status,
+    Metrics,
+    Instances,
+    LeaseRefresh,
+    Other,
+};
+inline constexpr std::size_t kRouteCount = 9;
+
+enum class Leg { Prefill, Decode };
+inline constexpr std::size_t kLegCount = 2;
+
+enum class UpstreamErrorKind {
+    Connect,
+    ConnectTimeout,
+    Timeout,
+    IdleTimeout,
+    Read,
+    Write,
+    Protocol,
+    Status4xx,
+    Status5xx,
+    MissingKvParams,
+};
+inline constexpr std::size_t kUpstreamErrorKindCount = 10;
+
+enum class DisconnectPhase { Prefill, Handover, Decode };
+inline constexpr std::size_t kDisconnectPhaseCount = 3;
+
+enum class Role { Prefill, Decode };
+inline constexpr std::size_t kRoleCount = 2;
+
+enum class FlowMode { Pull, Push, Lmcache, Direct };
+inline constexpr std::size_t kFlowModeCount = 4;
+
+// Label values as rendered: "completions", "chat_completions", ..., "prefill", "connect_timeout",
+// "status_4xx", "handover", "lmcache", ...
+std::string_view to_string(Route r) noexcept;
+std::string_view to_string(Leg l) noexcept;
+std::string_view to_string(UpstreamErrorKind k) noexcept;
+std::string_view to_string(DisconnectPhase p) noexcept;
+std::string_view to_string(Role r) noexcept;
+std::string_view to_string(FlowMode m) noexcept;
+// "2xx".."5xx"; statuses below 300 count as 2xx, 600 and above as 5xx.
+std::string_view status_class(int status) noexcept;
+
+// Per-instance series; get them once per instance (RouterMetrics::instance) and keep them.
+struct InstanceMetrics {
+    Gauge& in_flight;   // pdrouter_instance_in_flight{role,instance}
+    Counter& requests;  // pdrouter_instance_requests_total{role,instance}
+    Gauge& up;          // pdrouter_instance_up{role,instance} (0/1)
+};
+
+class RouterMetrics {
+public:
+    explicit RouterMetrics(Registry& registry);
+    RouterMetrics(const RouterMetrics&) = delete;
+    RouterMetrics& operator=(const RouterMetrics&) = delete;
+
+    Registry& registry() noexcept { return registry_; }
+
+    // pdrouter_requests_total{route,status_class}
+    void request_done(Route route, int status) noexcept;
+    // ... and pdrouter_request_duration_seconds{route}
+    void request_done(Route route, int status, double seconds) noexcept;
+    // pdrouter_time_to_first_byte_seconds{route}; recorded for completions/chat_completions only.
+    void first_byte(Route route, double seconds) noexcept;
+    // pdrouter_leg_duration_seconds{leg}
+    void leg_done(Leg leg, double seconds) noexcept;
+    // pdrouter_upstream_errors_total{leg,kind}
+    void upstream_error(Leg leg, UpstreamErrorKind kind) noexcept;
+    // pdrouter_retries_total{leg}
+    void retry(Leg leg) noexcept;
+    // pdrouter_client_disconnects_total{phase}
+    void client_disconnect(DisconnectPhase phase) noexcept;
+    // pdrouter_mid_stream_errors_total{leg}
+    void mid_stream_error(Leg leg) noexcept;
+    // pdrouter_flow_requests_total{mode}
+    void flow_started(FlowMode mode) noexcept;
+    // pdrouter_lease_refresh_requests_total{result="ok"|"error"}
+    void lease_refresh_request(bool ok) noexcept;
+    // pdrouter_bad_requests_total{code} (OpenAI error code, e.g. "invalid_request_error");
+    // creates the series on first use (takes the registry mutex).
+    void bad_request(std::string_view code);
+    // pdrouter_admin_requests_total{action,result}; action: add|remove|list,
+    // result: ok|bad_request|unauthorized|forbidden|not_found|conflict|probe_failed|error.
+    void admin_request(std::string_view action, std::string_view result);
+
+    // pdrouter_instance_{in_flight,requests_total,up}{role,instance}; get-or-create (revives a
+    // removed instance's series). `instance` is the InstanceAddress::text() form.
+    InstanceMetrics instance(Role role, std::string_view instance);
+    void remove_instance(Role role, std::string_view instance);
+    // pdrouter_instances{role,health="up"|"down"}
+    void set_instance_counts(Role role, std::size_t up, std::size_t down) noexcept;
+
+    // Plain series, used directly.
+    Gauge& requests_in_flight;      // pdrouter_requests_in_flight
+    Counter& lease_refresh_sent;    // pdrouter_lease_refresh_sent_total (ids refreshed toward P)
+    Counter& lease_refresh_forwarded;  // pdrouter_lease_refresh_forwarded_total
+    Counter& lease_refresh_unknown;    // pdrouter_lease_refresh_unknown_total
+    Gauge& kv_handles_held;            // pdrouter_kv_handles_held
+    Histogram& kv_handover_gap;        // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
+    Counter& recomputes;               // pdrouter_recomputes_total
+
+private:
+    Registry& registry_;
+    std::array<std::array<Counter*, 4>, kRouteCount> requests_{};
+    std::array<Histogram*, kRouteCount> request_duration_{};
+    std::array<Histogram*, 2> ttfb_{};  // completions, chat_completions
+    std::array<Histogram*, kLegCount> leg_duration_{};
+    std::array<std::array<Counter*, kUpstreamErrorKindCount>, kLegCount> upstream_errors_{};
+    std::array<Counter*, kLegCount> retries_{};
+    std::array<Counter*, kDisconnectPhaseCount> disconnects_{};
+    std::array<Counter*, kLegCount> mid_stream_errors_{};
+    std::array<Counter*, kFlowModeCount> flows_{};
+    std::array<Counter*, 2> lease_refresh_requests_{};  // ok, error
+    std::array<std::array<Gauge*, 2>, kRoleCount> instances_{};  // [role][up, down]
+};
+
+}  // namespace pdr::metrics

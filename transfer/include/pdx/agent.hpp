@@ -1,0 +1,141 @@
+#pragma once
+// pdx::Agent: one endpoint of the KV transfer core. It owns memory regions, block layouts, peers
+// (added from their descriptor blobs), transfers (write/read by block ids, with a transfer id,
+// a deadline and exactly one terminal state), typed notifications and leases.
+//
+// Threading: every method is thread-safe. Completion and notification callbacks run on the
+// progress context (the agent's thread, or inside progress() in EventFd mode) with no agent lock
+// held; they may call back into the agent.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pdx/types.hpp"
+
+namespace pdx {
+
+// One transfer request. Block lists are matched pairwise: local_ids[i] <-> remote_ids[i].
+// The core sorts the pairs by local id and merges runs that are contiguous on BOTH sides into
+// one operation; duplicates are allowed (the last pair wins for reads into the same block).
+struct TransferRequest {
+    PeerHandle peer = kNoPeer;
+    LayoutId local_layout = 0;
+    std::span<const BlockId> local_ids;
+    LayoutId remote_layout = 0;  // a layout id from the peer's descriptor
+    std::span<const BlockId> remote_ids;
+    std::uint64_t transfer_id = 0;
+    Clock::time_point deadline{};  // default: now + Config::default_deadline
+    // Writes only: sent to the peer after the data is flushed to it (typically Done). If the
+    // write ends in any other state a Failed notification is sent instead (best effort).
+    std::optional<Notification> notify;
+    CompletionFn on_complete;  // optional; called once with the terminal state
+};
+
+// What a descriptor blob says about its agent, without adding it.
+struct DescriptorSummary {
+    std::string name;
+    std::uint64_t instance = 0;
+    std::uint32_t version = 0;
+    std::uint64_t compat_hash = 0;
+    BackendKind backend = BackendKind::Ucx;
+    std::string host_id;
+    std::uint32_t regions = 0;
+    std::uint32_t layouts = 0;
+};
+
+// Parses and validates a blob (magic, version, compatibility hash, bounds).
+Result<DescriptorSummary> inspect_descriptor(std::span<const std::byte> blob);
+// True when this build has the UCX backend.
+bool ucx_available() noexcept;
+
+class Agent {
+public:
+    // Fails (Unsupported / Failed) if the backend cannot be created.
+    static Result<std::unique_ptr<Agent>> create(const Config& config);
+    ~Agent();
+    Agent(const Agent&) = delete;
+    Agent& operator=(const Agent&) = delete;
+
+    const std::string& name() const;
+    std::uint64_t instance() const;  // random 64-bit nonce of this agent's life
+    const Config& config() const;
+
+    // ---- memory ------------------------------------------------------------------------
+    // Memory allocated by the backend (UCX: UCP_MEM_MAP_ALLOCATE, so shm transports work).
+    Result<RegionId> allocate_region(std::size_t bytes);
+    // Caller memory registered as it is; it must outlive the region.
+    Result<RegionId> register_region(void* data, std::size_t bytes);
+    // Refused with Busy while a lease or an in-flight transfer uses the region.
+    Result<void> release_region(RegionId region);
+    std::span<std::byte> region_memory(RegionId region) const;  // empty if unknown
+    Result<LayoutId> add_layout(const Layout& layout);
+    // Local block memory (empty span if the layout or id is out of range).
+    std::span<std::byte> block(LayoutId layout, BlockId id) const;
+
+    // ---- peers -------------------------------------------------------------------------
+    // Versioned little-endian blob: magic, version, compat hash, name, instance nonce, host id,
+    // backend, worker address, packed rkeys, layouts. Take it after regions/layouts are added.
+    std::vector<std::byte> descriptor() const;
+    // Idempotent for the same (name, instance): returns the same handle (layouts refreshed).
+    // Same name with a new instance: a new generation; the old handle becomes stale (its
+    // transfers end PeerGone, later calls with it get NotFound).
+    Result<PeerHandle> add_peer(std::span<const std::byte> blob);
+    // Ends the peer's in-flight transfers with PeerGone; the handle becomes stale.
+    Result<void> remove_peer(PeerHandle peer);
+    Result<PeerInfo> peer_info(PeerHandle peer) const;
+    std::vector<PeerInfo> peers() const;
+
+    // ---- transfers ---------------------------------------------------------------------
+    Result<TransferHandle> write_blocks(const TransferRequest& request);
+    Result<TransferHandle> read_blocks(const TransferRequest& request);
+    // InProgress, a terminal state, or NotFound (unknown or evicted from the history).
+    Status poll(TransferHandle handle) const;
+    Result<TransferResult> result(TransferHandle handle) const;
+    // Ends the transfer with Canceled (if not terminal yet). Bytes may still land at the target.
+    Result<void> cancel(TransferHandle handle);
+    // Blocks (driving progress itself in EventFd mode) until terminal or `timeout` passes.
+    Status wait(TransferHandle handle, std::chrono::milliseconds timeout);
+
+    // ---- notifications -----------------------------------------------------------------
+    Result<void> notify(PeerHandle peer, const Notification& notification);
+    // With a handler, notifications go to it; without one they queue for drain_notifications().
+    void set_notification_handler(NotificationFn handler);
+    std::vector<ReceivedNotification> drain_notifications();
+
+    // ---- leases on local blocks, keyed by transfer id ------------------------------------
+    Result<void> lease(std::uint64_t transfer_id, LayoutId layout, std::span<const BlockId> ids,
+                       std::chrono::milliseconds ttl);
+    Result<void> renew(std::uint64_t transfer_id, std::chrono::milliseconds ttl);
+    std::size_t renew(std::span<const std::uint64_t> transfer_ids, std::chrono::milliseconds ttl);
+    Result<void> release(std::uint64_t transfer_id);
+    bool is_leased(LayoutId layout, BlockId id) const;
+    // Removes every expired lease (full sweep) and returns their transfer ids. Also run by the
+    // progress loop; ids expired there are reported by the next call as well.
+    std::vector<std::uint64_t> expire_leases();
+
+    // ---- progress ----------------------------------------------------------------------
+    // EventFd mode: a file descriptor that becomes readable when progress() has work (backend
+    // events, posted work, timers for deadlines and heartbeats). -1 in Thread mode.
+    int event_fd() const;
+    // Drives the backend, deadlines, heartbeats and callbacks. Returns the number of events.
+    std::size_t progress();
+    // Call before waiting on event_fd(): false means more work is pending (call progress()
+    // again), true means it is safe to wait.
+    bool arm();
+
+    Stats stats() const;
+
+    class Impl;
+
+private:
+    explicit Agent(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pdx

@@ -1,0 +1,210 @@
+#pragma once
+// Public value types of the pdx transfer core: statuses, results, configuration, layouts,
+// notifications, transfer results and statistics. Header-light: std only, no UCX, no Boost.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+namespace pdx {
+
+using Clock = std::chrono::steady_clock;
+using RegionId = std::uint32_t;    // local memory region, from allocate_region/register_region
+using LayoutId = std::uint32_t;    // block layout, local or (inside a descriptor) remote
+using BlockId = std::uint32_t;     // block index inside a layout
+using PeerHandle = std::uint64_t;  // one generation of one peer; never reused; 0 = none
+using TransferHandle = std::uint64_t;  // one posted transfer; never reused; 0 = none
+
+inline constexpr PeerHandle kNoPeer = 0;
+inline constexpr TransferHandle kNoTransfer = 0;
+
+// Stable numeric values (the C API exposes them as they are).
+enum class Status : int {
+    Ok = 0,
+    InProgress = 1,   // transfer posted, not terminal yet
+    PeerGone = 2,     // terminal: peer died, was removed, or was replaced by a new generation
+    Expired = 3,      // terminal: deadline passed before completion
+    Canceled = 4,     // terminal: cancel() was called
+    Failed = 5,       // terminal: the backend reported an error
+    Invalid = 6,      // request refused: empty, out of range, mismatched, oversize, bad blob...
+    NotFound = 7,     // unknown or stale handle / id
+    Busy = 8,         // refused: resource leased or in flight (e.g. release_region)
+    Unsupported = 9,  // feature or backend not built in
+};
+
+const char* to_string(Status s) noexcept;
+// Ok, PeerGone, Expired, Canceled and Failed are the terminal states of a transfer.
+constexpr bool is_terminal(Status s) noexcept {
+    return s == Status::Ok || s == Status::PeerGone || s == Status::Expired ||
+           s == Status::Canceled || s == Status::Failed;
+}
+
+// A value or a status with a human-readable message (errors as values; no exceptions).
+template <class T>
+class Result {
+public:
+    Result(T value) : status_(Status::Ok), value_(std::move(value)) {}  // NOLINT implicit
+    Result(Status status, std::string message) : status_(status), message_(std::move(message)) {}
+    bool ok() const noexcept { return status_ == Status::Ok; }
+    explicit operator bool() const noexcept { return ok(); }
+    Status status() const noexcept { return status_; }
+    const std::string& message() const noexcept { return message_; }
+    T& value() { return value_; }
+    const T& value() const { return value_; }
+    T& operator*() { return value_; }
+    const T& operator*() const { return value_; }
+    T* operator->() { return &value_; }
+    const T* operator->() const { return &value_; }
+
+private:
+    Status status_;
+    std::string message_;
+    T value_{};
+};
+
+template <>
+class Result<void> {
+public:
+    Result() = default;
+    Result(Status status, std::string message = {})  // NOLINT implicit
+        : status_(status), message_(std::move(message)) {}
+    bool ok() const noexcept { return status_ == Status::Ok; }
+    explicit operator bool() const noexcept { return ok(); }
+    Status status() const noexcept { return status_; }
+    const std::string& message() const noexcept { return message_; }
+
+private:
+    Status status_ = Status::Ok;
+    std::string message_;
+};
+
+enum class BackendKind : std::uint8_t {
+    Ucx = 0,       // UCX (needs PDR_WITH_UCX); peers in other processes or hosts
+    Loopback = 1,  // in-process memcpy between agents of the same process (unit tests)
+};
+
+enum class ProgressMode : std::uint8_t {
+    Thread = 0,   // the agent runs its own progress thread
+    EventFd = 1,  // the caller waits on event_fd() (e.g. from an Asio loop) and calls progress()
+};
+
+// UCX endpoint error mode. Auto: peers on another host use PEER mode (failures reported by
+// UCX); same-host peers use NONE when shared-memory transports may be selected (PEER mode
+// disables shm lanes) and rely on the core's heartbeats and deadlines.
+enum class ErrorMode : std::uint8_t { Auto = 0, Peer = 1, None = 2 };
+
+struct Config {
+    std::string name;  // agent name, carried in the descriptor (need not be unique)
+    BackendKind backend = BackendKind::Ucx;
+    ProgressMode progress = ProgressMode::Thread;
+    std::string transports;   // UCX_TLS for this agent's context ("" = UCX's own choice / env)
+    std::string net_devices;  // UCX_NET_DEVICES ("" = UCX's own choice / env), e.g. "lo"
+    ErrorMode error_mode = ErrorMode::Auto;
+    std::string host_id;  // same-host detection key ("" = hostname + boot id)
+    std::chrono::milliseconds heartbeat_interval{1000};
+    std::chrono::milliseconds peer_timeout{3000};  // no message for this long => PeerGone
+    std::chrono::milliseconds default_deadline{30000};
+    std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger requests: Invalid
+    std::uint32_t max_blocks_per_transfer = 1u << 20;            // longer id lists: Invalid
+    std::size_t completed_history = 65536;  // terminal transfers kept for poll()
+};
+
+// Blocks of one layout: block i lives at region base + offset + i * stride, block_bytes long.
+struct Layout {
+    RegionId region = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t block_bytes = 0;
+    std::uint64_t stride = 0;  // 0 = block_bytes (dense)
+    std::uint32_t count = 0;
+};
+
+enum class NotifyKind : std::uint8_t {
+    Done = 1,       // data of transfer_id is flushed to the target
+    Failed = 2,     // a transfer failed; the receiver should stop waiting
+    Register = 3,   // receiver-side blocks are ready (payload: block ids, app-defined)
+    Heartbeat = 4,  // liveness / lease renewal (the core sends its own; those are not delivered)
+    Abort = 5,      // the transfer is abandoned; release its blocks
+};
+
+// Wire header: 40 bytes, little-endian (magic "PDXN", version, kind, flags, transfer id,
+// sequence, expected count, status, payload length, sender instance nonce) + payload.
+struct Notification {
+    NotifyKind kind = NotifyKind::Done;
+    std::uint64_t transfer_id = 0;
+    std::uint32_t sequence = 0;  // e.g. index of this message among `expected`
+    std::uint32_t expected = 0;  // e.g. how many Done messages complete the request
+    Status status = Status::Ok;
+    std::string payload;  // at most kMaxNotifyPayload bytes
+};
+inline constexpr std::size_t kMaxNotifyPayload = 4096;
+
+struct ReceivedNotification {
+    PeerHandle peer = kNoPeer;  // kNoPeer if the sender was not added with add_peer
+    std::string peer_name;      // empty if unknown
+    std::uint64_t sender_instance = 0;
+    Notification notification;
+};
+
+enum class Direction : std::uint8_t { Write = 0, Read = 1 };
+
+struct TransferResult {
+    TransferHandle handle = kNoTransfer;
+    std::uint64_t transfer_id = 0;
+    PeerHandle peer = kNoPeer;
+    Direction direction = Direction::Write;
+    Status status = Status::InProgress;
+    std::uint64_t bytes = 0;
+    std::uint32_t descriptors = 0;  // operations after sorting and merging
+    std::string message;            // why, for non-Ok states
+};
+
+using CompletionFn = std::function<void(const TransferResult&)>;
+using NotificationFn = std::function<void(const ReceivedNotification&)>;
+
+struct PeerInfo {
+    PeerHandle handle = kNoPeer;
+    std::string name;
+    std::uint64_t instance = 0;    // the peer process's random nonce
+    std::uint32_t generation = 0;  // 1 for the first life seen under this name, then +1
+    bool alive = false;
+    bool same_host = false;
+    bool peer_error_mode = false;  // UCX endpoint uses UCP_ERR_HANDLING_MODE_PEER
+    std::uint32_t layouts = 0;
+};
+
+struct LatencyStat {
+    std::uint64_t count = 0;
+    std::uint64_t total_ns = 0;
+    std::uint64_t max_ns = 0;
+    double mean_us() const { return count ? double(total_ns) / double(count) / 1000.0 : 0.0; }
+};
+
+struct Stats {
+    std::uint64_t bytes_written = 0;
+    std::uint64_t bytes_read = 0;
+    std::uint64_t transfers_posted = 0;
+    std::uint64_t transfers_ok = 0;
+    std::uint64_t transfers_failed = 0;
+    std::uint64_t transfers_expired = 0;
+    std::uint64_t transfers_canceled = 0;
+    std::uint64_t transfers_peer_gone = 0;
+    std::uint64_t transfers_refused = 0;  // requests rejected before posting (Invalid etc.)
+    std::uint64_t transfers_in_flight = 0;
+    std::uint64_t blocks_requested = 0;   // block ids given by callers
+    std::uint64_t descriptors_posted = 0; // operations after merging
+    std::uint64_t notifications_sent = 0;
+    std::uint64_t notifications_received = 0;
+    std::uint64_t leases_active = 0;
+    std::uint64_t leases_expired = 0;
+    std::uint64_t peers = 0;        // alive peers
+    std::uint64_t peers_gone = 0;   // peers declared gone (dead, removed or replaced)
+    LatencyStat post;        // time spent inside write_blocks/read_blocks
+    LatencyStat completion;  // post to terminal Ok
+    double descriptors_per_transfer() const {
+        return transfers_posted ? double(descriptors_posted) / double(transfers_posted) : 0.0;
+    }
+};
+
+}  // namespace pdx

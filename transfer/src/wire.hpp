@@ -1,0 +1,68 @@
+#pragma once
+// Little-endian wire formats: the agent descriptor blob and the notification header.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pdx/types.hpp"
+
+namespace pdx::detail {
+
+inline constexpr std::uint32_t kDescriptorMagic = 0x44584450;  // "PDXD"
+inline constexpr std::uint16_t kDescriptorVersion = 1;
+inline constexpr std::uint32_t kNotifyMagic = 0x4e584450;  // "PDXN"
+inline constexpr std::uint16_t kNotifyVersion = 1;
+inline constexpr std::size_t kNotifyHeaderBytes = 40;
+inline constexpr std::uint8_t kNotifyFlagInternal = 0x1;  // core heartbeat, not delivered
+inline constexpr std::size_t kMaxDescriptorBytes = 16u << 20;
+
+// Hash of everything both sides must agree on (format, layout ABI).
+std::uint64_t compat_hash();
+std::uint64_t fnv1a(std::span<const std::byte> data, std::uint64_t seed = 0xcbf29ce484222325ull);
+
+struct RemoteRegion {
+    std::uint64_t base = 0;
+    std::uint64_t size = 0;
+    std::vector<std::byte> rkey;
+};
+
+struct Descriptor {
+    std::uint64_t compat = 0;
+    std::uint64_t instance = 0;
+    BackendKind backend = BackendKind::Ucx;
+    std::string name;
+    std::string host_id;
+    std::vector<std::byte> address;
+    std::vector<RemoteRegion> regions;  // index = RegionId (released ones have size 0)
+    std::vector<Layout> layouts;        // index = LayoutId
+};
+
+std::vector<std::byte> encode_descriptor(const Descriptor& d);
+// Validates magic, version, compat hash, lengths and that every layout fits its region.
+Result<Descriptor> decode_descriptor(std::span<const std::byte> blob);
+
+struct NotifyHeader {
+    std::uint8_t kind = 0;
+    std::uint8_t flags = 0;
+    std::uint64_t transfer_id = 0;
+    std::uint32_t sequence = 0;
+    std::uint32_t expected = 0;
+    std::int32_t status = 0;
+    std::uint32_t payload_bytes = 0;
+    std::uint64_t sender = 0;
+};
+
+std::vector<std::byte> encode_notification(const Notification& n, std::uint8_t flags,
+                                           std::uint64_t sender);
+struct DecodedNotification {
+    NotifyHeader header;
+    Notification notification;
+};
+Result<DecodedNotification> decode_notification(std::span<const std::byte> msg);
+
+// Checked arithmetic for layouts: false on overflow or if the layout leaves the region.
+bool layout_fits(const Layout& l, std::uint64_t region_bytes);
+
+}  // namespace pdx::detail

@@ -38,20 +38,20 @@ struct Config {
     unsigned short port = 8000;
     std::string port_file;  // write the bound port here (useful with --port 0)
     std::vector<InstanceAddress> prefill, decode;
-    std::string model;             // empty: no model probe
-    std::string admin_api_key;     // --admin-api-key or env ADMIN_API_KEY; empty: admin disabled
-    std::string upstream_api_key;  // --upstream-api-key or env OPENAI_API_KEY; empty: forward
-                                   // the client's Authorization header
-    Duration connect_timeout{3000};         // upstream connect
-    Duration prefill_timeout{300000};       // whole prefill leg
-    Duration decode_timeout{300000};        // until the decode leg's response head arrives
-    Duration decode_idle_timeout{120000};   // between two decode stream chunks
-    Duration request_read_timeout{30000};   // reading a client request
-    Duration client_idle_timeout{75000};    // keep-alive idle on client connections
-    Duration kv_lease_timeout{30000};       // P's KV lease; refreshes every kv_lease_timeout/3
-    bool lease_refresh = true;              // --no-lease-refresh turns the LeaseKeeper off
-    Duration health_interval{5000};         // probe period for instances that are up
-    Duration health_backoff_max{30000};     // re-probe backoff cap for instances that are down
+    std::string model;               // empty: no model probe
+    std::string admin_api_key;       // --admin-api-key or env ADMIN_API_KEY; empty: admin disabled
+    std::string upstream_api_key;    // --upstream-api-key or env OPENAI_API_KEY; empty: forward
+                                     // the client's Authorization header
+    Duration connect_timeout{3000};  // upstream connect
+    Duration prefill_timeout{300000};      // whole prefill leg
+    Duration decode_timeout{300000};       // until the decode leg's response head arrives
+    Duration decode_idle_timeout{120000};  // between two decode stream chunks
+    Duration request_read_timeout{30000};  // reading a client request
+    Duration client_idle_timeout{75000};   // keep-alive idle on client connections
+    Duration kv_lease_timeout{30000};      // P's KV lease; refreshes every kv_lease_timeout/3
+    bool lease_refresh = true;             // --no-lease-refresh turns the LeaseKeeper off
+    Duration health_interval{5000};        // probe period for instances that are up
+    Duration health_backoff_max{30000};    // re-probe backoff cap for instances that are down
     std::size_t max_body_bytes = 8u << 20;
     std::size_t max_header_bytes = 16u << 10;
     std::size_t max_concurrent_requests = 1024;
@@ -68,7 +68,7 @@ struct Config {
 struct ParseOutcome {
     enum class Action { Run, Exit } action = Action::Run;
     int exit_code = 0;   // Exit: 0 for --help/--version, 2 for errors
-    std::string output;  // help/version text (stdout) or one error line (stderr)
+    std::string output;  // help/version text (stdout) or one error line (stderr); ends in '\n'
     Config config;       // valid when action == Run
 };
 

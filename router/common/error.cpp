@@ -65,6 +65,8 @@ constexpr std::array kTable{
           "server is shutting down"},
     Entry{Errc::Internal, http_status::internal_server_error, kServer, "internal_error",
           "internal error"},
+    Entry{Errc::BadHttp, http_status::bad_request, kInvalid, "bad_http_request",
+          "malformed HTTP request"},
 };
 
 constexpr bool table_in_order() {
@@ -73,15 +75,17 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::Internal) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::BadHttp) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 
 const Entry& entry(Errc e) noexcept {
     auto i = static_cast<std::size_t>(e);
-    return i < kTable.size() ? kTable[i] : kTable.back();
+    return i < kTable.size() ? kTable[i] : kTable[static_cast<std::size_t>(Errc::Internal)];
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnon-virtual-dtor"
 class RouterCategory final : public boost::system::error_category {
 public:
     const char* name() const noexcept override { return "pdr"; }
@@ -89,6 +93,7 @@ public:
         return std::string(entry(static_cast<Errc>(ev)).message);
     }
 };
+#pragma GCC diagnostic pop
 
 nlohmann::json error_object(Errc e, std::string_view message, std::string_view param) {
     const Entry& en = entry(e);

@@ -35,6 +35,7 @@ enum class Errc {
     MissingKvParams,      // 502 (prefill answered without kv_transfer_params)
     ShuttingDown,         // 503
     Internal,             // 500
+    BadHttp,              // 400 malformed HTTP request (added by the net layer)
 };
 
 const boost::system::error_category& router_category() noexcept;

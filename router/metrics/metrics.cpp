@@ -11,18 +11,21 @@ namespace pdr::metrics {
 // ---- values --------------------------------------------------------------------------------
 
 void Counter::inc(double v) noexcept {
-    if (!(v >= 0)) return;  // also rejects NaN
+    if (!(v >= 0))
+        return;  // also rejects NaN
     value_.fetch_add(v, std::memory_order_relaxed);
 }
 
 Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)),
       buckets_(std::make_unique<std::atomic<std::uint64_t>[]>(bounds_.size() + 1)) {
-    for (std::size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+    for (std::size_t i = 0; i <= bounds_.size(); ++i)
+        buckets_[i].store(0);
 }
 
 void Histogram::observe(double v) noexcept {
-    if (std::isnan(v)) return;
+    if (std::isnan(v))
+        return;
     // Prometheus buckets are "less than or equal": the first bound >= v.
     auto it = std::lower_bound(bounds_.begin(), bounds_.end(), v);
     auto idx = static_cast<std::size_t>(it - bounds_.begin());
@@ -50,7 +53,7 @@ std::vector<std::uint64_t> Histogram::cumulative_counts() const {
 
 std::vector<double> latency_buckets() {
     return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-            0.5,    1,     2.5,    5,     10,   15,    20,    30,   60};
+            0.5,    1,     2.5,    5,     10,   15,    20,   30,  60};
 }
 
 // ---- text helpers --------------------------------------------------------------------------
@@ -60,10 +63,17 @@ std::string escape_label_value(std::string_view v) {
     out.reserve(v.size());
     for (char c : v) {
         switch (c) {
-            case '\\': out += "\\\\"; break;
-            case '"': out += "\\\""; break;
-            case '\n': out += "\\n"; break;
-            default: out += c;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -74,17 +84,24 @@ std::string escape_help(std::string_view v) {
     out.reserve(v.size());
     for (char c : v) {
         switch (c) {
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            default: out += c;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
 }
 
 std::string format_value(double v) {
-    if (std::isnan(v)) return "NaN";
-    if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+    if (std::isnan(v))
+        return "NaN";
+    if (std::isinf(v))
+        return v > 0 ? "+Inf" : "-Inf";
     char buf[64];
     auto res = std::to_chars(buf, buf + sizeof buf, v);
     return std::string(buf, res.ptr);
@@ -93,23 +110,27 @@ std::string format_value(double v) {
 namespace {
 
 bool valid_metric_name(std::string_view s) {
-    if (s.empty()) return false;
+    if (s.empty())
+        return false;
     for (std::size_t i = 0; i < s.size(); ++i) {
         char c = s[i];
         bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
         bool digit = c >= '0' && c <= '9';
-        if (!alpha && !(digit && i > 0)) return false;
+        if (!alpha && !(digit && i > 0))
+            return false;
     }
     return true;
 }
 
 bool valid_label_name(std::string_view s) {
-    if (s.empty() || s.starts_with("__")) return false;
+    if (s.empty() || s.starts_with("__"))
+        return false;
     for (std::size_t i = 0; i < s.size(); ++i) {
         char c = s[i];
         bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
         bool digit = c >= '0' && c <= '9';
-        if (!alpha && !(digit && i > 0)) return false;
+        if (!alpha && !(digit && i > 0))
+            return false;
     }
     return true;
 }
@@ -117,11 +138,13 @@ bool valid_label_name(std::string_view s) {
 // `{a="x",b="y"` without the closing brace, or "" when there are no labels and no extra label.
 void append_labels(std::string& out, const Labels& labels, std::string_view extra_name = {},
                    std::string_view extra_value = {}) {
-    if (labels.empty() && extra_name.empty()) return;
+    if (labels.empty() && extra_name.empty())
+        return;
     out += '{';
     bool first = true;
     for (const auto& [k, v] : labels) {
-        if (!first) out += ',';
+        if (!first)
+            out += ',';
         first = false;
         out += k;
         out += "=\"";
@@ -129,7 +152,8 @@ void append_labels(std::string& out, const Labels& labels, std::string_view extr
         out += '"';
     }
     if (!extra_name.empty()) {
-        if (!first) out += ',';
+        if (!first)
+            out += ',';
         out += extra_name;
         out += "=\"";
         out += extra_value;
@@ -212,12 +236,14 @@ Registry::Series& Registry::get_or_create(Type type, std::string_view name, std:
                                    "' already registered with other buckets");
         }
     } else {
-        if (buckets != nullptr) check_buckets(*buckets);
+        if (buckets != nullptr)
+            check_buckets(*buckets);
         auto f = std::make_unique<Family>();
         f->name = std::string(name);
         f->help = std::string(help);
         f->type = type;
-        if (buckets != nullptr) f->buckets = *buckets;
+        if (buckets != nullptr)
+            f->buckets = *buckets;
         fam = f.get();
         by_name_.emplace(f->name, fam);
         families_.push_back(std::move(f));
@@ -231,9 +257,15 @@ Registry::Series& Registry::get_or_create(Type type, std::string_view name, std:
     auto s = std::make_unique<Series>();
     s->labels = std::move(key);
     switch (type) {
-        case Type::Counter: s->counter = std::make_unique<Counter>(); break;
-        case Type::Gauge: s->gauge = std::make_unique<Gauge>(); break;
-        case Type::Histogram: s->histogram = std::make_unique<Histogram>(fam->buckets); break;
+        case Type::Counter:
+            s->counter = std::make_unique<Counter>();
+            break;
+        case Type::Gauge:
+            s->gauge = std::make_unique<Gauge>();
+            break;
+        case Type::Histogram:
+            s->histogram = std::make_unique<Histogram>(fam->buckets);
+            break;
     }
     fam->series.push_back(std::move(s));
     return *fam->series.back();
@@ -261,9 +293,11 @@ void Registry::remove(std::string_view name, const Labels& labels) {
     }
     std::lock_guard lock(mutex_);
     auto it = by_name_.find(std::string(name));
-    if (it == by_name_.end()) return;
+    if (it == by_name_.end())
+        return;
     for (auto& s : it->second->series) {
-        if (s->labels == key) s->hidden = true;
+        if (s->labels == key)
+            s->hidden = true;
     }
 }
 
@@ -279,12 +313,19 @@ std::string Registry::render() const {
         out += "\n# TYPE ";
         out += fam->name;
         switch (fam->type) {
-            case Type::Counter: out += " counter\n"; break;
-            case Type::Gauge: out += " gauge\n"; break;
-            case Type::Histogram: out += " histogram\n"; break;
+            case Type::Counter:
+                out += " counter\n";
+                break;
+            case Type::Gauge:
+                out += " gauge\n";
+                break;
+            case Type::Histogram:
+                out += " histogram\n";
+                break;
         }
         for (const auto& s : fam->series) {
-            if (s->hidden) continue;
+            if (s->hidden)
+                continue;
             if (fam->type != Type::Histogram) {
                 double v = s->counter ? s->counter->value() : s->gauge->value();
                 out += fam->name;

@@ -65,7 +65,9 @@ public:
     GaugeGuard& operator=(const GaugeGuard&) = delete;
     GaugeGuard& operator=(GaugeGuard&&) = delete;
     ~GaugeGuard() {
-        if (gauge_ != nullptr) gauge_->dec();
+        if (gauge_ != nullptr) {
+            gauge_->dec();
+        }
     }
 
 private:

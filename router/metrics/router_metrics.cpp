@@ -8,54 +8,84 @@ namespace pdr::metrics {
 
 std::string_view to_string(Route r) noexcept {
     switch (r) {
-        case Route::Completions: return "completions";
-        case Route::ChatCompletions: return "chat_completions";
-        case Route::Models: return "models";
-        case Route::Health: return "health";
-        case Route::Status: return "status";
-        case Route::Metrics: return "metrics";
-        case Route::Instances: return "instances";
-        case Route::LeaseRefresh: return "lease_refresh";
-        case Route::Other: return "other";
+        case Route::Completions:
+            return "completions";
+        case Route::ChatCompletions:
+            return "chat_completions";
+        case Route::Models:
+            return "models";
+        case Route::Health:
+            return "health";
+        case Route::Status:
+            return "status";
+        case Route::Metrics:
+            return "metrics";
+        case Route::Instances:
+            return "instances";
+        case Route::LeaseRefresh:
+            return "lease_refresh";
+        case Route::Other:
+            return "other";
     }
     return "other";
 }
 
-std::string_view to_string(Leg l) noexcept { return l == Leg::Prefill ? "prefill" : "decode"; }
+std::string_view to_string(Leg l) noexcept {
+    return l == Leg::Prefill ? "prefill" : "decode";
+}
 
 std::string_view to_string(UpstreamErrorKind k) noexcept {
     switch (k) {
-        case UpstreamErrorKind::Connect: return "connect";
-        case UpstreamErrorKind::ConnectTimeout: return "connect_timeout";
-        case UpstreamErrorKind::Timeout: return "timeout";
-        case UpstreamErrorKind::IdleTimeout: return "idle_timeout";
-        case UpstreamErrorKind::Read: return "read";
-        case UpstreamErrorKind::Write: return "write";
-        case UpstreamErrorKind::Protocol: return "protocol";
-        case UpstreamErrorKind::Status4xx: return "status_4xx";
-        case UpstreamErrorKind::Status5xx: return "status_5xx";
-        case UpstreamErrorKind::MissingKvParams: return "missing_kv_params";
+        case UpstreamErrorKind::Connect:
+            return "connect";
+        case UpstreamErrorKind::ConnectTimeout:
+            return "connect_timeout";
+        case UpstreamErrorKind::Timeout:
+            return "timeout";
+        case UpstreamErrorKind::IdleTimeout:
+            return "idle_timeout";
+        case UpstreamErrorKind::Read:
+            return "read";
+        case UpstreamErrorKind::Write:
+            return "write";
+        case UpstreamErrorKind::Protocol:
+            return "protocol";
+        case UpstreamErrorKind::Status4xx:
+            return "status_4xx";
+        case UpstreamErrorKind::Status5xx:
+            return "status_5xx";
+        case UpstreamErrorKind::MissingKvParams:
+            return "missing_kv_params";
     }
     return "protocol";
 }
 
 std::string_view to_string(DisconnectPhase p) noexcept {
     switch (p) {
-        case DisconnectPhase::Prefill: return "prefill";
-        case DisconnectPhase::Handover: return "handover";
-        case DisconnectPhase::Decode: return "decode";
+        case DisconnectPhase::Prefill:
+            return "prefill";
+        case DisconnectPhase::Handover:
+            return "handover";
+        case DisconnectPhase::Decode:
+            return "decode";
     }
     return "decode";
 }
 
-std::string_view to_string(Role r) noexcept { return r == Role::Prefill ? "prefill" : "decode"; }
+std::string_view to_string(Role r) noexcept {
+    return r == Role::Prefill ? "prefill" : "decode";
+}
 
 std::string_view to_string(FlowMode m) noexcept {
     switch (m) {
-        case FlowMode::Pull: return "pull";
-        case FlowMode::Push: return "push";
-        case FlowMode::Lmcache: return "lmcache";
-        case FlowMode::Direct: return "direct";
+        case FlowMode::Pull:
+            return "pull";
+        case FlowMode::Push:
+            return "push";
+        case FlowMode::Lmcache:
+            return "lmcache";
+        case FlowMode::Direct:
+            return "direct";
     }
     return "direct";
 }
@@ -65,12 +95,16 @@ namespace {
 constexpr std::string_view kStatusClasses[4] = {"2xx", "3xx", "4xx", "5xx"};
 
 std::size_t status_index(int status) noexcept {
-    if (status < 300) return 0;
-    if (status >= 500) return 3;
+    if (status < 300)
+        return 0;
+    if (status >= 500)
+        return 3;
     return static_cast<std::size_t>(status / 100 - 2);
 }
 
-std::string s(std::string_view v) { return std::string(v); }
+std::string s(std::string_view v) {
+    return std::string(v);
+}
 
 template <class E>
 std::size_t idx(E e) noexcept {
@@ -84,7 +118,9 @@ Counter& plain_counter(Registry& r, std::string_view name, std::string_view help
 
 }  // namespace
 
-std::string_view status_class(int status) noexcept { return kStatusClasses[status_index(status)]; }
+std::string_view status_class(int status) noexcept {
+    return kStatusClasses[status_index(status)];
+}
 
 RouterMetrics::RouterMetrics(Registry& registry)
     : requests_in_flight(
@@ -101,9 +137,9 @@ RouterMetrics::RouterMetrics(Registry& registry)
       kv_handles_held(registry.gauge("pdrouter_kv_handles_held",
                                      "KV handles the router is keeping alive on prefill "
                                      "instances.")),
-      kv_handover_gap(registry.histogram(
-          "pdrouter_kv_handover_gap_seconds",
-          "Time from the prefill answer to the decode leg's first byte.")),
+      kv_handover_gap(
+          registry.histogram("pdrouter_kv_handover_gap_seconds",
+                             "Time from the prefill answer to the decode leg's first byte.")),
       recomputes(plain_counter(registry, "pdrouter_recomputes_total",
                                "Requests whose KV was recomputed (re-prefilled or decoded "
                                "without remote KV).")),
@@ -137,9 +173,9 @@ RouterMetrics::RouterMetrics(Registry& registry)
                 "pdrouter_upstream_errors_total", "Upstream failures, by leg and kind.",
                 {{"leg", leg}, {"kind", s(to_string(static_cast<UpstreamErrorKind>(k)))}});
         }
-        retries_[l] = &registry.counter("pdrouter_retries_total",
-                                        "Upstream attempts retried on another instance.",
-                                        {{"leg", leg}});
+        retries_[l] =
+            &registry.counter("pdrouter_retries_total",
+                              "Upstream attempts retried on another instance.", {{"leg", leg}});
         mid_stream_errors_[l] = &registry.counter(
             "pdrouter_mid_stream_errors_total",
             "Upstream failures after the response head was sent to the client.", {{"leg", leg}});
@@ -170,8 +206,9 @@ RouterMetrics::RouterMetrics(Registry& registry)
                 {{"role", s(to_string(static_cast<Role>(r)))}, {"health", health[h]}});
         }
     }
-    registry.gauge("pdrouter_build_info", "Build information; the value is always 1.",
-                   {{"version", PDR_VERSION}})
+    registry
+        .gauge("pdrouter_build_info", "Build information; the value is always 1.",
+               {{"version", PDR_VERSION}})
         .set(1);
     // Families whose series appear on first use: register HELP text now.
     registry.counter("pdrouter_bad_requests_total", "Client requests rejected, by error code.",
@@ -193,8 +230,10 @@ void RouterMetrics::request_done(Route route, int status, double seconds) noexce
 }
 
 void RouterMetrics::first_byte(Route route, double seconds) noexcept {
-    if (route == Route::Completions) ttfb_[0]->observe(seconds);
-    if (route == Route::ChatCompletions) ttfb_[1]->observe(seconds);
+    if (route == Route::Completions)
+        ttfb_[0]->observe(seconds);
+    if (route == Route::ChatCompletions)
+        ttfb_[1]->observe(seconds);
 }
 
 void RouterMetrics::leg_done(Leg leg, double seconds) noexcept {
@@ -205,15 +244,21 @@ void RouterMetrics::upstream_error(Leg leg, UpstreamErrorKind kind) noexcept {
     upstream_errors_[idx(leg)][idx(kind)]->inc();
 }
 
-void RouterMetrics::retry(Leg leg) noexcept { retries_[idx(leg)]->inc(); }
+void RouterMetrics::retry(Leg leg) noexcept {
+    retries_[idx(leg)]->inc();
+}
 
 void RouterMetrics::client_disconnect(DisconnectPhase phase) noexcept {
     disconnects_[idx(phase)]->inc();
 }
 
-void RouterMetrics::mid_stream_error(Leg leg) noexcept { mid_stream_errors_[idx(leg)]->inc(); }
+void RouterMetrics::mid_stream_error(Leg leg) noexcept {
+    mid_stream_errors_[idx(leg)]->inc();
+}
 
-void RouterMetrics::flow_started(FlowMode mode) noexcept { flows_[idx(mode)]->inc(); }
+void RouterMetrics::flow_started(FlowMode mode) noexcept {
+    flows_[idx(mode)]->inc();
+}
 
 void RouterMetrics::lease_refresh_request(bool ok) noexcept {
     lease_refresh_requests_[ok ? 0 : 1]->inc();

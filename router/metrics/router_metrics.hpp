@@ -112,8 +112,8 @@ public:
     void set_instance_counts(Role role, std::size_t up, std::size_t down) noexcept;
 
     // Plain series, used directly.
-    Gauge& requests_in_flight;      // pdrouter_requests_in_flight
-    Counter& lease_refresh_sent;    // pdrouter_lease_refresh_sent_total (ids refreshed toward P)
+    Gauge& requests_in_flight;         // pdrouter_requests_in_flight
+    Counter& lease_refresh_sent;       // pdrouter_lease_refresh_sent_total (ids refreshed toward P)
     Counter& lease_refresh_forwarded;  // pdrouter_lease_refresh_forwarded_total
     Counter& lease_refresh_unknown;    // pdrouter_lease_refresh_unknown_total
     Gauge& kv_handles_held;            // pdrouter_kv_handles_held
@@ -131,7 +131,7 @@ private:
     std::array<Counter*, kDisconnectPhaseCount> disconnects_{};
     std::array<Counter*, kLegCount> mid_stream_errors_{};
     std::array<Counter*, kFlowModeCount> flows_{};
-    std::array<Counter*, 2> lease_refresh_requests_{};  // ok, error
+    std::array<Counter*, 2> lease_refresh_requests_{};           // ok, error
     std::array<std::array<Gauge*, 2>, kRoleCount> instances_{};  // [role][up, down]
 };
 

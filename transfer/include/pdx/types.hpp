@@ -171,6 +171,9 @@ struct PeerInfo {
     bool alive = false;
     bool same_host = false;
     bool peer_error_mode = false;  // UCX endpoint uses UCP_ERR_HANDLING_MODE_PEER
+    // Milliseconds since the last message (heartbeat or notification) from the peer; -1 if it
+    // never sent one (heartbeat liveness applies only once a peer has been heard from).
+    std::int64_t ms_since_heard = -1;
     std::uint32_t layouts = 0;
 };
 

@@ -1,0 +1,186 @@
+// pdrouter_bench: starts pdsim 1P1D and pdrouter as separate processes and measures, in one run,
+// the same load sent directly to the decode instance and through pdrouter (which adds the
+// prefill leg and the KV handover). Prints a Markdown table and the targets' verdicts.
+//
+//   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
+//                  [--delays 0,10] [--quick]
+#include "bench/router/load.hpp"
+#include "bench/router/process.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using pdr::bench::Child;
+using pdr::bench::LoadResult;
+using pdr::bench::LoadSpec;
+using pdr::bench::percentile;
+
+struct Options {
+    std::string bin_dir = ".";
+    std::size_t concurrency = 32;
+    std::size_t requests = 3000;
+    int max_tokens = 16;
+    std::vector<int> delays{0, 10};
+};
+
+std::string prompt_text() {
+    std::string p;
+    for (int i = 0; i < 64; ++i) {
+        p += "word" + std::to_string(i) + " ";
+    }
+    return p;
+}
+
+std::string body(const Options& o, bool stream) {
+    return R"({"model":"pdsim-model","prompt":")" + prompt_text() +
+           R"(","max_tokens":)" + std::to_string(o.max_tokens) +
+           (stream ? R"(,"stream":true})" : R"(,"stream":false})");
+}
+
+// What pdrouter sends to the prefill instance: the cost of the prefill leg on its own.
+std::string prefill_body() {
+    return R"({"model":"pdsim-model","prompt":")" + prompt_text() +
+           R"(","max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,)"
+           R"("do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,)"
+           R"("remote_host":null,"remote_port":null}})";
+}
+
+struct Row {
+    std::string label;
+    int delay = 0;
+    bool stream = false;
+    LoadResult result;
+    double cpu_us_per_req = -1;
+};
+
+void print_row(const Row& r) {
+    std::printf("| %-7s | %-10s | %2d ms | %8.0f | %7.2f | %7.2f | %7.2f | %7.2f | %s | %zu |\n",
+                r.stream ? "stream" : "json", r.label.c_str(), r.delay, r.result.rps(),
+                percentile(r.result.latency_ms, 50), percentile(r.result.latency_ms, 99),
+                percentile(r.result.ttfb_ms, 50), percentile(r.result.ttfb_ms, 99),
+                r.cpu_us_per_req < 0 ? "      -" : std::to_string(static_cast<int>(r.cpu_us_per_req)).c_str(),
+                r.result.failed);
+    if (r.result.failed > 0) {
+        std::printf("<!-- first error: %s -->\n", r.result.first_error.c_str());
+    }
+    std::fflush(stdout);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "pdrouter_bench: %s needs a value\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--bin-dir") {
+            o.bin_dir = next();
+        } else if (a == "--concurrency") {
+            o.concurrency = std::stoul(next());
+        } else if (a == "--requests") {
+            o.requests = std::stoul(next());
+        } else if (a == "--max-tokens") {
+            o.max_tokens = std::stoi(next());
+        } else if (a == "--delays") {
+            o.delays.clear();
+            std::stringstream ss(next());
+            std::string d;
+            while (std::getline(ss, d, ',')) {
+                o.delays.push_back(std::stoi(d));
+            }
+        } else if (a == "--quick") {
+            o.requests = 200;
+        } else {
+            std::fprintf(stderr, "pdrouter_bench: unknown flag %s\n", a.c_str());
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+    Options o = parse(argc, argv);
+    const std::string pdsim = o.bin_dir + "/sim/pdsim";
+    const std::string pdrouter = o.bin_dir + "/router/pdrouter";
+    std::printf("pdrouter_bench: concurrency %zu, %zu requests per row, max_tokens %d\n\n",
+                o.concurrency, o.requests, o.max_tokens);
+    std::printf("| answer  | path       | decode delay | req/s | p50 ms | p99 ms | TTFB p50 | TTFB p99 | "
+                "pdrouter CPU us/req | failed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    bool targets_met = true;
+    std::ostringstream verdicts;
+    double peak_rss = 0;
+    for (int delay : o.delays) {
+        Child prefill({pdsim, "--role", "prefill", "--kv-lease-seconds", "5", "--log-level", "warn"},
+                      "/tmp/pdr-bench-prefill.log");
+        Child decode({pdsim, "--role", "decode", "--token-delay-ms", std::to_string(delay),
+                      "--log-level", "warn"},
+                     "/tmp/pdr-bench-decode.log");
+        Child router({pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()),
+                      "--decode", "127.0.0.1:" + std::to_string(decode.port()), "--log-level",
+                      "warn"},
+                     "/tmp/pdr-bench-router.log");
+        // Streams and long answers take longer per request: keep each row bounded in time.
+        std::size_t n = delay > 0 ? std::max<std::size_t>(o.requests / 4, 100) : o.requests;
+
+        LoadSpec pre{{"127.0.0.1", prefill.port()}, "/v1/completions", prefill_body(), false,
+                     o.concurrency, n, n / 10};
+        Row prefill_row{"prefill", delay, false, pdr::bench::run_load(pre)};
+        print_row(prefill_row);
+        for (bool stream : {false, true}) {
+            LoadSpec direct{{"127.0.0.1", decode.port()}, "/v1/completions", body(o, stream), stream,
+                            o.concurrency, n, n / 10};
+            Row d{"direct D", delay, stream, pdr::bench::run_load(direct)};
+            print_row(d);
+            LoadSpec via{{"127.0.0.1", router.port()}, "/v1/completions", body(o, stream), stream,
+                         o.concurrency, n, n / 10};
+            pdr::bench::run_load(LoadSpec{via.target, via.path, via.body, stream, o.concurrency, n / 10, 0});
+            double cpu0 = router.cpu_seconds();
+            Row r{"pdrouter", delay, stream, pdr::bench::run_load(via)};
+            double cpu1 = router.cpu_seconds();
+            std::size_t served = r.result.ok + r.result.failed + n / 10;  // measured + its warm-up
+            r.cpu_us_per_req = served ? (cpu1 - cpu0) * 1e6 / static_cast<double>(served) : -1;
+            print_row(r);
+            bool cpu_ok = r.cpu_us_per_req <= 100;
+            targets_met = targets_met && cpu_ok && r.result.failed == 0 && d.result.failed == 0;
+            verdicts << "- " << (stream ? "stream" : "json") << ", decode delay " << delay
+                     << " ms: pdrouter CPU " << static_cast<int>(r.cpu_us_per_req)
+                     << " us/request (target <= 100): " << (cpu_ok ? "met" : "NOT met") << "\n";
+            if (stream) {
+                double budget = percentile(d.result.ttfb_ms, 50) + percentile(prefill_row.result.latency_ms, 50);
+                double extra = percentile(r.result.ttfb_ms, 50) - budget;
+                bool ttfb_ok = extra <= 1.0;
+                targets_met = targets_met && ttfb_ok;
+                char line[256];
+                std::snprintf(line, sizeof line,
+                              "- stream, decode delay %d ms: TTFB p50 through pdrouter %.2f ms vs direct "
+                              "decode TTFB + prefill leg %.2f ms: %+.2f ms (target <= +1 ms): %s\n",
+                              delay, percentile(r.result.ttfb_ms, 50), budget, extra,
+                              ttfb_ok ? "met" : "NOT met");
+                verdicts << line;
+            }
+        }
+        peak_rss = std::max(peak_rss, router.peak_rss_mib());
+    }
+    bool rss_ok = peak_rss <= 30;
+    targets_met = targets_met && rss_ok;
+    std::printf("\n%s- pdrouter peak RSS %.1f MiB (target <= 30): %s\n", verdicts.str().c_str(), peak_rss,
+                rss_ok ? "met" : "NOT met");
+    std::printf("\nall targets %s\n", targets_met ? "met" : "NOT met");
+    return 0;
+} catch (const std::exception& e) {
+    std::fprintf(stderr, "pdrouter_bench: %s\n", e.what());
+    return 1;
+}

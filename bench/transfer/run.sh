@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Runs pdx_transfer_bench beside ucx_perftest (ucp_put_bw) on the same transport in the same run
+# and prints ours / ucx_perftest per message size, then the merge and post-overhead targets.
+#   bench/transfer/run.sh [--bench PATH] [--tls tcp,shm] [--sizes 64K,1M,16M] [--depth 4]
+#                         [--time-ms 1000]
+# Both tools use memory allocated through UCX (UCP_MEM_MAP_ALLOCATE), both ends on 127.0.0.1.
+# Bounded: each perftest client runs under `timeout`, each bench run is time-limited per cell.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bench=""
+tls_list="tcp,shm"
+sizes="64K,1M,16M"
+depth=4
+time_ms=1000
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bench) bench=$2; shift 2 ;;
+    --tls) tls_list=$2; shift 2 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    --depth) depth=$2; shift 2 ;;
+    --time-ms) time_ms=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+if [[ -z "$bench" ]]; then
+  for d in "$root"/build-*rel* "$root"/build*; do
+    if [[ -x "$d/bench/transfer/pdx_transfer_bench" ]]; then bench="$d/bench/transfer/pdx_transfer_bench"; break; fi
+  done
+fi
+[[ -x "$bench" ]] || { echo "pdx_transfer_bench not found; pass --bench PATH" >&2; exit 2; }
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt install ucx-utils)" >&2; exit 2; }
+
+to_bytes() {  # 64K -> 65536
+  local v=${1%[KkMmGg]} u=${1: -1}
+  case "$u" in K|k) echo $((v * 1024)) ;; M|m) echo $((v * 1048576)) ;; G|g) echo $((v * 1073741824)) ;; *) echo "$1" ;; esac
+}
+
+tls_env() {  # prints the UCX environment for a transport name
+  case "$1" in
+    tcp) echo "UCX_TLS=tcp UCX_NET_DEVICES=lo" ;;
+    shm) echo "UCX_TLS=posix,self" ;;
+    *) echo "unknown transport $1" >&2; exit 2 ;;
+  esac
+}
+
+# ucx_perftest ucp_put_bw: prints bytes/s (perftest "MB/s" is MiB/s), or 0 on failure.
+perftest_bw() {
+  local tls=$1 size=$2 iters port srv out mbs
+  iters=$(( size >= 16777216 ? 60 : (size >= 1048576 ? 600 : 4000) ))
+  [[ "$tls" == tcp && $size -ge 16777216 ]] && iters=30
+  port=$(( 20000 + RANDOM % 20000 ))
+  env $(tls_env "$tls") timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
+  srv=$!
+  sleep 0.5
+  out=$(env $(tls_env "$tls") timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw \
+        -s "$size" -n "$iters" -w $((iters / 10 + 1)) 2>&1 || true)
+  wait "$srv" 2>/dev/null || true
+  mbs=$(awk '/^Final:/ {print $6}' <<<"$out")
+  if [[ -z "$mbs" ]]; then echo 0; return; fi
+  awk -v m="$mbs" 'BEGIN { printf "%.0f", m * 1048576 }'
+}
+
+echo "# pdx transfer core vs ucx_perftest -t ucp_put_bw, $(date -u +%FT%TZ), $(nproc) cores"
+echo "# bench: $bench (depth $depth, ${time_ms} ms per cell)"
+for tls in ${tls_list//,/ }; do
+  echo
+  echo "## transport $tls ($(tls_env "$tls"))"
+  printf "%-9s %14s %14s %8s\n" size "ours GB/s" "perftest GB/s" ratio
+  for s in ${sizes//,/ }; do  # interleaved per size so both see the same machine load
+    b=$(to_bytes "$s")
+    csv=$("$bench" --tls "$tls" --sizes "$s" --blocks 1 --patterns contig --ops write \
+          --depth "$depth" --time-ms "$time_ms" --min-iters 5 --no-post --no-verify --csv)
+    ours=$(awk -F, -v b="$b" '$1=="write" && $3==b && $4==1 {print $8}' <<<"$csv")
+    pt=$(perftest_bw "$tls" "$b")
+    awk -v s="$s" -v o="${ours:-0}" -v p="$pt" 'BEGIN {
+      pg = p / 1e9; r = (pg > 0) ? o / pg : 0;
+      printf "%-9s %14.3f %14.3f %7.0f%%  %s\n", s, o, pg, r * 100,
+             (r >= 0.9 ? "met (>=90%)" : "NOT met (<90%)") }'
+  done
+  echo "### merging and post overhead ($tls)"
+  csv=$("$bench" --tls "$tls" --sizes 16K,16M --blocks 1,1024 --patterns contig,scatter \
+        --ops write --depth "$depth" --time-ms "$time_ms" --min-iters 5 --csv --region-mib 32)
+  echo "$csv" | grep -v '^#'
+  awk -F, '
+    $1=="write" && $2=="contig" && $3==16384 && $4==1024 {m = $8}
+    $1=="write" && $2=="contig" && $3==16777216 && $4==1 {big = $8}
+    $1=="post_overhead_ns_per_id" {post = $2}
+    $1=="post_overhead_contig_ns_per_id" {postc = $2}
+    END {
+      r = big > 0 ? m / big : 0
+      printf "merge: 1024 x 16 KiB contiguous %.3f GB/s vs 1 x 16 MiB %.3f GB/s = %.0f%% %s\n",
+             m, big, r * 100, (r >= 0.8 ? "met (>=80%)" : "NOT met (<80%)")
+      printf "post overhead: %.1f ns per block id (1024 scattered 4 KiB ids) %s\n",
+             post, ((post > 0 && post <= 1000) ? "met (<=1 us)" : "NOT met (>1 us)")
+      printf "post overhead, 1024 contiguous ids (1 descriptor): %.1f ns per block id\n", postc
+    }' <<<"$csv"
+done

@@ -1,0 +1,207 @@
+#include "bench/transfer/sweep.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <numeric>
+#include <random>
+
+namespace pdx::bench {
+namespace {
+
+using Sec = std::chrono::duration<double>;
+constexpr std::chrono::milliseconds kWait{30000};
+
+std::uint32_t stride_for(std::uint32_t n) {
+    for (std::uint32_t k = n / 2 + 1; k < n; ++k)
+        if (std::gcd(k, n) == 1 && k != 1) return k;
+    return 0;
+}
+
+}  // namespace
+
+double Cell::gbps() const {
+    return seconds > 0 ? double(block_bytes) * blocks * double(iters) / seconds / 1e9 : 0;
+}
+double Cell::us_per_transfer() const { return iters ? seconds * 1e6 / double(iters) : 0; }
+
+void make_ids(const std::string& pattern, std::uint32_t n, std::vector<BlockId>& local,
+              std::vector<BlockId>& remote) {
+    local.resize(n);
+    remote.resize(n);
+    std::iota(local.begin(), local.end(), 0u);
+    if (pattern != "scatter") {
+        remote = local;
+        return;
+    }
+    // remote[j] for local j: a stride permutation (no +1 neighbours), or reversal for n <= 3.
+    std::uint32_t k = n >= 4 ? stride_for(n) : 0;
+    for (std::uint32_t j = 0; j < n; ++j)
+        remote[j] = k ? static_cast<BlockId>((std::uint64_t(j) * k) % n) : n - 1 - j;
+    // Shuffle the pair order so the caller's order is not sorted either.
+    std::mt19937 rng(12345);
+    for (std::uint32_t i = n; i > 1; --i) {
+        std::uint32_t j = rng() % i;
+        std::swap(local[i - 1], local[j]);
+        std::swap(remote[i - 1], remote[j]);
+    }
+}
+
+Sweep::Sweep(Agent& agent, PeerHandle peer, const Options& o, std::vector<LayoutId> layouts)
+    : agent_(agent), peer_(peer), o_(o), layouts_(std::move(layouts)) {}
+
+Result<TransferHandle> Sweep::post(bool write, std::size_t size_index,
+                                   const std::vector<BlockId>& local,
+                                   const std::vector<BlockId>& remote, double& post_us) {
+    TransferRequest req;
+    req.peer = peer_;
+    req.local_layout = layouts_[size_index];
+    req.remote_layout = layouts_[size_index];
+    req.local_ids = local;
+    req.remote_ids = remote;
+    req.transfer_id = next_id_++;
+    req.deadline = Clock::now() + kWait;
+    auto t0 = Clock::now();
+    auto r = write ? agent_.write_blocks(req) : agent_.read_blocks(req);
+    post_us += Sec(Clock::now() - t0).count() * 1e6;
+    return r;
+}
+
+bool Sweep::verify(std::string& error) {
+    const std::size_t si = layouts_.size() - 1;  // the 4 KiB layout
+    std::vector<BlockId> src{0, 1, 2, 3, 4, 5, 6, 7}, dst{8, 9, 10, 11, 12, 13, 14, 15};
+    std::vector<BlockId> back{16, 17, 18, 19, 20, 21, 22, 23};
+    for (BlockId id : src) {
+        auto b = agent_.block(layouts_[si], id);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::byte(std::uint8_t(i * 31 + id));
+    }
+    double us = 0;
+    auto w = post(true, si, src, dst, us);
+    if (!w || agent_.wait(*w, kWait) != Status::Ok) {
+        error = "verify write failed: " + (w ? to_string(agent_.poll(*w)) : w.message());
+        return false;
+    }
+    auto r = post(false, si, back, dst, us);
+    if (!r || agent_.wait(*r, kWait) != Status::Ok) {
+        error = "verify read failed: " + (r ? to_string(agent_.poll(*r)) : r.message());
+        return false;
+    }
+    for (std::size_t i = 0; i < src.size(); ++i) {
+        auto a = agent_.block(layouts_[si], src[i]);
+        auto b = agent_.block(layouts_[si], back[i]);
+        if (a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size()) != 0) {
+            error = "verify: block " + std::to_string(back[i]) + " differs after write+read";
+            return false;
+        }
+    }
+    return true;
+}
+
+Cell Sweep::run_cell(const std::string& op, const std::string& pattern, std::size_t si,
+                     std::uint32_t blocks) {
+    Cell c;
+    c.op = op;
+    c.pattern = pattern;
+    c.block_bytes = o_.sizes[si];
+    c.blocks = blocks;
+    std::vector<BlockId> local, remote;
+    make_ids(pattern, blocks, local, remote);
+    const bool write = op == "write";
+    double post_us = 0;
+    std::uint64_t posted = 0;
+    // one warm-up transfer (connection set-up, rkey unpack, page faults)
+    auto w = post(write, si, local, remote, post_us);
+    if (!w || agent_.wait(*w, kWait) != Status::Ok) {
+        c.error = w ? std::string(to_string(agent_.poll(*w))) : w.message();
+        return c;
+    }
+    post_us = 0;
+    std::deque<TransferHandle> inflight;
+    const auto t0 = Clock::now();
+    const auto budget = std::chrono::milliseconds(o_.time_ms);
+    while (true) {
+        bool more = c.iters + inflight.size() < o_.max_iters &&
+                    (c.iters + inflight.size() < o_.min_iters || Clock::now() - t0 < budget);
+        while (more && inflight.size() < std::max<std::uint32_t>(1, o_.depth)) {
+            auto r = post(write, si, local, remote, post_us);
+            if (!r) {
+                c.error = r.message();
+                return c;
+            }
+            ++posted;
+            inflight.push_back(*r);
+            more = c.iters + inflight.size() < o_.max_iters;
+        }
+        if (inflight.empty()) break;
+        TransferHandle h = inflight.front();
+        inflight.pop_front();
+        Status s = agent_.wait(h, kWait);
+        if (s != Status::Ok) {
+            auto res = agent_.result(h);
+            c.error = std::string(to_string(s)) + (res ? ": " + res->message : "");
+            for (auto x : inflight) agent_.wait(x, kWait);
+            return c;
+        }
+        if (c.iters == 0) {
+            if (auto res = agent_.result(h)) c.descriptors = res->descriptors;
+        }
+        ++c.iters;
+    }
+    c.seconds = Sec(Clock::now() - t0).count();
+    c.post_us = posted ? post_us / double(posted) : 0;
+    return c;
+}
+
+double Sweep::post_ns_per_id(const std::string& pattern, std::string& error) {
+    const std::size_t si = layouts_.size() - 1;  // the 4 KiB layout
+    std::vector<BlockId> local, remote;
+    make_ids(pattern, 1024, local, remote);
+    double total_us = 0;
+    std::uint32_t n = 0;
+    for (std::uint32_t i = 0; i < o_.post_iters; ++i) {
+        double us = 0;
+        auto r = post(true, si, local, remote, us);
+        if (!r) {
+            error = r.message();
+            return -1;
+        }
+        if (Status s = agent_.wait(*r, kWait); s != Status::Ok) {
+            error = std::string("post-overhead transfer ended ") + to_string(s);
+            return -1;
+        }
+        if (i >= 3) {  // skip warm-up
+            total_us += us;
+            ++n;
+        }
+    }
+    return n ? total_us * 1000.0 / n / 1024.0 : -1;
+}
+
+void print_header(const Options& o) {
+    if (o.csv) {
+        std::printf("op,pattern,block_bytes,blocks,bytes_per_xfer,descriptors,iters,gbps,"
+                    "us_per_xfer,post_us,error\n");
+        return;
+    }
+    std::printf("%-5s %-7s %9s %6s %10s %6s %6s %9s %11s %9s\n", "op", "pattern", "block",
+                "blocks", "bytes/xfer", "descs", "iters", "GB/s", "us/xfer", "post_us");
+}
+
+void print_cell(const Options& o, const Cell& c) {
+    const std::uint64_t bytes = c.block_bytes * c.blocks;
+    if (o.csv) {
+        std::printf("%s,%s,%llu,%u,%llu,%u,%llu,%.4f,%.2f,%.3f,%s\n", c.op.c_str(),
+                    c.pattern.c_str(), (unsigned long long)c.block_bytes, c.blocks,
+                    (unsigned long long)bytes, c.descriptors, (unsigned long long)c.iters,
+                    c.gbps(), c.us_per_transfer(), c.post_us, c.error.c_str());
+    } else {
+        std::printf("%-5s %-7s %9llu %6u %10llu %6u %6llu %9.3f %11.1f %9.2f %s\n", c.op.c_str(),
+                    c.pattern.c_str(), (unsigned long long)c.block_bytes, c.blocks,
+                    (unsigned long long)bytes, c.descriptors, (unsigned long long)c.iters,
+                    c.gbps(), c.us_per_transfer(), c.post_us, c.error.c_str());
+    }
+    std::fflush(stdout);
+}
+
+}  // namespace pdx::bench

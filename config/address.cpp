@@ -1,0 +1,139 @@
+// InstanceAddress parsing and printing.
+#include <cctype>
+#include <charconv>
+
+#include "config/config.hpp"
+
+namespace pdr::config {
+
+namespace {
+
+char lower(char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
+
+bool starts_with_nocase(std::string_view s, std::string_view prefix) {
+    if (s.size() < prefix.size())
+        return false;
+    for (std::size_t i = 0; i < prefix.size(); ++i) {
+        if (lower(s[i]) != prefix[i])
+            return false;
+    }
+    return true;
+}
+
+bool valid_dns_or_v4(std::string_view h) {
+    for (char c : h) {
+        bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+        if (!ok)
+            return false;
+    }
+    return h.front() != '-' && h.front() != '.';
+}
+
+bool valid_v6(std::string_view h) {
+    // Hex groups, ':' and an optional embedded IPv4 tail; a zone id after '%'.
+    auto pct = h.find('%');
+    std::string_view addr = h.substr(0, pct);
+    if (pct != std::string_view::npos && pct + 1 >= h.size())
+        return false;
+    if (addr.find(':') == std::string_view::npos)
+        return false;
+    for (char c : addr) {
+        if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.')
+            return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+std::string InstanceAddress::text() const {
+    std::string out;
+    if (host.find(':') != std::string::npos) {
+        out = "[" + host + "]";
+    } else {
+        out = host;
+    }
+    out += ':';
+    out += std::to_string(port);
+    return out;
+}
+
+bool parse_instance_address(std::string_view s, InstanceAddress& out, std::string& error) {
+    constexpr std::string_view kExpect = " (expected HOST:PORT, http://HOST:PORT or [IPv6]:PORT)";
+    std::string_view rest = s;
+    if (rest.empty()) {
+        error = std::string("empty address") + std::string(kExpect);
+        return false;
+    }
+    if (starts_with_nocase(rest, "https://")) {
+        error = "https:// is not supported (upstreams are plain HTTP)";
+        return false;
+    }
+    if (starts_with_nocase(rest, "http://"))
+        rest.remove_prefix(7);
+    if (!rest.empty() && rest.back() == '/')
+        rest.remove_suffix(1);
+    if (rest.find('/') != std::string_view::npos) {
+        error = "a path is not allowed" + std::string(kExpect);
+        return false;
+    }
+    std::string_view host, port;
+    if (!rest.empty() && rest.front() == '[') {
+        auto close = rest.find(']');
+        if (close == std::string_view::npos) {
+            error = "missing ']' after IPv6 address" + std::string(kExpect);
+            return false;
+        }
+        host = rest.substr(1, close - 1);
+        std::string_view tail = rest.substr(close + 1);
+        if (tail.size() < 2 || tail.front() != ':') {
+            error = "missing port" + std::string(kExpect);
+            return false;
+        }
+        port = tail.substr(1);
+        if (host.empty() || !valid_v6(host)) {
+            error = "invalid IPv6 address '" + std::string(host) + "'";
+            return false;
+        }
+    } else {
+        auto colon = rest.rfind(':');
+        if (colon == std::string_view::npos) {
+            error = "missing port" + std::string(kExpect);
+            return false;
+        }
+        host = rest.substr(0, colon);
+        port = rest.substr(colon + 1);
+        if (host.find(':') != std::string_view::npos) {
+            error = "an IPv6 address needs brackets, e.g. [::1]:8100";
+            return false;
+        }
+        if (host.empty()) {
+            error = "missing host" + std::string(kExpect);
+            return false;
+        }
+        if (!valid_dns_or_v4(host)) {
+            error = "invalid host name '" + std::string(host) + "'";
+            return false;
+        }
+    }
+    unsigned value = 0;
+    auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || value == 0 ||
+        value > 65535) {
+        error = "invalid port '" + std::string(port) + "' (expected 1..65535)";
+        return false;
+    }
+    out.host.clear();
+    for (char c : host)
+        out.host += lower(c);  // DNS names and IPv6 hex are case-insensitive
+    out.port = static_cast<unsigned short>(value);
+    return true;
+}
+
+std::string_view to_string(OnMissingKvParams v) noexcept {
+    return v == OnMissingKvParams::Error ? "error" : "recompute";
+}
+
+}  // namespace pdr::config

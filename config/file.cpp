@@ -1,0 +1,203 @@
+// Config files: JSON (nlohmann) or YAML (yaml-cpp), one mapping of option keys to values.
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "config/options.hpp"
+
+namespace pdr::config::detail {
+
+namespace {
+
+std::string one_line(std::string s) {
+    for (char& c : s) {
+        if (c == '\n' || c == '\r')
+            c = ' ';
+    }
+    while (!s.empty() && s.back() == ' ')
+        s.pop_back();
+    return s;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool looks_like_json(const std::string& path, const std::string& text) {
+    if (ends_with(path, ".json"))
+        return true;
+    if (ends_with(path, ".yaml") || ends_with(path, ".yml"))
+        return false;
+    auto pos = text.find_first_not_of(" \t\r\n");
+    return pos != std::string::npos && text[pos] == '{';
+}
+
+// Maps a file key to its option; "connect_timeout_ms" and "connect-timeout-ms" both work.
+const Option* option_for_key(const std::string& key) {
+    std::string name = key;
+    for (char& c : name) {
+        if (c == '_')
+            c = '-';
+    }
+    const Option* o = find_option(name);
+    return o != nullptr && o->in_file ? o : nullptr;
+}
+
+struct Collector {
+    const std::string& path;
+    std::vector<RawSetting>& out;
+    std::string& error;
+    std::set<std::string> seen;
+
+    std::string where(const std::string& key) const {
+        return "key '" + key + "' in config file '" + path + "'";
+    }
+    // Checks the key and starts a setting for it; nullptr (with `error` set) on failure.
+    RawSetting* begin(const std::string& key) {
+        const Option* o = option_for_key(key);
+        if (o == nullptr) {
+            error = "pdrouter: unknown key '" + key + "' in config file '" + path + "'";
+            return nullptr;
+        }
+        if (!seen.insert(std::string(o->name)).second) {
+            error = "pdrouter: duplicate " + where(key);
+            return nullptr;
+        }
+        out.push_back(RawSetting{o, key, {}});
+        return &out.back();
+    }
+    bool fail(const std::string& key, std::string_view what) {
+        error = "pdrouter: invalid value for " + where(key) + ": " + std::string(what);
+        return false;
+    }
+};
+
+bool json_scalar(const nlohmann::json& v, std::string& out) {
+    if (v.is_string()) {
+        out = v.get<std::string>();
+    } else if (v.is_boolean()) {
+        out = v.get<bool>() ? "true" : "false";
+    } else if (v.is_number()) {
+        out = v.dump();
+    } else {
+        return false;
+    }
+    return true;
+}
+
+bool load_json(const std::string& text, Collector& c) {
+    nlohmann::json doc;
+    try {
+        doc = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        std::string what = e.what();
+        if (auto p = what.find("] "); p != std::string::npos)
+            what = what.substr(p + 2);
+        c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(what);
+        return false;
+    }
+    if (!doc.is_object()) {
+        c.error = "pdrouter: config file '" + c.path + "' must hold one object of keys to values";
+        return false;
+    }
+    for (const auto& [key, v] : doc.items()) {
+        RawSetting* s = c.begin(key);
+        if (s == nullptr)
+            return false;
+        if (v.is_array()) {
+            if (!is_list(s->option->kind))
+                return c.fail(key, "expected a single value, not a list");
+            for (const auto& item : v) {
+                std::string text_value;
+                if (!json_scalar(item, text_value)) {
+                    return c.fail(key, "list items must be strings or numbers");
+                }
+                s->values.push_back(std::move(text_value));
+            }
+            continue;
+        }
+        std::string text_value;
+        if (!json_scalar(v, text_value)) {
+            return c.fail(key, v.is_null() ? "expected a value, got null"
+                                           : "expected a string, number or boolean");
+        }
+        s->values.push_back(std::move(text_value));
+    }
+    return true;
+}
+
+bool load_yaml(const std::string& text, Collector& c) {
+    YAML::Node doc;
+    try {
+        doc = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+        c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(e.what());
+        return false;
+    }
+    if (doc.IsNull())
+        return true;  // an empty file sets nothing
+    if (!doc.IsMap()) {
+        c.error = "pdrouter: config file '" + c.path + "' must hold one mapping of keys to values";
+        return false;
+    }
+    for (const auto& kv : doc) {
+        if (!kv.first.IsScalar()) {
+            c.error = "pdrouter: config file '" + c.path + "' has a key that is not a string";
+            return false;
+        }
+        std::string key = kv.first.Scalar();
+        RawSetting* s = c.begin(key);
+        if (s == nullptr)
+            return false;
+        const YAML::Node& v = kv.second;
+        if (v.IsSequence()) {
+            if (!is_list(s->option->kind))
+                return c.fail(key, "expected a single value, not a list");
+            for (const auto& item : v) {
+                if (!item.IsScalar())
+                    return c.fail(key, "list items must be strings or numbers");
+                s->values.push_back(item.Scalar());
+            }
+        } else if (v.IsScalar()) {
+            s->values.push_back(v.Scalar());
+        } else if (v.IsMap()) {
+            return c.fail(key, "expected a value, not a mapping");
+        } else {
+            return c.fail(key, "expected a value, got null");
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+bool load_config_file(const std::string& path, std::vector<RawSetting>& out, std::string& error) {
+    std::error_code fs_ec;
+    if (std::filesystem::is_directory(path, fs_ec)) {
+        error = "pdrouter: cannot read config file '" + path + "': it is a directory";
+        return false;
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        int err = errno;
+        error = "pdrouter: cannot read config file '" + path + "': " + std::strerror(err);
+        return false;
+    }
+    std::ostringstream buf;
+    buf << in.rdbuf();
+    if (in.bad()) {
+        error = "pdrouter: cannot read config file '" + path + "'";
+        return false;
+    }
+    std::string text = buf.str();
+    Collector c{path, out, error, {}};
+    return looks_like_json(path, text) ? load_json(text, c) : load_yaml(text, c);
+}
+
+}  // namespace pdr::config::detail

@@ -1,0 +1,195 @@
+// The option table, --help and --version.
+#include <array>
+
+#include "config/options.hpp"
+
+#ifndef PDR_VERSION
+#define PDR_VERSION "0.0.0"
+#endif
+
+namespace pdr::config::detail {
+
+namespace {
+
+constexpr std::uint64_t kMaxMillis = 2147483647;  // ~24.8 days
+
+const std::array kOptions = {
+    // clang-format off
+    Option{.name = "host", .kind = Kind::NonEmptyText, .meta = "ADDR",
+           .help = "address to listen on (default 0.0.0.0)", .text = &Config::host,
+           .group = "Listener"},
+    Option{.name = "port", .kind = Kind::Number, .meta = "PORT",
+           .help = "port to listen on; 0 picks a free port (default 8000)", .port = &Config::port,
+           .min = 0, .max = 65535},
+    Option{.name = "port-file", .kind = Kind::Text, .meta = "PATH",
+           .help = "write the bound port to PATH once listening (default: none)",
+           .text = &Config::port_file},
+    Option{.name = "prefill", .kind = Kind::Instances, .meta = "HOST:PORT [HOST:PORT ...]",
+           .help = "prefill instances (space- or comma-separated; repeatable)",
+           .role = Role::Prefill, .group = "Instances"},
+    Option{.name = "decode", .kind = Kind::Instances, .meta = "HOST:PORT [HOST:PORT ...]",
+           .help = "decode instances (space- or comma-separated; repeatable)",
+           .role = Role::Decode},
+    Option{.name = "model", .kind = Kind::Text, .meta = "NAME",
+           .help = "model every instance must serve; checked by probes (default: no check)",
+           .text = &Config::model},
+    Option{.name = "admin-api-key", .kind = Kind::Text, .meta = "KEY",
+           .help = "key for /instances/* (env ADMIN_API_KEY; default: admin routes disabled)",
+           .text = &Config::admin_api_key, .group = "Keys"},
+    Option{.name = "upstream-api-key", .kind = Kind::Text, .meta = "KEY",
+           .help = "Bearer key sent upstream (env OPENAI_API_KEY; default: client's header)",
+           .text = &Config::upstream_api_key},
+    Option{.name = "connect-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "upstream connect timeout (default 3000)",
+           .millis = &Config::connect_timeout, .min = 1, .max = kMaxMillis,
+           .group = "Timeouts (milliseconds, > 0)"},
+    Option{.name = "prefill-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "whole prefill leg (default 300000)", .millis = &Config::prefill_timeout,
+           .min = 1, .max = kMaxMillis},
+    Option{.name = "decode-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "until the decode response head arrives (default 300000)",
+           .millis = &Config::decode_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "decode-idle-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "between two decode stream chunks (default 120000)",
+           .millis = &Config::decode_idle_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "request-read-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "reading one client request (default 30000)",
+           .millis = &Config::request_read_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "client-idle-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "keep-alive idle time on client connections (default 75000)",
+           .millis = &Config::client_idle_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "kv-lease-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "prefill KV lease; refreshed every third of it (default 30000)",
+           .millis = &Config::kv_lease_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "health-interval-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "probe period for healthy instances (default 5000)",
+           .millis = &Config::health_interval, .min = 1, .max = kMaxMillis},
+    Option{.name = "health-backoff-max-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "re-probe backoff cap for down instances (default 30000)",
+           .millis = &Config::health_backoff_max, .min = 1, .max = kMaxMillis},
+    Option{.name = "max-body-bytes", .kind = Kind::Number, .meta = "N",
+           .help = "largest client request body (default 8388608)",
+           .size = &Config::max_body_bytes, .min = 1, .max = std::uint64_t{1} << 40,
+           .group = "Limits (> 0)"},
+    Option{.name = "max-header-bytes", .kind = Kind::Number, .meta = "N",
+           .help = "largest client request head (default 16384)",
+           .size = &Config::max_header_bytes, .min = 1, .max = std::uint64_t{1} << 24},
+    Option{.name = "max-concurrent-requests", .kind = Kind::Number, .meta = "N",
+           .help = "requests handled at once; more get 503 (default 1024)",
+           .size = &Config::max_concurrent_requests, .min = 1, .max = 1000000},
+    Option{.name = "on-missing-kv-params", .kind = Kind::OnMissingKv, .meta = "error|recompute",
+           .help = "when P answers without kv_transfer_params (default error)",
+           .group = "Behaviour"},
+    Option{.name = "prefill-retries", .kind = Kind::Number, .meta = "N",
+           .help = "extra prefill attempts on another P, 0..10 (default 1)",
+           .count = &Config::prefill_retries, .min = 0, .max = 10},
+    Option{.name = "decode-retries", .kind = Kind::Number, .meta = "N",
+           .help = "extra decode attempts on another D after connect failure, 0..10 (default 1)",
+           .count = &Config::decode_retries, .min = 0, .max = 10},
+    Option{.name = "no-lease-refresh", .kind = Kind::SetFalse, .meta = "",
+           .help = "do not keep prefill KV leases alive (default: refresh)",
+           .flag = &Config::lease_refresh},
+    Option{.name = "lease-refresh", .kind = Kind::SetTrue, .meta = "",
+           .help = "keep prefill KV leases alive while decode is pending (default)",
+           .flag = &Config::lease_refresh},
+    Option{.name = "log-level", .kind = Kind::LogLevel, .meta = "debug|info|warn|error",
+           .help = "log threshold (default info)", .group = "Logging"},
+    Option{.name = "log-format", .kind = Kind::LogFormat, .meta = "text|json",
+           .help = "log line format (default text)"},
+    Option{.name = "demo", .kind = Kind::SetTrue, .meta = "",
+           .help = "serve canned answers without instances (default off)",
+           .flag = &Config::demo, .group = "Demo"},
+    Option{.name = "demo-token-delay-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "delay between demo tokens, 0..2147483647 (default 20)",
+           .millis = &Config::demo_token_delay, .min = 0, .max = kMaxMillis},
+    Option{.name = "prefiller-hosts", .kind = Kind::AliasHosts, .meta = "HOST [HOST ...]",
+           .help = "vLLM toy-proxy alias; zipped with --prefiller-ports (default localhost)",
+           .role = Role::Prefill, .group = "vLLM toy-proxy aliases (hosts and ports zipped)"},
+    Option{.name = "prefiller-host", .kind = Kind::AliasHosts, .meta = "HOST [HOST ...]",
+           .help = "same as --prefiller-hosts", .role = Role::Prefill},
+    Option{.name = "prefiller-ports", .kind = Kind::AliasPorts, .meta = "PORT [PORT ...]",
+           .help = "vLLM toy-proxy alias (default 8100)", .role = Role::Prefill},
+    Option{.name = "prefiller-port", .kind = Kind::AliasPorts, .meta = "PORT [PORT ...]",
+           .help = "same as --prefiller-ports", .role = Role::Prefill},
+    Option{.name = "decoder-hosts", .kind = Kind::AliasHosts, .meta = "HOST [HOST ...]",
+           .help = "vLLM toy-proxy alias; zipped with --decoder-ports (default localhost)",
+           .role = Role::Decode},
+    Option{.name = "decoder-host", .kind = Kind::AliasHosts, .meta = "HOST [HOST ...]",
+           .help = "same as --decoder-hosts", .role = Role::Decode},
+    Option{.name = "decoder-ports", .kind = Kind::AliasPorts, .meta = "PORT [PORT ...]",
+           .help = "vLLM toy-proxy alias (default 8200)", .role = Role::Decode},
+    Option{.name = "decoder-port", .kind = Kind::AliasPorts, .meta = "PORT [PORT ...]",
+           .help = "same as --decoder-ports", .role = Role::Decode},
+    Option{.name = "config", .kind = Kind::ConfigFile, .meta = "FILE",
+           .help = "JSON or YAML file with the same keys (snake_case); flags override it",
+           .in_file = false, .group = "General"},
+    Option{.name = "version", .kind = Kind::Version, .meta = "", .help = "print the version and exit",
+           .in_file = false},
+    Option{.name = "help", .kind = Kind::Help, .meta = "", .help = "print this help and exit",
+           .in_file = false},
+    // clang-format on
+};
+
+}  // namespace
+
+std::span<const Option> options() {
+    return kOptions;
+}
+
+const Option* find_option(std::string_view name) {
+    for (const auto& o : kOptions) {
+        if (o.name == name)
+            return &o;
+    }
+    return nullptr;
+}
+
+}  // namespace pdr::config::detail
+
+namespace pdr::config {
+
+std::string_view version() {
+    return PDR_VERSION;
+}
+
+std::string version_text() {
+    return "pdrouter " + std::string(version()) + "\n";
+}
+
+std::string help_text() {
+    std::string out =
+        "Usage: pdrouter --prefill HOST:PORT [...] --decode HOST:PORT [...] [options]\n"
+        "       pdrouter --config FILE [options]\n"
+        "       pdrouter --demo [options]\n"
+        "\n"
+        "pdrouter routes OpenAI API requests across prefill/decode disaggregated vLLM instances.\n"
+        "Every option is also a config-file key (snake_case: --connect-timeout-ms is\n"
+        "connect_timeout_ms). Precedence: flag > config file > environment > default.\n"
+        "--flag=value is accepted everywhere.\n";
+    for (const auto& o : detail::options()) {
+        if (!o.group.empty()) {
+            out += "\n";
+            out += o.group;
+            out += ":\n";
+        }
+        std::string left = "  --" + std::string(o.name);
+        if (!o.meta.empty())
+            left += " " + std::string(o.meta);
+        if (left.size() < 34) {
+            left.resize(34, ' ');
+        } else {
+            left += "\n" + std::string(34, ' ');
+        }
+        out += left;
+        out += o.help;
+        out += "\n";
+    }
+    out +=
+        "\nEnvironment:\n"
+        "  ADMIN_API_KEY                   same as --admin-api-key\n"
+        "  OPENAI_API_KEY                  same as --upstream-api-key\n"
+        "\nExit status: 0 on --help/--version, 2 on a configuration error.\n";
+    return out;
+}
+
+}  // namespace pdr::config

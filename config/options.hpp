@@ -1,0 +1,75 @@
+#pragma once
+// Internal to pdr::config: the option table shared by the flag parser, the config-file loader and
+// the help text. Not for use outside config/.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace pdr::config::detail {
+
+enum class Kind {
+    Text,          // any string
+    NonEmptyText,  // a non-empty string
+    Number,        // integer in [min, max], stored in one of the numeric members
+    SetTrue,       // no value on the command line: sets `flag` to true (file: a boolean)
+    SetFalse,      // no value on the command line: sets `flag` to false (file: a boolean, inverted)
+    Instances,     // list of HOST:PORT
+    AliasHosts,    // vLLM toy-proxy host list, zipped with AliasPorts of the same role
+    AliasPorts,
+    LogLevel,
+    LogFormat,
+    OnMissingKv,
+    ConfigFile,  // --config (command line only)
+    Help,        // command line only
+    Version,     // command line only
+};
+
+enum class Role { Prefill = 0, Decode = 1 };
+
+struct Option {
+    std::string_view name;  // long flag without the dashes, e.g. "connect-timeout-ms"
+    Kind kind;
+    std::string_view meta;  // value placeholder in --help; empty for flags without a value
+    std::string_view help;  // one line; mentions the default
+    std::string Config::*text = nullptr;
+    unsigned short Config::*port = nullptr;
+    Duration Config::*millis = nullptr;
+    std::size_t Config::*size = nullptr;
+    int Config::*count = nullptr;
+    bool Config::*flag = nullptr;
+    std::uint64_t min = 0;
+    std::uint64_t max = 0;
+    Role role = Role::Prefill;
+    bool in_file = true;          // valid as a config-file key
+    std::string_view group = {};  // starts a new section in --help when not empty
+};
+
+std::span<const Option> options();
+// By long flag name ("connect-timeout-ms"); nullptr when unknown.
+const Option* find_option(std::string_view name);
+
+// True for kinds that take a list of values after one flag.
+inline bool is_list(Kind k) {
+    return k == Kind::Instances || k == Kind::AliasHosts || k == Kind::AliasPorts;
+}
+// True for kinds that take no value on the command line.
+inline bool is_switch(Kind k) {
+    return k == Kind::SetTrue || k == Kind::SetFalse || k == Kind::Help || k == Kind::Version;
+}
+
+// One setting as found in one source, before validation.
+struct RawSetting {
+    const Option* option = nullptr;
+    std::string given;                // as the user wrote it: "port" (file), "port" (flag), ...
+    std::vector<std::string> values;  // one for scalars; list kinds may have several
+};
+
+// Reads a JSON or YAML config file into settings (keys mapped to options). On failure returns
+// false and sets `error` to one line naming the file (and key, where there is one).
+bool load_config_file(const std::string& path, std::vector<RawSetting>& out, std::string& error);
+
+}  // namespace pdr::config::detail

@@ -1,0 +1,372 @@
+// Command line + config file + environment → Config.
+#include <charconv>
+#include <cstdlib>
+
+#include "config/options.hpp"
+
+namespace pdr::config {
+
+namespace {
+
+using detail::Kind;
+using detail::Option;
+using detail::RawSetting;
+
+struct Source {
+    enum class Type { Env, File, Flags } type;
+    std::string file;
+
+    std::string where(const RawSetting& s) const {
+        switch (type) {
+            case Type::Env:
+                return "environment variable " + s.given;
+            case Type::File:
+                return "key '" + s.given + "' in config file '" + file + "'";
+            case Type::Flags:
+                break;
+        }
+        return "--" + s.given;
+    }
+};
+
+struct Failure {
+    std::string message;
+};
+
+[[noreturn]] void fail(std::string message) {
+    throw Failure{std::move(message)};
+}
+
+[[noreturn]] void bad_value(const Source& src, const RawSetting& s, std::string_view value,
+                            std::string_view expected) {
+    fail("pdrouter: invalid value '" + std::string(value) + "' for " + src.where(s) + ": " +
+         std::string(expected));
+}
+
+bool parse_uint(std::string_view s, std::uint64_t& out) {
+    if (s.empty())
+        return false;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+std::string lowercase(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) {
+        if (c >= 'A' && c <= 'Z')
+            c = static_cast<char>(c - 'A' + 'a');
+    }
+    return out;
+}
+
+bool parse_bool(std::string_view s, bool& out) {
+    std::string v = lowercase(s);
+    if (v == "true" || v == "1" || v == "yes" || v == "on") {
+        out = true;
+    } else if (v == "false" || v == "0" || v == "no" || v == "off") {
+        out = false;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+        s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+        s.remove_suffix(1);
+    return s;
+}
+
+// Splits each value on commas; empty items are an error.
+std::vector<std::string> split_items(const Source& src, const RawSetting& s) {
+    std::vector<std::string> items;
+    for (const auto& v : s.values) {
+        std::string_view rest = v;
+        while (true) {
+            auto comma = rest.find(',');
+            std::string_view item = trim(rest.substr(0, comma));
+            if (item.empty())
+                bad_value(src, s, v, "empty list item");
+            items.emplace_back(item);
+            if (comma == std::string_view::npos)
+                break;
+            rest.remove_prefix(comma + 1);
+        }
+    }
+    return items;
+}
+
+void set_number(const Source& src, const RawSetting& s, Config& cfg) {
+    const Option& o = *s.option;
+    const std::string& v = s.values.front();
+    std::uint64_t n = 0;
+    if (!parse_uint(v, n) || n < o.min || n > o.max) {
+        std::string unit = o.millis != nullptr          ? " (milliseconds)"
+                           : o.name.ends_with("-bytes") ? " (bytes)"
+                                                        : "";
+        bad_value(
+            src, s, v,
+            "expected an integer " + std::to_string(o.min) + ".." + std::to_string(o.max) + unit);
+    }
+    if (o.port != nullptr)
+        cfg.*o.port = static_cast<unsigned short>(n);
+    if (o.millis != nullptr)
+        cfg.*o.millis = Duration(static_cast<Duration::rep>(n));
+    if (o.size != nullptr)
+        cfg.*o.size = static_cast<std::size_t>(n);
+    if (o.count != nullptr)
+        cfg.*o.count = static_cast<int>(n);
+}
+
+// Per source and role: instances from --prefill/--decode and the toy-proxy aliases.
+struct RoleLists {
+    bool set = false;
+    std::vector<InstanceAddress> list;
+    const RawSetting* hosts = nullptr;
+    const RawSetting* ports = nullptr;
+    std::vector<std::string> host_items, port_items;
+};
+
+void add_instance(const Source& src, const RawSetting& s, const InstanceAddress& a,
+                  RoleLists& lists) {
+    for (const auto& existing : lists.list) {
+        if (existing == a) {
+            fail("pdrouter: duplicate " +
+                 std::string(s.option->role == detail::Role::Prefill ? "prefill" : "decode") +
+                 " instance '" + a.text() + "' in " + src.where(s));
+        }
+    }
+    lists.list.push_back(a);
+}
+
+void zip_aliases(const Source& src, detail::Role role, RoleLists& lists) {
+    if (lists.hosts == nullptr && lists.ports == nullptr)
+        return;
+    lists.set = true;
+    std::vector<std::string> hosts =
+        lists.hosts ? lists.host_items : std::vector<std::string>{"localhost"};
+    std::vector<std::string> ports =
+        lists.ports ? lists.port_items
+                    : std::vector<std::string>{role == detail::Role::Prefill ? "8100" : "8200"};
+    const char* who = role == detail::Role::Prefill ? "prefiller" : "decoder";
+    if (hosts.size() != ports.size()) {
+        fail("pdrouter: " + std::to_string(hosts.size()) + " " + who + " host(s) but " +
+             std::to_string(ports.size()) + " " + who + " port(s) (" +
+             (lists.hosts ? src.where(*lists.hosts) : std::string("default")) + ", " +
+             (lists.ports ? src.where(*lists.ports) : std::string("default")) +
+             "): hosts and ports are paired one to one");
+    }
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+        std::uint64_t port = 0;
+        if (!parse_uint(ports[i], port) || port == 0 || port > 65535) {
+            bad_value(src, *lists.ports, ports[i], "expected an integer 1..65535");
+        }
+        InstanceAddress a;
+        std::string host = hosts[i];
+        std::string error;
+        std::string text = (host.find(':') != std::string::npos && host.front() != '[')
+                               ? "[" + host + "]:" + ports[i]
+                               : host + ":" + ports[i];
+        const RawSetting& origin = lists.hosts ? *lists.hosts : *lists.ports;
+        if (!parse_instance_address(text, a, error))
+            bad_value(src, origin, host, error);
+        add_instance(src, origin, a, lists);
+    }
+}
+
+void apply(const Source& src, const std::vector<RawSetting>& settings, Config& cfg) {
+    RoleLists roles[2];
+    for (const auto& s : settings) {
+        const Option& o = *s.option;
+        const std::string value = s.values.empty() ? std::string() : s.values.front();
+        switch (o.kind) {
+            case Kind::Text:
+                cfg.*o.text = value;
+                break;
+            case Kind::NonEmptyText:
+                if (value.empty())
+                    bad_value(src, s, value, "expected a non-empty string");
+                cfg.*o.text = value;
+                break;
+            case Kind::Number:
+                set_number(src, s, cfg);
+                break;
+            case Kind::SetTrue:
+            case Kind::SetFalse: {
+                bool b = false;
+                if (!parse_bool(value, b))
+                    bad_value(src, s, value, "expected true or false");
+                cfg.*o.flag = o.kind == Kind::SetTrue ? b : !b;
+                break;
+            }
+            case Kind::Instances: {
+                RoleLists& lists = roles[static_cast<int>(o.role)];
+                lists.set = true;
+                for (const auto& item : split_items(src, s)) {
+                    InstanceAddress a;
+                    std::string error;
+                    if (!parse_instance_address(item, a, error))
+                        bad_value(src, s, item, error);
+                    add_instance(src, s, a, lists);
+                }
+                break;
+            }
+            case Kind::AliasHosts:
+            case Kind::AliasPorts: {
+                RoleLists& lists = roles[static_cast<int>(o.role)];
+                bool hosts = o.kind == Kind::AliasHosts;
+                (hosts ? lists.hosts : lists.ports) = &s;
+                auto& items = hosts ? lists.host_items : lists.port_items;
+                for (auto& item : split_items(src, s))
+                    items.push_back(std::move(item));
+                break;
+            }
+            case Kind::LogLevel: {
+                std::string v = lowercase(value);
+                if (v == "debug") {
+                    cfg.log_level = log::Level::Debug;
+                } else if (v == "info") {
+                    cfg.log_level = log::Level::Info;
+                } else if (v == "warn" || v == "warning") {
+                    cfg.log_level = log::Level::Warn;
+                } else if (v == "error") {
+                    cfg.log_level = log::Level::Error;
+                } else {
+                    bad_value(src, s, value, "expected one of debug, info, warn, error");
+                }
+                break;
+            }
+            case Kind::LogFormat: {
+                std::string v = lowercase(value);
+                if (v != "text" && v != "json") {
+                    bad_value(src, s, value, "expected one of text, json");
+                }
+                cfg.log_format = v == "json" ? log::Format::Json : log::Format::Text;
+                break;
+            }
+            case Kind::OnMissingKv: {
+                std::string v = lowercase(value);
+                if (v != "error" && v != "recompute") {
+                    bad_value(src, s, value, "expected one of error, recompute");
+                }
+                cfg.on_missing_kv_params =
+                    v == "error" ? OnMissingKvParams::Error : OnMissingKvParams::Recompute;
+                break;
+            }
+            case Kind::ConfigFile:
+            case Kind::Help:
+            case Kind::Version:
+                break;  // handled while scanning the command line
+        }
+    }
+    for (int r = 0; r < 2; ++r) {
+        zip_aliases(src, static_cast<detail::Role>(r), roles[r]);
+        if (roles[r].set)
+            (r == 0 ? cfg.prefill : cfg.decode) = std::move(roles[r].list);
+    }
+}
+
+bool starts_with_dash(const char* s) {
+    return s[0] == '-' && s[1] != '\0';
+}
+
+}  // namespace
+
+ParseOutcome parse_command_line(int argc, const char* const* argv,
+                                const std::function<const char*(const char*)>& getenv_fn) {
+    ParseOutcome outcome;
+    try {
+        std::vector<RawSetting> flags;
+        for (int i = 1; i < argc; ++i) {
+            std::string_view arg = argv[i];
+            if (arg == "-h")
+                arg = "--help";
+            if (arg == "--" || !starts_with_dash(argv[i])) {
+                fail("pdrouter: unexpected argument '" + std::string(arg) + "' (see --help)");
+            }
+            if (!arg.starts_with("--")) {
+                fail("pdrouter: unknown option '" + std::string(arg) + "' (see --help)");
+            }
+            std::string_view body = arg.substr(2);
+            auto eq = body.find('=');
+            std::string name(body.substr(0, eq));
+            const Option* o = detail::find_option(name);
+            if (o == nullptr)
+                fail("pdrouter: unknown option '--" + name + "' (see --help)");
+            RawSetting s{o, name, {}};
+            if (eq != std::string_view::npos) {
+                if (o->kind == Kind::Help || o->kind == Kind::Version) {
+                    fail("pdrouter: --" + name + " takes no value");
+                }
+                s.values.emplace_back(body.substr(eq + 1));
+            } else if (is_switch(o->kind)) {
+                s.values.emplace_back("true");
+            } else if (detail::is_list(o->kind)) {
+                while (i + 1 < argc && !starts_with_dash(argv[i + 1]))
+                    s.values.emplace_back(argv[++i]);
+            } else if (i + 1 < argc && !std::string_view(argv[i + 1]).starts_with("--")) {
+                s.values.emplace_back(argv[++i]);
+            }
+            if (s.values.empty())
+                fail("pdrouter: missing value for --" + name);
+            if (o->kind == Kind::Help) {
+                outcome.action = ParseOutcome::Action::Exit;
+                outcome.output = help_text();
+                return outcome;
+            }
+            if (o->kind == Kind::Version) {
+                outcome.action = ParseOutcome::Action::Exit;
+                outcome.output = version_text();
+                return outcome;
+            }
+            if (o->kind == Kind::ConfigFile) {
+                if (s.values.front().empty())
+                    fail("pdrouter: missing value for --config");
+                outcome.config.config_file = s.values.front();
+                continue;
+            }
+            flags.push_back(std::move(s));
+        }
+
+        Config& cfg = outcome.config;
+        // Weakest first: environment, then the config file, then flags.
+        std::vector<RawSetting> env;
+        const std::pair<const char*, const char*> kEnv[] = {{"ADMIN_API_KEY", "admin-api-key"},
+                                                            {"OPENAI_API_KEY", "upstream-api-key"}};
+        for (const auto& [var, option] : kEnv) {
+            const char* v = getenv_fn ? getenv_fn(var) : nullptr;
+            if (v != nullptr && *v != '\0')
+                env.push_back({detail::find_option(option), var, {v}});
+        }
+        apply(Source{Source::Type::Env, {}}, env, cfg);
+        if (!cfg.config_file.empty()) {
+            std::vector<RawSetting> file;
+            std::string error;
+            if (!detail::load_config_file(cfg.config_file, file, error))
+                fail(error);
+            apply(Source{Source::Type::File, cfg.config_file}, file, cfg);
+        }
+        apply(Source{Source::Type::Flags, {}}, flags, cfg);
+
+        if (!cfg.demo && cfg.prefill.empty()) {
+            fail("pdrouter: no prefill instance configured (use --prefill HOST:PORT, or --demo)");
+        }
+        if (!cfg.demo && cfg.decode.empty()) {
+            fail("pdrouter: no decode instance configured (use --decode HOST:PORT, or --demo)");
+        }
+    } catch (const Failure& f) {
+        outcome.action = ParseOutcome::Action::Exit;
+        outcome.exit_code = 2;
+        outcome.output = f.message + "\n";
+        outcome.config = Config{};
+    }
+    return outcome;
+}
+
+ParseOutcome parse_command_line(int argc, const char* const* argv) {
+    return parse_command_line(argc, argv, [](const char* name) { return std::getenv(name); });
+}
+
+}  // namespace pdr::config

@@ -1,0 +1,139 @@
+#include "router/api/admin.hpp"
+
+#include "router/api/validate.hpp"
+#include "router/common/log.hpp"
+#include "router/disagg/flow.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace pdr::api {
+
+namespace {
+
+std::string_view action_name(AdminAction a) noexcept {
+    switch (a) {
+        case AdminAction::Add:
+            return "add";
+        case AdminAction::Remove:
+            return "remove";
+        case AdminAction::List:
+            break;
+    }
+    return "list";
+}
+
+// "Bearer <token>" (scheme case-insensitive) → token; anything else → empty.
+std::string_view bearer_token(std::string_view v) noexcept {
+    constexpr std::string_view kScheme = "bearer ";
+    if (v.size() <= kScheme.size()) {
+        return {};
+    }
+    for (std::size_t i = 0; i < kScheme.size(); ++i) {
+        if (std::tolower(static_cast<unsigned char>(v[i])) != kScheme[i]) {
+            return {};
+        }
+    }
+    v.remove_prefix(kScheme.size());
+    while (!v.empty() && v.front() == ' ') {
+        v.remove_prefix(1);
+    }
+    return v;
+}
+
+}  // namespace
+
+bool constant_time_equals(std::string_view a, std::string_view b) noexcept {
+    const std::size_t n = std::max(a.size(), b.size());
+    unsigned diff = a.size() == b.size() ? 0u : 1u;
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
+        const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+        diff |= static_cast<unsigned>(x ^ y);
+    }
+    return diff == 0;
+}
+
+AdminAuth check_admin_auth(const server::Request& req, std::string_view admin_key) noexcept {
+    if (admin_key.empty()) {
+        return AdminAuth::Disabled;
+    }
+    std::string_view presented;
+    if (auto it = req.find("X-API-Key"); it != req.end()) {
+        presented = it->value();
+    } else if (auto auth = req.find(http::field::authorization); auth != req.end()) {
+        presented = bearer_token(auth->value());
+    }
+    if (presented.empty()) {
+        return AdminAuth::Missing;
+    }
+    return constant_time_equals(presented, admin_key) ? AdminAuth::Ok : AdminAuth::Wrong;
+}
+
+awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
+                             instances::Registry& registry, metrics::RouterMetrics& metrics,
+                             std::string_view admin_key) {
+    const std::string_view name = action_name(action);
+    switch (check_admin_auth(ex.request(), admin_key)) {
+        case AdminAuth::Ok:
+            break;
+        case AdminAuth::Disabled:
+            metrics.admin_request(name, "forbidden");
+            co_await disagg::respond_error(
+                ex, Errc::Forbidden,
+                "admin routes are disabled: no admin API key is configured "
+                "(--admin-api-key or ADMIN_API_KEY)");
+            co_return;
+        case AdminAuth::Missing:
+            metrics.admin_request(name, "unauthorized");
+            co_await disagg::respond_error(
+                ex, Errc::Unauthorized,
+                "missing admin API key (send X-API-Key or Authorization: Bearer)");
+            co_return;
+        case AdminAuth::Wrong:
+            metrics.admin_request(name, "forbidden");
+            co_await disagg::respond_error(ex, Errc::Forbidden, "invalid admin API key");
+            co_return;
+    }
+    if (action == AdminAction::List) {
+        metrics.admin_request(name, "ok");
+        co_await disagg::respond_relayed(ex, 200, "application/json", registry.to_json().dump());
+        co_return;
+    }
+    disagg::Json body;
+    ValidationError err = parse_object(ex.request().body(), body);
+    const disagg::Json* type = nullptr;
+    const disagg::Json* instance = nullptr;
+    if (err.ok()) {
+        auto t = body.find("type");
+        auto i = body.find("instance");
+        type = t == body.end() ? nullptr : &*t;
+        instance = i == body.end() ? nullptr : &*i;
+        if (type == nullptr || !type->is_string()) {
+            err = {type == nullptr ? Errc::MissingField : Errc::InvalidField,
+                   "\"type\" must be \"prefill\" or \"decode\"", "type"};
+        } else if (instance == nullptr || !instance->is_string()) {
+            err = {instance == nullptr ? Errc::MissingField : Errc::InvalidField,
+                   "\"instance\" must be a \"host:port\" string", "instance"};
+        }
+    }
+    if (!err.ok()) {
+        metrics.admin_request(name, "bad_request");
+        co_await disagg::respond_error(ex, err.errc, err.message, err.param);
+        co_return;
+    }
+    const std::string type_s = type->get<std::string>();
+    const std::string instance_s = instance->get<std::string>();
+    instances::Registry::AdminResult result;
+    if (action == AdminAction::Add) {
+        result = co_await registry.add(type_s, instance_s);
+    } else {
+        result = registry.remove(type_s, instance_s);
+    }
+    PDR_INFO("admin", std::string(name) + " " + type_s + " " + instance_s + " -> " +
+                          std::to_string(result.status));
+    co_await disagg::respond_relayed(ex, result.status, "application/json",
+                                     std::move(result.body));
+}
+
+}  // namespace pdr::api

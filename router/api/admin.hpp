@@ -1,0 +1,28 @@
+#pragma once
+// Admin API (PROTOCOLS.md §6): POST /instances/add, POST /instances/remove, GET /instances.
+// Auth: `X-API-Key: <key>` or `Authorization: Bearer <key>`, compared in constant time with the
+// configured admin key. No key configured → admin routes disabled (403); missing → 401;
+// wrong → 403.
+#include "router/instances/registry.hpp"
+#include "router/metrics/router_metrics.hpp"
+#include "router/server/http_server.hpp"
+
+#include <string_view>
+
+namespace pdr::api {
+
+enum class AdminAuth { Ok, Disabled, Missing, Wrong };
+
+AdminAuth check_admin_auth(const server::Request& req, std::string_view admin_key) noexcept;
+
+// Equal strings → true; the time taken depends only on the lengths.
+bool constant_time_equals(std::string_view a, std::string_view b) noexcept;
+
+enum class AdminAction { Add, Remove, List };
+
+// Runs one admin request (auth, body checks, registry call) and answers it.
+awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
+                             instances::Registry& registry, metrics::RouterMetrics& metrics,
+                             std::string_view admin_key);
+
+}  // namespace pdr::api

@@ -1,0 +1,157 @@
+#include "router/api/app.hpp"
+
+#include "router/api/admin.hpp"
+#include "router/common/log.hpp"
+
+namespace pdr::api {
+
+namespace {
+
+constexpr std::string_view kLog = "api";
+
+server::Limits limits_from(const config::Config& cfg) {
+    server::Limits l;
+    l.max_header_bytes = cfg.max_header_bytes;
+    l.max_body_bytes = cfg.max_body_bytes;
+    l.read_timeout = cfg.request_read_timeout;
+    l.idle_timeout = cfg.client_idle_timeout;
+    return l;
+}
+
+}  // namespace
+
+App::App(net::any_io_executor executor, config::Config cfg)
+    : cfg_(std::move(cfg)),
+      executor_(executor),
+      router_metrics_(metrics_registry_),
+      client_(executor_),
+      registry_(executor_, client_, router_metrics_, cfg_),
+      lease_keeper_(executor_, client_, router_metrics_, cfg_),
+      deps_{registry_, client_, lease_keeper_, router_metrics_, cfg_} {
+    for (const auto& a : cfg_.prefill) {
+        registry_.add_configured(instances::Role::Prefill, a);
+    }
+    for (const auto& a : cfg_.decode) {
+        registry_.add_configured(instances::Role::Decode, a);
+    }
+    server_ = std::make_unique<server::HttpServer>(
+        executor_, limits_from(cfg_), [this](server::Exchange& ex) { return handle(ex); });
+}
+
+App::~App() = default;
+
+awaitable<bool> App::probe_instances() {
+    if (cfg_.model.empty()) {
+        co_return true;
+    }
+    co_return co_await registry_.probe_all_at_startup();
+}
+
+unsigned short App::listen() { return server_->listen(cfg_.host, cfg_.port); }
+
+void App::start() {
+    server_->start();
+    registry_.start();
+    lease_keeper_.start();
+}
+
+awaitable<void> App::shutdown(Duration grace) {
+    shutting_down_ = true;
+    co_await server_->drain(grace);
+    lease_keeper_.stop();
+    registry_.stop();
+    client_.close_idle();
+}
+
+awaitable<void> App::handle(server::Exchange& raw) {
+    const Clock::time_point started = Clock::now();
+    TrackedExchange ex(raw, disagg::request_id_for(raw.request()));
+    const RouteMatch route = match_route(raw.request().method(), raw.request().target());
+    try {
+        co_await dispatch(ex, route, started);
+        if (!ex.responded() && !ex.client_gone()) {
+            co_await disagg::respond_error(ex, Errc::Internal, "no answer was produced");
+        }
+    } catch (const boost::system::system_error& e) {
+        // The server cancelled us (client gone, or drain grace over).
+        if (e.code() != net::error::operation_aborted) {
+            PDR_ERROR(kLog, std::string("handler failed: ") + e.what(), ex.request_id());
+        }
+    }
+    const metrics::Route mroute =
+        route.kind == RouteMatch::Kind::Found ? metrics_route(route.id) : metrics::Route::Other;
+    // 499 (client closed request) when the client left before any answer.
+    const unsigned status = ex.status() != 0 ? ex.status() : 499;
+    const double seconds = disagg::seconds_since(started);
+    router_metrics_.request_done(mroute, static_cast<int>(status), seconds);
+    if (log::level() <= log::Level::Debug) {
+        std::string line;
+        line.append(raw.request().method_string())
+            .append(" ")
+            .append(route.path)
+            .append(" ")
+            .append(std::to_string(status))
+            .append(" ")
+            .append(std::to_string(static_cast<long long>(seconds * 1e6)))
+            .append("us")
+            .append(ex.client_gone() ? " client_gone" : "");
+        log::write(log::Level::Debug, kLog, line, ex.request_id());
+    }
+}
+
+awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
+                              Clock::time_point started) {
+    if (route.kind == RouteMatch::Kind::NotFound) {
+        router_metrics_.bad_request(error_info(Errc::NotFound).code);
+        co_await disagg::respond_error(ex, Errc::NotFound,
+                                       "no route for " + std::string(route.path));
+        co_return;
+    }
+    if (route.kind == RouteMatch::Kind::MethodNotAllowed) {
+        router_metrics_.bad_request(error_info(Errc::MethodNotAllowed).code);
+        server::Response res{http::status::method_not_allowed, ex.request().version()};
+        res.set(http::field::content_type, "application/json");
+        res.set(http::field::allow, route.allow);
+        res.body() = openai_error_body(Errc::MethodNotAllowed,
+                                       "method " + std::string(ex.request().method_string()) +
+                                           " not allowed on " + std::string(route.path) +
+                                           "; use " + std::string(route.allow));
+        co_await ex.respond(std::move(res));
+        co_return;
+    }
+    switch (route.id) {
+        case RouteId::Completions:
+        case RouteId::ChatCompletions:
+            co_await handle_generation(ex, route.id, route.path, started);
+            break;
+        case RouteId::Models:
+            co_await handle_models(ex);
+            break;
+        case RouteId::Health:
+            co_await handle_health(ex);
+            break;
+        case RouteId::Status:
+            co_await handle_status(ex);
+            break;
+        case RouteId::Metrics:
+            co_await handle_metrics(ex);
+            break;
+        case RouteId::InstancesAdd:
+            co_await handle_admin(ex, AdminAction::Add, registry_, router_metrics_,
+                                  cfg_.admin_api_key);
+            break;
+        case RouteId::InstancesRemove:
+            co_await handle_admin(ex, AdminAction::Remove, registry_, router_metrics_,
+                                  cfg_.admin_api_key);
+            break;
+        case RouteId::InstancesList:
+            co_await handle_admin(ex, AdminAction::List, registry_, router_metrics_,
+                                  cfg_.admin_api_key);
+            break;
+        case RouteId::LeaseRefresh:
+            co_await handle_lease_refresh(ex);
+            break;
+    }
+}
+
+}  // namespace pdr::api

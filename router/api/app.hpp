@@ -1,0 +1,73 @@
+#pragma once
+// The pdrouter application: wires config → upstream client → instance registry → lease keeper
+// → HTTP server, and dispatches every request to its route handler. Everything runs on one
+// io_context thread (the data path); only metrics are shared with other threads.
+#include "config/config.hpp"
+#include "router/api/routes.hpp"
+#include "router/api/tracked_exchange.hpp"
+#include "router/disagg/flow.hpp"
+#include "router/instances/registry.hpp"
+#include "router/kv/lease_keeper.hpp"
+#include "router/metrics/metrics.hpp"
+#include "router/metrics/router_metrics.hpp"
+#include "router/server/http_server.hpp"
+#include "router/upstream/client.hpp"
+
+#include <cstddef>
+#include <memory>
+
+namespace pdr::api {
+
+class App {
+public:
+    // Adds cfg.prefill / cfg.decode to the registry. Nothing runs until listen()/start().
+    App(net::any_io_executor executor, config::Config cfg);
+    ~App();
+    App(const App&) = delete;
+    App& operator=(const App&) = delete;
+
+    // When cfg.model is set: checks that every configured instance serves it (false on a
+    // mismatch; unreachable instances are kept). True when no model is configured.
+    awaitable<bool> probe_instances();
+
+    // Binds cfg.host:cfg.port (throws std::system_error on failure); returns the bound port.
+    unsigned short listen();
+    // Starts accepting, the health loop and the lease keeper.
+    void start();
+    // Stops accepting, lets in-flight requests finish for up to `grace`, stops background work.
+    awaitable<void> shutdown(Duration grace);
+
+    // The request handler (what the server calls for each request).
+    awaitable<void> handle(server::Exchange& ex);
+
+    const config::Config& config() const noexcept { return cfg_; }
+    metrics::RouterMetrics& metrics() noexcept { return router_metrics_; }
+    instances::Registry& registry() noexcept { return registry_; }
+    kv::LeaseKeeper& lease_keeper() noexcept { return lease_keeper_; }
+    std::size_t generations_in_flight() const noexcept { return generations_in_flight_; }
+
+private:
+    awaitable<void> dispatch(TrackedExchange& ex, const RouteMatch& route,
+                             Clock::time_point started);
+    awaitable<void> handle_generation(TrackedExchange& ex, RouteId id, std::string_view path,
+                                      Clock::time_point started);
+    awaitable<void> handle_models(TrackedExchange& ex);
+    awaitable<void> handle_health(TrackedExchange& ex);
+    awaitable<void> handle_status(TrackedExchange& ex);
+    awaitable<void> handle_metrics(TrackedExchange& ex);
+    awaitable<void> handle_lease_refresh(TrackedExchange& ex);
+
+    config::Config cfg_;
+    net::any_io_executor executor_;
+    metrics::Registry metrics_registry_;
+    metrics::RouterMetrics router_metrics_;
+    upstream::Client client_;
+    instances::Registry registry_;
+    kv::LeaseKeeper lease_keeper_;
+    disagg::FlowDeps deps_;
+    std::unique_ptr<server::HttpServer> server_;
+    std::size_t generations_in_flight_ = 0;
+    bool shutting_down_ = false;
+};
+
+}  // namespace pdr::api

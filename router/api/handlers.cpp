@@ -1,0 +1,214 @@
+// The route handlers of App other than dispatch and admin: generation, models, health, status,
+// metrics and the lease-refresh forwarder.
+#include "router/api/app.hpp"
+#include "router/api/validate.hpp"
+#include "router/common/log.hpp"
+#include "router/disagg/pull_flow.hpp"
+
+#include <algorithm>
+
+namespace pdr::api {
+
+namespace {
+
+constexpr std::string_view kLog = "api";
+
+void log_bad_request(const TrackedExchange& ex, const ValidationError& err) {
+    if (log::level() <= log::Level::Info) {
+        std::string line = "bad request: ";
+        line.append(error_info(err.errc).code).append(": ").append(err.message);
+        log::write(log::Level::Info, kLog, line, ex.request_id());
+    }
+}
+
+// Counts a generation request in flight (router-wide limit and gauge).
+class GenerationSlot {
+public:
+    GenerationSlot(std::size_t& count, metrics::Gauge& gauge) : count_(count), gauge_(gauge) {
+        ++count_;
+        gauge_.inc();
+    }
+    ~GenerationSlot() {
+        --count_;
+        gauge_.dec();
+    }
+    GenerationSlot(const GenerationSlot&) = delete;
+    GenerationSlot& operator=(const GenerationSlot&) = delete;
+
+private:
+    std::size_t& count_;
+    metrics::Gauge& gauge_;
+};
+
+awaitable<void> respond_json(server::Exchange& ex, unsigned status, const disagg::Json& body) {
+    co_await disagg::respond_relayed(ex, status, "application/json", disagg::dump(body));
+}
+
+}  // namespace
+
+awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::string_view path,
+                                       Clock::time_point started) {
+    if (shutting_down_) {
+        co_await disagg::respond_error(ex, Errc::ShuttingDown, "the router is shutting down");
+        co_return;
+    }
+    if (generations_in_flight_ >= cfg_.max_concurrent_requests) {
+        router_metrics_.bad_request(error_info(Errc::TooManyRequests).code);
+        PDR_INFO(kLog, "rejected: max_concurrent_requests reached", ex.request_id());
+        co_await disagg::respond_error(ex, Errc::TooManyRequests,
+                                       "too many concurrent requests (max_concurrent_requests=" +
+                                           std::to_string(cfg_.max_concurrent_requests) + ")");
+        co_return;
+    }
+    GenerationSlot slot(generations_in_flight_, router_metrics_.requests_in_flight);
+    const server::Request& request = ex.request();
+    ParsedGeneration parsed;
+    const GenerationKind kind = id == RouteId::Completions ? GenerationKind::Completions
+                                                            : GenerationKind::ChatCompletions;
+    ValidationError err =
+        validate_generation(kind, request[http::field::content_type], request.body(), parsed);
+    if (!err.ok()) {
+        router_metrics_.bad_request(error_info(err.errc).code);
+        log_bad_request(ex, err);
+        co_await disagg::respond_error(ex, err.errc, err.message, err.param);
+        co_return;
+    }
+    disagg::FlowRequest req{ex,
+                            metrics_route(id),
+                            std::string(path),
+                            ex.request_id(),
+                            request.body(),
+                            std::move(parsed.body),
+                            parsed.stream,
+                            started,
+                            disagg::leg_headers(request, cfg_.upstream_api_key)};
+    co_await disagg::run_pull_flow(deps_, req);
+}
+
+awaitable<void> App::handle_models(TrackedExchange& ex) {
+    const upstream::Timeouts timeouts{cfg_.connect_timeout, cfg_.decode_timeout,
+                                      cfg_.decode_timeout};
+    const disagg::LegHeaders headers = disagg::leg_headers(ex.request(), cfg_.upstream_api_key);
+    const instances::Instance* exclude = nullptr;
+    std::string last_error;
+    upstream::Failure last_failure = upstream::Failure::None;
+    const int attempts = 1 + std::max(0, cfg_.decode_retries);
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+        instances::InstancePtr decode = registry_.pick(instances::Role::Decode, exclude);
+        if (!decode) {
+            break;
+        }
+        upstream::Request req = disagg::make_leg_request(http::verb::get, "/v1/models",
+                                                         ex.request_id(), headers, {});
+        upstream::Result res = co_await client_.request(decode->endpoint, std::move(req), timeouts);
+        if (res.failure == upstream::Failure::Canceled || ex.client_gone()) {
+            co_return;
+        }
+        if (!res.ok()) {
+            last_failure = res.failure;
+            last_error = decode->name + ": " + std::string(upstream::to_string(res.failure));
+            registry_.report_failure(*decode, upstream::to_string(res.failure));
+            disagg::log_failure(ex.request_id(), "models", decode->name,
+                                upstream::to_string(res.failure));
+            exclude = decode.get();
+            continue;
+        }
+        auto ct = res.response[http::field::content_type];
+        co_await disagg::respond_relayed(ex, res.response.result_int(), ct,
+                                         std::move(res.response.body()));
+        co_return;
+    }
+    if (last_error.empty()) {
+        co_await disagg::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
+    } else {
+        co_await disagg::respond_error(ex, disagg::errc_for(last_failure),
+                                       "decode instance " + last_error);
+    }
+}
+
+awaitable<void> App::handle_health(TrackedExchange& ex) {
+    const std::size_t p_up = registry_.count(instances::Role::Prefill, true);
+    const std::size_t d_up = registry_.count(instances::Role::Decode, true);
+    const bool ok = p_up > 0 && d_up > 0 && !shutting_down_;
+    disagg::Json body = disagg::Json::object();
+    body["status"] = ok ? "ok" : "unavailable";
+    body["prefill_instances"] = p_up;
+    body["decode_instances"] = d_up;
+    if (!ok) {
+        std::string reason;
+        if (shutting_down_) {
+            reason = "the router is shutting down";
+        } else if (p_up == 0 && d_up == 0) {
+            reason = "no healthy prefill instance and no healthy decode instance";
+        } else {
+            reason = p_up == 0 ? "no healthy prefill instance" : "no healthy decode instance";
+        }
+        body["reason"] = reason;
+    }
+    co_await respond_json(ex, ok ? 200 : 503, body);
+}
+
+awaitable<void> App::handle_status(TrackedExchange& ex) {
+    using instances::Role;
+    auto names = [this](Role role) {
+        disagg::Json list = disagg::Json::array();
+        for (const auto& inst : registry_.list(role)) {
+            list.push_back(inst->name);
+        }
+        return list;
+    };
+    disagg::Json body = disagg::Json::object();
+    body["prefill_node_count"] = registry_.count(Role::Prefill, false);
+    body["decode_node_count"] = registry_.count(Role::Decode, false);
+    body["prefill_nodes"] = names(Role::Prefill);
+    body["decode_nodes"] = names(Role::Decode);
+    body["prefill_nodes_up"] = registry_.count(Role::Prefill, true);
+    body["decode_nodes_up"] = registry_.count(Role::Decode, true);
+    body["mode"] = "pull";
+    body["model"] = cfg_.model.empty() ? disagg::Json(nullptr) : disagg::Json(cfg_.model);
+    body["requests_in_flight"] = generations_in_flight_;
+    body["kv_handles_held"] = lease_keeper_.held();
+    body["version"] = config::version();
+    co_await respond_json(ex, 200, body);
+}
+
+awaitable<void> App::handle_metrics(TrackedExchange& ex) {
+    co_await disagg::respond_relayed(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
+                                     metrics_registry_.render());
+}
+
+awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
+    disagg::Json body;
+    ValidationError err = parse_object(ex.request().body(), body);
+    std::vector<std::string> ids;
+    if (err.ok()) {
+        auto it = body.find("request_ids");
+        if (it == body.end() || !it->is_array()) {
+            err = {it == body.end() ? Errc::MissingField : Errc::InvalidField,
+                   "request_ids must be an array of strings", "request_ids"};
+        } else {
+            ids.reserve(it->size());
+            for (const auto& v : *it) {
+                if (!v.is_string()) {
+                    err = {Errc::InvalidField, "request_ids must be an array of strings",
+                           "request_ids"};
+                    break;
+                }
+                ids.push_back(v.get<std::string>());
+            }
+        }
+    }
+    if (!err.ok()) {
+        router_metrics_.bad_request(error_info(err.errc).code);
+        log_bad_request(ex, err);
+        co_await disagg::respond_error(ex, err.errc, err.message, err.param);
+        co_return;
+    }
+    kv::LeaseKeeper::ForwardResult r = co_await lease_keeper_.forward(ids);
+    disagg::Json out = disagg::Json::object();
+    out["forwarded"] = r.forwarded;
+    out["unknown"] = r.unknown;
+    co_await respond_json(ex, 200, out);
+}
+
+}  // namespace pdr::api

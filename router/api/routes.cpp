@@ -1,0 +1,74 @@
+#include "router/api/routes.hpp"
+
+#include <array>
+
+namespace pdr::api {
+
+namespace {
+
+struct Entry {
+    std::string_view path;
+    http::verb method;
+    std::string_view method_name;
+    RouteId id;
+};
+
+constexpr std::array kRoutes{
+    Entry{"/v1/completions", http::verb::post, "POST", RouteId::Completions},
+    Entry{"/v1/chat/completions", http::verb::post, "POST", RouteId::ChatCompletions},
+    Entry{"/v1/models", http::verb::get, "GET", RouteId::Models},
+    Entry{"/health", http::verb::get, "GET", RouteId::Health},
+    Entry{"/status", http::verb::get, "GET", RouteId::Status},
+    Entry{"/metrics", http::verb::get, "GET", RouteId::Metrics},
+    Entry{"/instances/add", http::verb::post, "POST", RouteId::InstancesAdd},
+    Entry{"/instances/remove", http::verb::post, "POST", RouteId::InstancesRemove},
+    Entry{"/instances", http::verb::get, "GET", RouteId::InstancesList},
+    Entry{"/internal/nixl/lease_refresh", http::verb::post, "POST", RouteId::LeaseRefresh},
+};
+
+}  // namespace
+
+RouteMatch match_route(http::verb method, std::string_view target) noexcept {
+    RouteMatch m;
+    m.path = target.substr(0, target.find('?'));
+    for (const Entry& e : kRoutes) {
+        if (e.path != m.path) {
+            continue;
+        }
+        if (e.method == method) {
+            m.kind = RouteMatch::Kind::Found;
+            m.id = e.id;
+            return m;
+        }
+        m.kind = RouteMatch::Kind::MethodNotAllowed;
+        m.allow = e.method_name;
+    }
+    return m;
+}
+
+metrics::Route metrics_route(RouteId id) noexcept {
+    using R = metrics::Route;
+    switch (id) {
+        case RouteId::Completions:
+            return R::Completions;
+        case RouteId::ChatCompletions:
+            return R::ChatCompletions;
+        case RouteId::Models:
+            return R::Models;
+        case RouteId::Health:
+            return R::Health;
+        case RouteId::Status:
+            return R::Status;
+        case RouteId::Metrics:
+            return R::Metrics;
+        case RouteId::InstancesAdd:
+        case RouteId::InstancesRemove:
+        case RouteId::InstancesList:
+            return R::Instances;
+        case RouteId::LeaseRefresh:
+            return R::LeaseRefresh;
+    }
+    return R::Other;
+}
+
+}  // namespace pdr::api

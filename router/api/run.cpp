@@ -1,0 +1,114 @@
+#include "router/api/run.hpp"
+
+#include "router/api/app.hpp"
+#include "router/common/log.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+namespace pdr::api {
+
+namespace {
+
+struct RunState {
+    net::io_context& ioc;
+    App& app;
+    const RunHooks& hooks;
+    net::signal_set signals;
+    int exit_code = 0;
+};
+
+void fail_startup(RunState& s, int code, const std::string& message) {
+    std::cerr << "pdrouter: " << message << std::endl;
+    s.exit_code = code;
+    error_code ec;
+    s.signals.cancel(ec);
+    s.ioc.stop();
+}
+
+awaitable<void> run_main(RunState& s) {
+    const config::Config& cfg = s.app.config();
+    if (!co_await s.app.probe_instances()) {
+        fail_startup(s, 2,
+                     "an instance does not serve model '" + cfg.model +
+                         "' (see the log above); check --model and the instance addresses");
+        co_return;
+    }
+    unsigned short port = 0;
+    try {
+        port = s.app.listen();
+    } catch (const std::exception& e) {
+        fail_startup(s, 1, "cannot listen on " +
+                               config::InstanceAddress{cfg.host, cfg.port}.text() + ": " +
+                               e.what());
+        co_return;
+    }
+    if (!cfg.port_file.empty()) {
+        std::string error;
+        if (!write_port_file(cfg.port_file, port, error)) {
+            fail_startup(s, 1, error);
+            co_return;
+        }
+    }
+    s.app.start();
+    const std::string host_port = config::InstanceAddress{cfg.host, port}.text();
+    std::cout << "pdrouter listening on " << host_port << std::endl;
+    PDR_INFO("main", "listening on " + host_port + " (" + std::to_string(cfg.prefill.size()) +
+                         " prefill, " + std::to_string(cfg.decode.size()) + " decode)");
+    if (s.hooks.on_listening) {
+        s.hooks.on_listening(cfg.host, port);
+    }
+    auto [ec, signo] = co_await s.signals.async_wait(use_tuple);
+    if (ec) {
+        co_return;
+    }
+    PDR_INFO("main", "signal " + std::to_string(signo) + ": draining (grace " +
+                         std::to_string(kDrainGrace.count()) + " ms)");
+    co_await s.app.shutdown(kDrainGrace);
+    PDR_INFO("main", "stopped");
+    s.ioc.stop();
+}
+
+}  // namespace
+
+bool write_port_file(const std::string& path, unsigned short port, std::string& error) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << port << '\n';
+        out.flush();
+        if (!out) {
+            error = "cannot write port file " + tmp;
+            return false;
+        }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        error = "cannot rename " + tmp + " to " + path;
+        std::remove(tmp.c_str());
+        return false;
+    }
+    return true;
+}
+
+int run(config::Config cfg, const RunHooks& hooks) {
+    std::signal(SIGPIPE, SIG_IGN);
+    net::io_context ioc(1);
+    App app(ioc.get_executor(), std::move(cfg));
+    RunState state{ioc, app, hooks, net::signal_set(ioc, SIGINT, SIGTERM)};
+    net::co_spawn(ioc, run_main(state), [&state](std::exception_ptr e) {
+        if (!e) {
+            return;
+        }
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+            fail_startup(state, 1, std::string("fatal: ") + ex.what());
+        }
+    });
+    ioc.run();
+    return state.exit_code;
+}
+
+}  // namespace pdr::api

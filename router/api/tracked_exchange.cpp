@@ -1,0 +1,25 @@
+#include "router/api/tracked_exchange.hpp"
+
+#include "router/disagg/rewrite.hpp"
+
+namespace pdr::api {
+
+awaitable<error_code> TrackedExchange::respond(server::Response res) {
+    res.set(disagg::kRequestIdHeader, request_id_);
+    status_ = res.result_int();
+    co_return co_await inner_.respond(std::move(res));
+}
+
+awaitable<error_code> TrackedExchange::begin_stream(http::response<http::empty_body> head) {
+    head.set(disagg::kRequestIdHeader, request_id_);
+    status_ = head.result_int();
+    co_return co_await inner_.begin_stream(std::move(head));
+}
+
+awaitable<error_code> TrackedExchange::write_chunk(std::string_view data) {
+    co_return co_await inner_.write_chunk(data);
+}
+
+awaitable<error_code> TrackedExchange::end_stream() { co_return co_await inner_.end_stream(); }
+
+}  // namespace pdr::api

@@ -1,0 +1,33 @@
+#pragma once
+// Input checks for the generation routes: content type, JSON, required fields (OpenAI-style
+// errors, no upstream call). Pure functions; unit-tested as a table.
+#include "router/common/error.hpp"
+#include "router/disagg/rewrite.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace pdr::api {
+
+enum class GenerationKind { Completions, ChatCompletions };
+
+struct ValidationError {
+    Errc errc = Errc::Ok;
+    std::string message;
+    std::string param;  // the offending field, or empty
+    bool ok() const noexcept { return errc == Errc::Ok; }
+};
+
+struct ParsedGeneration {
+    disagg::Json body;    // the parsed client body (an object)
+    bool stream = false;  // "stream": true
+};
+
+// `content_type` is the request's Content-Type value ("" when absent).
+ValidationError validate_generation(GenerationKind kind, std::string_view content_type,
+                                    std::string_view body, ParsedGeneration& out);
+
+// Parses a JSON object body for the admin/internal routes: 400 when not JSON or not an object.
+ValidationError parse_object(std::string_view body, disagg::Json& out);
+
+}  // namespace pdr::api

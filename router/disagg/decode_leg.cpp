@@ -1,0 +1,69 @@
+#include "router/disagg/decode_leg.hpp"
+
+#include "router/common/log.hpp"
+
+#include <algorithm>
+
+namespace pdr::disagg {
+
+awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCanceler& canceler,
+                               std::string body, FirstByteHook on_first_byte) {
+    using instances::Role;
+    const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
+                                      deps.cfg.decode_idle_timeout};
+    upstream::Request leg = make_leg_request(http::verb::post, req.target, req.request_id,
+                                             req.headers, std::move(body));
+    const int attempts = 1 + std::max(0, deps.cfg.decode_retries);
+    const instances::Instance* exclude = nullptr;
+    std::string last_error;
+    for (int attempt = 0;; ++attempt) {
+        instances::InstancePtr decode = deps.registry.pick(Role::Decode, exclude);
+        if (!decode) {
+            if (attempt == 0) {
+                log_failure(req.request_id, "decode", {}, "no healthy decode instance");
+                co_await respond_error(req.exchange, Errc::NoDecodeInstance,
+                                       "no healthy decode instance");
+            } else {
+                co_await respond_error(req.exchange, Errc::UpstreamConnect,
+                                       "could not reach a decode instance: " + last_error);
+            }
+            co_return;
+        }
+        instances::InFlight in_flight = deps.registry.acquire(decode);
+        const bool last = attempt + 1 >= attempts;
+        upstream::Request attempt_req = last ? std::move(leg) : leg;
+        const Clock::time_point leg_start = Clock::now();
+        upstream::Client::Opened opened =
+            co_await deps.client.open(decode->endpoint, std::move(attempt_req), timeouts);
+        if (opened.failure == upstream::Failure::Canceled || canceler.gone() ||
+            req.exchange.client_gone()) {
+            deps.metrics.client_disconnect(metrics::DisconnectPhase::Handover);
+            co_return;
+        }
+        if (opened.failure != upstream::Failure::None) {
+            const upstream::Failure f = opened.failure;
+            deps.metrics.upstream_error(metrics::Leg::Decode, error_kind_for(f));
+            last_error = decode->name + ": " + std::string(upstream::to_string(f));
+            deps.registry.report_failure(*decode, upstream::to_string(f));
+            log_failure(req.request_id, "decode", decode->name, upstream::to_string(f));
+            if (upstream::request_not_sent(f) && !last) {
+                deps.metrics.retry(metrics::Leg::Decode);
+                exclude = decode.get();
+                continue;
+            }
+            co_await respond_error(req.exchange, errc_for(f),
+                                   "decode instance " + last_error);
+            co_return;
+        }
+        if (opened.stream->status() < 500) {
+            deps.registry.report_success(*decode);
+        }
+        canceler.set(opened.stream.get());
+        co_await relay_answer(deps, req, *opened.stream, *decode, on_first_byte);
+        canceler.set(nullptr);
+        deps.metrics.leg_done(metrics::Leg::Decode, seconds_since(leg_start));
+        co_return;
+    }
+}
+
+}  // namespace pdr::disagg

@@ -1,0 +1,112 @@
+#include "router/disagg/flow.hpp"
+
+#include "router/common/log.hpp"
+
+namespace pdr::disagg {
+
+UpstreamCanceler::UpstreamCanceler(server::Exchange& ex) : state_(std::make_shared<State>()) {
+    std::weak_ptr<State> weak = state_;
+    ex.on_client_gone([weak] {
+        if (auto s = weak.lock()) {
+            s->gone = true;
+            if (s->stream != nullptr) {
+                s->stream->cancel();
+            }
+        }
+    });
+}
+
+UpstreamCanceler::~UpstreamCanceler() { state_->stream = nullptr; }
+
+void UpstreamCanceler::set(upstream::ResponseStream* stream) noexcept { state_->stream = stream; }
+
+bool UpstreamCanceler::gone() const noexcept { return state_->gone; }
+
+Errc errc_for(upstream::Failure f) noexcept {
+    using F = upstream::Failure;
+    switch (f) {
+        case F::Connect:
+            return Errc::UpstreamConnect;
+        case F::ConnectTimeout:
+        case F::ResponseTimeout:
+        case F::IdleTimeout:
+            return Errc::UpstreamTimeout;
+        case F::Protocol:
+            return Errc::UpstreamProtocol;
+        case F::Write:
+        case F::Read:
+            return Errc::UpstreamClosed;
+        case F::Canceled:
+            return Errc::ShuttingDown;
+        case F::None:
+            break;
+    }
+    return Errc::Internal;
+}
+
+metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept {
+    using F = upstream::Failure;
+    using K = metrics::UpstreamErrorKind;
+    switch (f) {
+        case F::Connect:
+            return K::Connect;
+        case F::ConnectTimeout:
+            return K::ConnectTimeout;
+        case F::ResponseTimeout:
+            return K::Timeout;
+        case F::IdleTimeout:
+            return K::IdleTimeout;
+        case F::Write:
+            return K::Write;
+        case F::Protocol:
+            return K::Protocol;
+        case F::Read:
+        case F::Canceled:
+        case F::None:
+            break;
+    }
+    return K::Read;
+}
+
+double seconds_since(Clock::time_point t) noexcept {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+awaitable<void> respond_error(server::Exchange& ex, Errc e, std::string_view message,
+                              std::string_view param) {
+    if (ex.responded() || ex.client_gone()) {
+        co_return;
+    }
+    server::Response res{error_info(e).status, ex.request().version()};
+    res.set(http::field::content_type, "application/json");
+    res.body() = openai_error_body(e, message, param);
+    co_await ex.respond(std::move(res));
+}
+
+awaitable<void> respond_relayed(server::Exchange& ex, unsigned status,
+                                std::string_view content_type, std::string body) {
+    if (ex.responded() || ex.client_gone()) {
+        co_return;
+    }
+    server::Response res{static_cast<http::status>(status), ex.request().version()};
+    if (!content_type.empty()) {
+        res.set(http::field::content_type, content_type);
+    }
+    res.body() = std::move(body);
+    co_await ex.respond(std::move(res));
+}
+
+void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
+                 std::string_view reason) {
+    if (log::level() > log::Level::Warn) {
+        return;
+    }
+    std::string line;
+    line.reserve(leg.size() + instance.size() + reason.size() + 24);
+    line.append("request failed: leg=").append(leg);
+    line.append(" instance=").append(instance.empty() ? "-" : instance);
+    line.append(" reason=").append(reason);
+    log::write(log::Level::Warn, kLogComponent, line, request_id);
+}
+
+}  // namespace pdr::disagg

@@ -1,0 +1,193 @@
+#include "router/disagg/pull_flow.hpp"
+
+#include "router/common/log.hpp"
+#include "router/disagg/decode_leg.hpp"
+
+#include <algorithm>
+
+namespace pdr::disagg {
+
+namespace {
+
+using instances::Role;
+using metrics::Leg;
+
+enum class PrefillEnd { Handle, Recompute, Answered };
+
+std::string status_reason(unsigned status, std::string_view body) {
+    constexpr std::size_t kMaxBody = 200;
+    std::string s = "answered HTTP " + std::to_string(status);
+    if (!body.empty()) {
+        s.append(": ").append(body.substr(0, kMaxBody));
+    }
+    return s;
+}
+
+// Runs the prefill leg (with retries on another P). On Handle, `handle` and `prefill` are set.
+// Otherwise the client has been answered (or is gone), or the caller must recompute on D.
+awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, upstream::Request leg,
+                                      KvHandle& handle, instances::InstancePtr& prefill) {
+    const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.prefill_timeout,
+                                      deps.cfg.prefill_timeout};
+    const int attempts = 1 + std::max(0, deps.cfg.prefill_retries);
+    const instances::Instance* exclude = nullptr;
+    Errc last_errc = Errc::UpstreamConnect;
+    std::string last_error;
+    for (int attempt = 0;; ++attempt) {
+        instances::InstancePtr p = deps.registry.pick(Role::Prefill, exclude);
+        if (!p) {
+            if (attempt == 0) {
+                log_failure(req.request_id, "prefill", {}, "no healthy prefill instance");
+                co_await respond_error(req.exchange, Errc::NoPrefillInstance,
+                                       "no healthy prefill instance");
+            } else {
+                co_await respond_error(req.exchange, last_errc, "prefill instance " + last_error);
+            }
+            co_return PrefillEnd::Answered;
+        }
+        instances::InFlight in_flight = deps.registry.acquire(p);
+        const bool last = attempt + 1 >= attempts;
+        upstream::Request attempt_req = last ? std::move(leg) : leg;
+        const Clock::time_point leg_start = Clock::now();
+        upstream::Result result =
+            co_await deps.client.request(p->endpoint, std::move(attempt_req), timeouts);
+        if (result.failure == upstream::Failure::Canceled || req.exchange.client_gone()) {
+            deps.metrics.client_disconnect(metrics::DisconnectPhase::Prefill);
+            co_return PrefillEnd::Answered;
+        }
+        deps.metrics.leg_done(Leg::Prefill, seconds_since(leg_start));
+        const unsigned status = result.ok() ? result.response.result_int() : 0;
+        if (!result.ok() || status >= 500) {
+            // Connect failure, timeout, broken answer or 5xx: this P is unhealthy; try another.
+            std::string reason;
+            if (!result.ok()) {
+                deps.metrics.upstream_error(Leg::Prefill, error_kind_for(result.failure));
+                reason = upstream::to_string(result.failure);
+                last_errc = errc_for(result.failure);
+            } else {
+                deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status5xx);
+                reason = status_reason(status, result.response.body());
+                last_errc = Errc::UpstreamProtocol;
+            }
+            last_error = p->name + " " + reason;
+            deps.registry.report_failure(*p, reason);
+            log_failure(req.request_id, "prefill", p->name, reason);
+            if (!last) {
+                deps.metrics.retry(Leg::Prefill);
+                exclude = p.get();
+                continue;
+            }
+            co_await respond_error(req.exchange, last_errc, "prefill instance " + last_error);
+            co_return PrefillEnd::Answered;
+        }
+        if (status >= 400) {
+            // The request itself is bad: P's answer goes to the client as it is.
+            deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
+            log_failure(req.request_id, "prefill", p->name, status_reason(status, {}));
+            auto ct = result.response[http::field::content_type];
+            co_await respond_relayed(req.exchange, status, ct,
+                                     std::move(result.response.body()));
+            co_return PrefillEnd::Answered;
+        }
+        deps.registry.report_success(*p);
+        HandleStatus hs = status < 300 ? parse_kv_handle(result.response.body(), handle)
+                                       : HandleStatus::NotJson;
+        if (hs == HandleStatus::Ok) {
+            prefill = std::move(p);
+            co_return PrefillEnd::Handle;
+        }
+        if (hs == HandleStatus::NotJson) {
+            deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Protocol);
+            log_failure(req.request_id, "prefill", p->name, "answer is not a JSON object");
+            co_await respond_error(req.exchange, Errc::UpstreamProtocol,
+                                   "prefill instance " + p->name +
+                                       " sent an answer that is not a JSON object (HTTP " +
+                                       std::to_string(status) + ")");
+            co_return PrefillEnd::Answered;
+        }
+        deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::MissingKvParams);
+        log_failure(req.request_id, "prefill", p->name, "answer has no kv_transfer_params");
+        if (deps.cfg.on_missing_kv_params == config::OnMissingKvParams::Recompute) {
+            co_return PrefillEnd::Recompute;
+        }
+        co_await respond_error(req.exchange, Errc::MissingKvParams,
+                               "prefill instance " + p->name +
+                                   " answered without kv_transfer_params (no KV handle to "
+                                   "hand over to decode)");
+        co_return PrefillEnd::Answered;
+    }
+}
+
+// Runs when D's first body byte arrives: stop refreshing P's lease, record the handover gap.
+struct HandoverState {
+    kv::LeaseKeeper::Hold hold;
+    metrics::RouterMetrics* metrics = nullptr;
+    Clock::time_point prefill_answered;
+    bool seen = false;
+
+    static void on_first_byte(void* ctx) {
+        auto* self = static_cast<HandoverState*>(ctx);
+        if (self->seen) {
+            return;
+        }
+        self->seen = true;
+        self->hold.first_byte();
+        self->metrics->kv_handover_gap.observe(seconds_since(self->prefill_answered));
+    }
+};
+
+bool check_capacity(FlowDeps& deps, Role role) {
+    return deps.registry.count(role, true) > 0;
+}
+
+}  // namespace
+
+awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
+    deps.metrics.flow_started(metrics::FlowMode::Pull);
+    if (!check_capacity(deps, Role::Prefill)) {
+        log_failure(req.request_id, "prefill", {}, "no healthy prefill instance");
+        co_await respond_error(req.exchange, Errc::NoPrefillInstance,
+                               "no healthy prefill instance");
+        co_return;
+    }
+    if (!check_capacity(deps, Role::Decode)) {
+        log_failure(req.request_id, "decode", {}, "no healthy decode instance");
+        co_await respond_error(req.exchange, Errc::NoDecodeInstance, "no healthy decode instance");
+        co_return;
+    }
+    UpstreamCanceler canceler(req.exchange);
+    upstream::Request prefill_req = make_leg_request(
+        http::verb::post, req.target, req.request_id, req.headers, make_prefill_body(req.body));
+    KvHandle handle;
+    instances::InstancePtr prefill;
+    PrefillEnd end =
+        co_await run_prefill_leg(deps, req, std::move(prefill_req), handle, prefill);
+    if (end == PrefillEnd::Answered) {
+        co_return;
+    }
+    if (end == PrefillEnd::Recompute) {
+        deps.metrics.recomputes.inc();
+        co_await run_decode_leg(deps, req, canceler, std::string(req.raw_body), {});
+        co_return;
+    }
+
+    // Handover: keep P's blocks alive until D's first byte; release when the decode leg ends.
+    HandoverState state;
+    state.metrics = &deps.metrics;
+    state.prefill_answered = Clock::now();
+    std::string p_request_id =
+        handle.remote_request_id.empty() ? req.request_id : handle.remote_request_id;
+    state.hold = deps.lease_keeper.hold(std::move(p_request_id), prefill->endpoint);
+    std::string decode_body = make_decode_body(req.raw_body, handle.params);
+    handle.params = Json();
+    FirstByteHook hook{&HandoverState::on_first_byte, &state};
+    co_await run_decode_leg(deps, req, canceler, std::move(decode_body), hook);
+}
+
+awaitable<void> run_direct_flow(FlowDeps& deps, FlowRequest& req) {
+    deps.metrics.flow_started(metrics::FlowMode::Direct);
+    UpstreamCanceler canceler(req.exchange);
+    co_await run_decode_leg(deps, req, canceler, std::string(req.raw_body), {});
+}
+
+}  // namespace pdr::disagg

@@ -1,0 +1,71 @@
+#pragma once
+// Pure request/response rewriting for the disaggregated flows (PROTOCOLS.md §1–2): the prefill
+// body, the decode body, the KV handle in P's answer, the request id and the headers both legs
+// carry. No I/O here, so every rule is unit-tested directly.
+#include "router/server/http_server.hpp"
+#include "router/upstream/client.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pdr::disagg {
+
+// Client bodies are parsed once into an insertion-ordered JSON object so that what we send on
+// keeps the client's key order.
+using Json = nlohmann::ordered_json;
+
+// Compact serialization that never throws (invalid UTF-8 is replaced).
+std::string dump(const Json& j);
+
+inline constexpr std::string_view kRequestIdHeader = "X-Request-Id";
+inline constexpr std::size_t kMaxRequestIdLength = 256;
+
+// The client's X-Request-Id when present and sane (1..256 visible ASCII characters), else a
+// fresh UUIDv4.
+std::string request_id_for(const server::Request& client);
+
+// The headers both legs carry besides Content-Type and X-Request-Id.
+struct LegHeaders {
+    std::string authorization;  // "Bearer <upstream key>", else the client's header, else empty
+    std::string traceparent;
+    std::string tracestate;
+};
+LegHeaders leg_headers(const server::Request& client, std::string_view upstream_api_key);
+
+// An upstream request: `verb target`, Content-Type: application/json (when a body is given),
+// X-Request-Id, and the LegHeaders that are not empty. Host/Content-Length are set by the client.
+upstream::Request make_leg_request(http::verb verb, std::string_view target,
+                                   std::string_view request_id, const LegHeaders& headers,
+                                   std::string body);
+
+// Turns the parsed client body into the prefill body in place (the original text is kept by the
+// caller for the decode leg): stream:false, no stream_options, max_tokens:1,
+// max_completion_tokens:1 if present, no min_tokens/min_completion_tokens, and the pull-mode
+// kv_transfer_params request object (with its explicit nulls). Returns the serialized body.
+std::string make_prefill_body(Json& body);
+
+// The pull-mode kv_transfer_params object sent to P.
+Json prefill_kv_request();
+
+// The decode body: the client's original body text plus "kv_transfer_params": <handle>. The
+// original bytes are kept as they are (the handle is spliced in before the closing brace); if
+// the client already sent a kv_transfer_params key it is replaced. `original` must be the text
+// of a JSON object.
+std::string make_decode_body(std::string_view original, const Json& handle);
+
+// P's KV handle: the top-level `kv_transfer_params` object of P's answer. Missing, null or not
+// an object → no handle.
+struct KvHandle {
+    Json params;                    // the object, verbatim
+    std::string remote_request_id;  // params.remote_request_id when it is a string, else empty
+};
+enum class HandleStatus { Ok, NotJson, Missing };
+HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out);
+
+// "application/json" with optional parameters, case-insensitive.
+bool is_json_content_type(std::string_view value) noexcept;
+
+}  // namespace pdr::disagg

@@ -1,0 +1,150 @@
+// Admin operations (PROTOCOLS.md §6): add/remove instances at run time, and the start-up
+// model probe. Authentication is the api layer's job; these only validate and act.
+#include <nlohmann/json.hpp>
+
+#include "router/common/error.hpp"
+#include "router/common/log.hpp"
+#include "router/instances/registry.hpp"
+
+namespace pdr::instances {
+
+namespace {
+constexpr std::string_view kLog = "instances";
+
+std::string message_body(const std::string& message) {
+    return nlohmann::json{{"message", message}}.dump();
+}
+
+std::string quoted_list(const std::vector<std::string>& models) {
+    if (models.empty()) return "no model";
+    std::string out = models.size() == 1 ? "model " : "models ";
+    for (std::size_t i = 0; i < models.size(); ++i) {
+        if (i > 0) out += ", ";
+        out += "'" + models[i] + "'";
+    }
+    return out;
+}
+
+bool serves(const std::vector<std::string>& models, std::string_view wanted) {
+    for (const auto& m : models) {
+        if (model_matches(m, wanted)) return true;
+    }
+    return false;
+}
+}  // namespace
+
+Registry::AdminResult Registry::admin_result(std::string_view action, std::string_view result,
+                                             unsigned status, std::string body) {
+    metrics_.admin_request(action, result);
+    return AdminResult{status, std::move(body)};
+}
+
+awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
+                                               std::string_view instance_in) {
+    const std::string type(type_in), instance(instance_in);
+    Role role{};
+    if (!parse_role(type, role)) {
+        co_return admin_result(
+            "add", "bad_request", 400,
+            openai_error_body(Errc::InvalidField, "Invalid instance type.", "type"));
+    }
+    config::InstanceAddress addr;
+    std::string why;
+    if (!config::parse_instance_address(instance, addr, why)) {
+        co_return admin_result(
+            "add", "bad_request", 400,
+            openai_error_body(Errc::InvalidField,
+                              "Invalid instance '" + instance + "': " + why + ".", "instance"));
+    }
+    const std::string name = addr.text();
+    if (find(role, name)) {
+        co_return admin_result("add", "conflict", 409,
+                               openai_error_body(Errc::Conflict, "Instance already exists."));
+    }
+
+    auto alive = alive_;
+    upstream::Endpoint ep{addr.host, addr.port};
+    const auto probe = co_await probe_models(ep);
+    if (!*alive) co_return AdminResult{503, openai_error_body(Errc::ShuttingDown, "Shutting down.")};
+    if (!probe.ok) {
+        PDR_WARN(kLog, "admin add of " + type + " instance " + name + " failed: " + probe.error);
+        co_return admin_result(
+            "add", "probe_failed", 502,
+            openai_error_body(Errc::UpstreamConnect,
+                              "Instance validation failed: " + name + ": " + probe.error + "."));
+    }
+    if (!cfg_.model.empty() && !serves(probe.models, cfg_.model)) {
+        const std::string msg = "Instance validation failed: " + name + " serves " +
+                                quoted_list(probe.models) + " but the router serves model '" +
+                                cfg_.model + "'.";
+        PDR_WARN(kLog, msg);
+        co_return admin_result("add", "probe_failed", 400,
+                               openai_error_body(Errc::InvalidField, msg, "instance"));
+    }
+    if (find(role, name)) {  // added by a concurrent request meanwhile
+        co_return admin_result("add", "conflict", 409,
+                               openai_error_body(Errc::Conflict, "Instance already exists."));
+    }
+
+    insert(role, addr);
+    PDR_INFO(kLog, "added " + type + " instance " + name);
+    co_return admin_result("add", "ok", 200,
+                           message_body("Added " + name + " to " + type + "_instances."));
+}
+
+Registry::AdminResult Registry::remove(std::string_view type_in, std::string_view instance_in) {
+    const std::string type(type_in), instance(instance_in);
+    Role role{};
+    if (!parse_role(type, role)) {
+        return admin_result(
+            "remove", "bad_request", 400,
+            openai_error_body(Errc::InvalidField, "Invalid instance type.", "type"));
+    }
+    config::InstanceAddress addr;
+    std::string why;
+    if (!config::parse_instance_address(instance, addr, why)) {
+        return admin_result(
+            "remove", "bad_request", 400,
+            openai_error_body(Errc::InvalidField,
+                              "Invalid instance '" + instance + "': " + why + ".", "instance"));
+    }
+    const std::string name = addr.text();
+    auto inst = find(role, name);
+    if (!inst) {
+        return admin_result(
+            "remove", "not_found", 404,
+            openai_error_body(Errc::NotFound,
+                              "Instance " + name + " not found in " + type + "_instances."));
+    }
+    inst->removed = true;
+    PDR_INFO(kLog, "removed " + type + " instance " + name + " (" +
+                       std::to_string(inst->in_flight) + " request(s) still in flight)");
+    prune(role);
+    update_counts(role);
+    return admin_result("remove", "ok", 200,
+                        message_body("Removed " + name + " from " + type + "_instances."));
+}
+
+awaitable<bool> Registry::probe_all_at_startup() {
+    if (cfg_.model.empty()) co_return true;
+    bool ok = true;
+    auto alive = alive_;
+    for (auto role : {Role::Prefill, Role::Decode}) {
+        for (const auto& inst : list(role)) {
+            const auto probe = co_await probe_models(inst->endpoint);
+            if (!*alive) co_return false;
+            const std::string who = std::string(to_string(role)) + " instance " + inst->name;
+            if (!probe.ok) {
+                PDR_WARN(kLog, who + " not reachable at start-up (kept, tried until it fails): " +
+                                   probe.error);
+            } else if (!serves(probe.models, cfg_.model)) {
+                PDR_ERROR(kLog, who + " serves " + quoted_list(probe.models) +
+                                    ", not the configured model '" + cfg_.model + "'");
+                ok = false;
+            }
+        }
+    }
+    co_return ok;
+}
+
+}  // namespace pdr::instances

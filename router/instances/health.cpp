@@ -1,0 +1,159 @@
+// Health loop and probes: GET /health (or /v1/models) on a schedule per instance.
+#include <algorithm>
+#include <variant>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include "router/common/log.hpp"
+#include "router/instances/registry.hpp"
+
+namespace pdr::instances {
+
+namespace {
+constexpr std::string_view kLog = "instances";
+
+std::string_view last_component(std::string_view s) noexcept {
+    const auto slash = s.find_last_of('/');
+    return slash == std::string_view::npos ? s : s.substr(slash + 1);
+}
+
+std::string describe(const upstream::Result& r) {
+    std::string out(upstream::to_string(r.failure));
+    if (r.ec) out += " (" + r.ec.message() + ")";
+    return out;
+}
+}  // namespace
+
+bool model_matches(std::string_view served, std::string_view wanted) noexcept {
+    if (served == wanted) return true;
+    const auto a = last_component(served);
+    const auto b = last_component(wanted);
+    return !a.empty() && a == b;
+}
+
+upstream::Request Registry::make_get(std::string_view target) const {
+    upstream::Request req{http::verb::get, target, 11};
+    req.set(http::field::accept, "application/json");
+    req.set(http::field::user_agent, "pdrouter");
+    if (!cfg_.upstream_api_key.empty()) {
+        req.set(http::field::authorization, "Bearer " + cfg_.upstream_api_key);
+    }
+    return req;
+}
+
+upstream::Timeouts Registry::probe_timeouts() const {
+    const Duration total = cfg_.connect_timeout + Duration{2000};
+    return upstream::Timeouts{cfg_.connect_timeout, total, total};
+}
+
+awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep) {
+    ModelProbe out;
+    auto req = make_get("/v1/models");
+    const auto timeouts = probe_timeouts();
+    auto res = co_await client_.request(ep, std::move(req), timeouts);
+    if (!res.ok()) {
+        out.error = "GET /v1/models failed: " + describe(res);
+        co_return out;
+    }
+    const unsigned status = res.response.result_int();
+    if (status < 200 || status >= 300) {
+        out.error = "GET /v1/models answered HTTP " + std::to_string(status);
+        co_return out;
+    }
+    auto body = nlohmann::json::parse(res.response.body(), nullptr, false);
+    if (!body.is_object() || !body.contains("data") || !body["data"].is_array()) {
+        out.error = "GET /v1/models did not return a model list";
+        co_return out;
+    }
+    for (const auto& m : body["data"]) {
+        if (m.is_object() && m.contains("id") && m["id"].is_string()) {
+            out.models.push_back(m["id"].get<std::string>());
+        }
+    }
+    out.ok = true;
+    co_return out;
+}
+
+awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep) {
+    auto req = make_get("/health");
+    const auto timeouts = probe_timeouts();
+    auto res = co_await client_.request(ep, std::move(req), timeouts);
+    if (!res.ok()) co_return ProbeOutcome{false, "GET /health failed: " + describe(res)};
+    const unsigned status = res.response.result_int();
+    if (status >= 200 && status < 300) co_return ProbeOutcome{true, {}};
+    if (status == 404 || status == 405) {
+        auto models = co_await probe_models(ep);
+        co_return ProbeOutcome{models.ok, models.error};
+    }
+    co_return ProbeOutcome{false, "GET /health answered HTTP " + std::to_string(status)};
+}
+
+void Registry::start() {
+    if (started_ || stopped_) return;
+    started_ = true;
+    net::co_spawn(ex_, health_loop(), net::detached);
+}
+
+void Registry::stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    health_timer_.cancel();
+    stop_timer_.cancel();
+}
+
+void Registry::wake_health_loop() {
+    if (started_ && !stopped_) health_timer_.cancel();
+}
+
+awaitable<void> Registry::wait_stop() { co_await stop_timer_.async_wait(); }
+
+awaitable<void> Registry::health_loop() {
+    auto alive = alive_;
+    while (!stopped_) {
+        const auto now = Clock::now();
+        auto next = now + cfg_.health_interval;
+        for (auto role : {Role::Prefill, Role::Decode}) {
+            prune(role);
+            for (const auto& inst : instances_[role == Role::Prefill ? 0 : 1]) {
+                if (inst->removed || inst->probing) continue;
+                if (inst->next_probe <= now) {
+                    inst->probing = true;
+                    net::co_spawn(ex_, run_probe(inst), net::detached);
+                } else {
+                    next = std::min(next, inst->next_probe);
+                }
+            }
+        }
+        health_timer_.expires_at(next);
+        co_await health_timer_.async_wait();
+        if (!*alive) co_return;
+    }
+}
+
+awaitable<void> Registry::run_probe(InstancePtr inst) {
+    using namespace net::experimental::awaitable_operators;
+    auto alive = alive_;
+    auto raced = co_await (probe_health(inst->endpoint) || wait_stop());
+    if (!*alive) co_return;
+    inst->probing = false;
+    if (stopped_ || inst->removed || raced.index() != 0) co_return;
+    const auto& outcome = std::get<0>(raced);
+    const auto now = Clock::now();
+    if (outcome.ok) {
+        report_success(*inst);
+        inst->next_probe = now + cfg_.health_interval;
+    } else if (inst->up) {
+        inst->last_error = outcome.error;
+        mark_down(*inst, "health check: " + outcome.error);
+    } else {
+        inst->last_error = outcome.error;
+        inst->backoff = std::max<Duration>(
+            Duration{10}, std::min<Duration>(inst->backoff * 2, cfg_.health_backoff_max));
+        inst->next_probe = now + inst->backoff;
+        PDR_DEBUG(kLog, std::string(to_string(inst->role)) + " instance " + inst->name +
+                            " still down: " + outcome.error);
+    }
+    wake_health_loop();
+}
+
+}  // namespace pdr::instances

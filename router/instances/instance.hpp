@@ -1,0 +1,68 @@
+#pragma once
+// One upstream engine instance (prefill or decode) as the router sees it, and the RAII guard
+// that counts a request in flight on it. Instances live in shared_ptrs owned by the Registry
+// (and by whoever holds an InFlight), so their address stays stable after an admin remove.
+// Everything here runs on the router's single data-path executor: no locks.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "router/common/io.hpp"
+#include "router/metrics/metrics.hpp"
+#include "router/upstream/client.hpp"
+
+namespace pdr::instances {
+
+enum class Role { Prefill, Decode };
+inline constexpr std::size_t kRoleCount = 2;
+
+std::string_view to_string(Role r) noexcept;  // "prefill" / "decode"
+bool parse_role(std::string_view s, Role& out) noexcept;
+
+struct Instance {
+    Role role = Role::Prefill;
+    std::string name;  // canonical "host:port" / "[v6]:port"
+    upstream::Endpoint endpoint;
+    bool up = true;        // false after a failure, until a probe succeeds
+    bool removed = false;  // removed via admin API: no new picks, in-flight finish
+    std::size_t in_flight = 0;
+    std::uint64_t requests = 0, failures = 0;
+    std::string last_error;
+
+    // Health-check state (owned by the Registry's health loop).
+    Duration backoff{0};             // current re-probe delay while down
+    Clock::time_point next_probe{};  // when the health loop probes this instance next
+    bool probing = false;            // a probe is running now
+    std::string down_reason;         // why it went down (logged once per transition)
+
+    // Per-instance metric series (pdrouter_instance_*); null in a default-made Instance.
+    metrics::Gauge* in_flight_gauge = nullptr;
+    metrics::Counter* requests_counter = nullptr;
+    metrics::Gauge* up_gauge = nullptr;
+};
+using InstancePtr = std::shared_ptr<Instance>;
+
+// Move-only: counts one request in flight on an instance (+1 request in its totals) from
+// construction until destruction. Keeps the instance alive, so a removed instance can finish.
+class InFlight {
+public:
+    InFlight() = default;
+    explicit InFlight(InstancePtr inst);
+    InFlight(InFlight&& o) noexcept : inst_(std::move(o.inst_)) {}
+    InFlight& operator=(InFlight&& o) noexcept;
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    ~InFlight() { release(); }
+
+    const InstancePtr& instance() const noexcept { return inst_; }
+    explicit operator bool() const noexcept { return inst_ != nullptr; }
+    void release() noexcept;  // ends the count now (idempotent)
+
+private:
+    InstancePtr inst_;
+};
+
+}  // namespace pdr::instances

@@ -1,0 +1,215 @@
+// Registry core: instance list, selection, in-flight accounting, health state transitions.
+// Admin add/remove live in admin.cpp, the health loop and probes in health.cpp.
+#include "router/instances/registry.hpp"
+
+#include <algorithm>
+
+#include "router/common/log.hpp"
+
+namespace pdr::instances {
+
+namespace {
+constexpr std::string_view kLog = "instances";
+
+metrics::Role metrics_role(Role r) noexcept {
+    return r == Role::Prefill ? metrics::Role::Prefill : metrics::Role::Decode;
+}
+std::size_t index(Role r) noexcept { return r == Role::Prefill ? 0 : 1; }
+}  // namespace
+
+std::string_view to_string(Role r) noexcept { return r == Role::Prefill ? "prefill" : "decode"; }
+
+bool parse_role(std::string_view s, Role& out) noexcept {
+    if (s == "prefill") {
+        out = Role::Prefill;
+        return true;
+    }
+    if (s == "decode") {
+        out = Role::Decode;
+        return true;
+    }
+    return false;
+}
+
+InFlight::InFlight(InstancePtr inst) : inst_(std::move(inst)) {
+    if (!inst_) return;
+    ++inst_->in_flight;
+    ++inst_->requests;
+    if (inst_->in_flight_gauge != nullptr) inst_->in_flight_gauge->inc();
+    if (inst_->requests_counter != nullptr) inst_->requests_counter->inc();
+}
+
+InFlight& InFlight::operator=(InFlight&& o) noexcept {
+    if (this != &o) {
+        release();
+        inst_ = std::move(o.inst_);
+    }
+    return *this;
+}
+
+void InFlight::release() noexcept {
+    if (!inst_) return;
+    if (inst_->in_flight > 0) --inst_->in_flight;
+    if (inst_->in_flight_gauge != nullptr) inst_->in_flight_gauge->dec();
+    inst_.reset();
+}
+
+Registry::Registry(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
+                   const config::Config& cfg)
+    : ex_(std::move(ex)),
+      client_(client),
+      metrics_(m),
+      cfg_(cfg),
+      health_timer_(ex_),
+      stop_timer_(ex_, Clock::time_point::max()) {
+    update_counts(Role::Prefill);
+    update_counts(Role::Decode);
+}
+
+Registry::~Registry() {
+    *alive_ = false;
+    stop();
+}
+
+InstancePtr Registry::insert(Role role, const config::InstanceAddress& a) {
+    auto inst = std::make_shared<Instance>();
+    inst->role = role;
+    inst->name = a.text();
+    inst->endpoint = upstream::Endpoint{a.host, a.port};
+    auto series = metrics_.instance(metrics_role(role), inst->name);
+    inst->in_flight_gauge = &series.in_flight;
+    inst->requests_counter = &series.requests;
+    inst->up_gauge = &series.up;
+    inst->up_gauge->set(1);
+    inst->next_probe = Clock::now() + cfg_.health_interval;
+    instances_[index(role)].push_back(inst);
+    update_counts(role);
+    wake_health_loop();
+    return inst;
+}
+
+void Registry::add_configured(Role role, const config::InstanceAddress& a) {
+    if (find(role, a.text())) {
+        PDR_WARN(kLog, "ignoring duplicate " + std::string(to_string(role)) + " instance " +
+                           a.text());
+        return;
+    }
+    insert(role, a);
+}
+
+InstancePtr Registry::find(Role role, std::string_view name) const {
+    for (const auto& inst : instances_[index(role)]) {
+        if (!inst->removed && inst->name == name) return inst;
+    }
+    return nullptr;
+}
+
+// Drops removed instances whose last request has finished, and hides their metric series
+// unless a live instance of the same name (re-added) shares them.
+void Registry::prune(Role role) {
+    auto& v = instances_[index(role)];
+    std::vector<InstancePtr> gone;
+    std::erase_if(v, [&](const InstancePtr& inst) {
+        if (inst->removed && inst->in_flight == 0) {
+            gone.push_back(inst);
+            return true;
+        }
+        return false;
+    });
+    for (const auto& inst : gone) {
+        const bool shared = std::any_of(v.begin(), v.end(), [&](const InstancePtr& other) {
+            return other->name == inst->name;
+        });
+        if (!shared) metrics_.remove_instance(metrics_role(role), inst->name);
+    }
+}
+
+void Registry::update_counts(Role role) {
+    std::size_t up = 0, down = 0;
+    for (const auto& inst : instances_[index(role)]) {
+        if (inst->removed) continue;
+        (inst->up ? up : down) += 1;
+    }
+    metrics_.set_instance_counts(metrics_role(role), up, down);
+}
+
+InstancePtr Registry::pick(Role role, const Instance* exclude) {
+    prune(role);
+    auto& v = instances_[index(role)];
+    const std::size_t n = v.size();
+    if (n == 0) return nullptr;
+    std::size_t& cursor = next_[index(role)];
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t at = (cursor + i) % n;
+        const auto& inst = v[at];
+        if (inst->up && !inst->removed && inst.get() != exclude) {
+            cursor = (at + 1) % n;
+            return inst;
+        }
+    }
+    return nullptr;
+}
+
+void Registry::mark_down(Instance& inst, std::string_view reason) {
+    inst.up = false;
+    inst.down_reason = std::string(reason);
+    inst.backoff = std::clamp<Duration>(cfg_.health_backoff_max, Duration{10}, Duration{1000});
+    inst.next_probe = Clock::now() + inst.backoff;
+    if (inst.up_gauge != nullptr) inst.up_gauge->set(0);
+    PDR_WARN(kLog, std::string(to_string(inst.role)) + " instance " + inst.name +
+                       " is down: " + std::string(reason));
+    update_counts(inst.role);
+    wake_health_loop();
+}
+
+void Registry::report_failure(Instance& inst, std::string_view reason) {
+    ++inst.failures;
+    inst.last_error = std::string(reason);
+    if (inst.up && !inst.removed) mark_down(inst, reason);
+}
+
+void Registry::report_success(Instance& inst) {
+    if (inst.up) return;
+    inst.up = true;
+    inst.backoff = Duration{0};
+    inst.next_probe = Clock::now() + cfg_.health_interval;
+    if (inst.up_gauge != nullptr) inst.up_gauge->set(1);
+    PDR_INFO(kLog, std::string(to_string(inst.role)) + " instance " + inst.name + " is up again");
+    update_counts(inst.role);
+}
+
+std::size_t Registry::count(Role role, bool up_only) const {
+    std::size_t n = 0;
+    for (const auto& inst : instances_[index(role)]) {
+        if (!inst->removed && (!up_only || inst->up)) ++n;
+    }
+    return n;
+}
+
+std::vector<InstancePtr> Registry::list(Role role) const {
+    std::vector<InstancePtr> out;
+    for (const auto& inst : instances_[index(role)]) {
+        if (!inst->removed) out.push_back(inst);
+    }
+    return out;
+}
+
+nlohmann::json Registry::to_json() const {
+    auto out = nlohmann::json::array();
+    for (const auto& v : instances_) {
+        for (const auto& inst : v) {
+            if (inst->removed && inst->in_flight == 0) continue;
+            out.push_back({{"role", to_string(inst->role)},
+                           {"name", inst->name},
+                           {"up", inst->up},
+                           {"removed", inst->removed},
+                           {"in_flight", inst->in_flight},
+                           {"requests", inst->requests},
+                           {"failures", inst->failures},
+                           {"last_error", inst->last_error}});
+        }
+    }
+    return out;
+}
+
+}  // namespace pdr::instances

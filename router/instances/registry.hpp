@@ -1,0 +1,123 @@
+#pragma once
+// The instance registry: the prefill and decode instances the router may use, their health,
+// round-robin selection, in-flight accounting and the admin add/remove operations
+// (PROTOCOLS.md §6). Single-threaded: every member runs on the router's data-path executor.
+//
+// Health: instances start up (a router started before its engines still tries them). A leg
+// failure (report_failure) marks an instance down at once; the health loop re-probes down
+// instances with exponential backoff (1 s, 2 s, 4 s ... capped at cfg.health_backoff_max) and up
+// ones every cfg.health_interval (GET /health, falling back to GET /v1/models when /health is
+// 404/405). Instances are never dropped for being down.
+//
+// Lifetime: call stop() and let the io_context finish its work before destroying the Registry
+// (stop() cancels the health loop's timer and every running probe).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.hpp"
+#include "router/common/io.hpp"
+#include "router/instances/instance.hpp"
+#include "router/metrics/router_metrics.hpp"
+#include "router/upstream/client.hpp"
+
+namespace pdr::instances {
+
+// What a GET /v1/models probe found.
+struct ModelProbe {
+    bool ok = false;                  // reachable, 2xx, and (when parsed) a valid model list
+    std::string error;                // why not ok
+    std::vector<std::string> models;  // data[*].id
+};
+
+// True when `served` names `wanted`: equal, or equal last path components
+// ("Qwen/Qwen3-0.6B" matches "Qwen3-0.6B" and "/models/Qwen3-0.6B").
+bool model_matches(std::string_view served, std::string_view wanted) noexcept;
+
+class Registry {
+public:
+    Registry(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
+             const config::Config& cfg);
+    ~Registry();
+    Registry(const Registry&) = delete;
+    Registry& operator=(const Registry&) = delete;
+
+    // Start-up list (from flags/config file). A duplicate of an existing instance is ignored.
+    void add_configured(Role role, const config::InstanceAddress& a);
+    // When cfg.model is set: GET /v1/models on each instance; returns false (and logs) when
+    // one serves another model. Unreachable instances are logged and kept (considered up).
+    awaitable<bool> probe_all_at_startup();
+
+    struct AdminResult {
+        unsigned status;
+        std::string body;  // the JSON to send: {"message": ...} or the OpenAI error shape
+    };
+    // POST /instances/add. 400 bad type/address or model mismatch; 502 probe failed (instance
+    // unreachable or not a model server); 409 duplicate; 200 {"message": "Added ..."}.
+    // Counts pdrouter_admin_requests_total{action="add"}.
+    awaitable<AdminResult> add(std::string_view type, std::string_view instance);
+    // POST /instances/remove. 400 bad type/address; 404 unknown; 200 {"message": "Removed ..."}.
+    // Counts pdrouter_admin_requests_total{action="remove"}.
+    AdminResult remove(std::string_view type, std::string_view instance);
+
+    // Round robin over instances that are up and not removed, skipping `exclude`; null if none.
+    InstancePtr pick(Role role, const Instance* exclude = nullptr);
+    InFlight acquire(const InstancePtr& inst) { return InFlight(inst); }
+    // A leg failed on `inst` (connect failure, timeout, 5xx): marks it down now.
+    void report_failure(Instance& inst, std::string_view reason);
+    // A leg (or probe) succeeded on `inst`: marks it up.
+    void report_success(Instance& inst);
+
+    std::size_t count(Role role, bool up_only) const;  // not removed (and up, if up_only)
+    std::vector<InstancePtr> list(Role role) const;    // not removed, in insertion order
+    // GET /instances: [{role,name,up,removed,in_flight,requests,failures,last_error}] — also
+    // shows removed instances that still have requests in flight.
+    nlohmann::json to_json() const;
+    // Finds a live (not removed) instance by canonical name.
+    InstancePtr find(Role role, std::string_view name) const;
+
+    void start();  // starts the health loop
+    void stop();   // cancels the health loop and running probes
+
+private:
+    struct ProbeOutcome {
+        bool ok = false;
+        std::string error;
+    };
+    InstancePtr insert(Role role, const config::InstanceAddress& a);
+    void prune(Role role);
+    void update_counts(Role role);
+    void mark_down(Instance& inst, std::string_view reason);
+    AdminResult admin_result(std::string_view action, std::string_view result, unsigned status,
+                             std::string body);
+    upstream::Request make_get(std::string_view target) const;
+    upstream::Timeouts probe_timeouts() const;
+    awaitable<ModelProbe> probe_models(upstream::Endpoint ep);
+    awaitable<ProbeOutcome> probe_health(upstream::Endpoint ep);
+    awaitable<void> health_loop();
+    awaitable<void> run_probe(InstancePtr inst);
+    awaitable<void> wait_stop();
+    void wake_health_loop();
+
+    net::any_io_executor ex_;
+    upstream::Client& client_;
+    metrics::RouterMetrics& metrics_;
+    const config::Config& cfg_;
+    std::array<std::vector<InstancePtr>, kRoleCount> instances_;
+    std::array<std::size_t, kRoleCount> next_{};  // round-robin cursor per role
+
+    Timer health_timer_;  // the health loop sleeps on it; cancel() wakes it to re-plan
+    Timer stop_timer_;    // never expires; stop() cancels it, which ends every running probe
+    bool started_ = false;
+    bool stopped_ = false;
+    // Coroutines still running when the Registry is destroyed see false here and touch nothing.
+    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace pdr::instances

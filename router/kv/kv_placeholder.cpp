@@ -1,1 +1,0 @@
-// placeholder until the owner fills this library in

@@ -1,0 +1,244 @@
+// LeaseKeeper: batched KV lease refreshes per prefill instance, and forwarding of decode
+// instances' refreshes (PROTOCOLS.md §3).
+#include "router/kv/lease_keeper.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <nlohmann/json.hpp>
+
+#include "router/common/log.hpp"
+
+namespace pdr::kv {
+
+namespace {
+constexpr std::string_view kLog = "lease";
+
+Duration period_of(const config::Config& cfg) {
+    return std::max<Duration>(cfg.kv_lease_timeout / 3, Duration{1});
+}
+}  // namespace
+
+// Completion count for forward()'s concurrent POSTs; shared so a cancelled forward() can go.
+struct LeaseKeeper::Join {
+    Join(net::any_io_executor ex, std::size_t n) : timer(ex), left(n) {}
+    Timer timer;
+    std::size_t left;
+};
+
+LeaseKeeper::Hold::Hold(Hold&& o) noexcept
+    : keeper_(std::exchange(o.keeper_, nullptr)), token_(o.token_) {}
+
+LeaseKeeper::Hold& LeaseKeeper::Hold::operator=(Hold&& o) noexcept {
+    if (this != &o) {
+        reset();
+        keeper_ = std::exchange(o.keeper_, nullptr);
+        token_ = o.token_;
+    }
+    return *this;
+}
+
+void LeaseKeeper::Hold::first_byte() {
+    if (keeper_ != nullptr) keeper_->stop_refreshing(token_);
+}
+
+void LeaseKeeper::Hold::reset() {
+    if (auto* k = std::exchange(keeper_, nullptr)) k->release(token_);
+}
+
+LeaseKeeper::LeaseKeeper(net::any_io_executor ex, upstream::Client& client,
+                         metrics::RouterMetrics& m, const config::Config& cfg)
+    : ex_(std::move(ex)),
+      client_(client),
+      metrics_(m),
+      cfg_(cfg),
+      enabled_(cfg.lease_refresh),
+      period_(period_of(cfg)),
+      tick_timer_(ex_),
+      stop_timer_(ex_, Clock::time_point::max()) {}
+
+LeaseKeeper::~LeaseKeeper() {
+    *alive_ = false;
+    stop();
+}
+
+LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::Endpoint& prefill) {
+    if (!enabled_) return Hold{};
+    const std::uint64_t token = next_token_++;
+    std::string key = prefill.authority();
+    auto [git, created] = groups_.try_emplace(key);
+    Group& g = git->second;
+    if (created) g.endpoint = prefill;
+    if (g.refreshing.empty()) g.due = Clock::now() + period_;
+    g.refreshing.insert(token);
+    ++g.holds;
+    by_id_.emplace(p_request_id, token);
+    entries_.emplace(token, Entry{std::move(p_request_id), std::move(key), true});
+    ++refreshing_;
+    metrics_.kv_handles_held.set(static_cast<double>(refreshing_));
+    return Hold(this, token);
+}
+
+void LeaseKeeper::stop_refreshing(std::uint64_t token) {
+    auto it = entries_.find(token);
+    if (it == entries_.end() || !it->second.refreshing) return;
+    it->second.refreshing = false;
+    groups_.at(it->second.p_key).refreshing.erase(token);
+    --refreshing_;
+    metrics_.kv_handles_held.set(static_cast<double>(refreshing_));
+}
+
+void LeaseKeeper::release(std::uint64_t token) {
+    stop_refreshing(token);
+    auto it = entries_.find(token);
+    if (it == entries_.end()) return;
+    auto [first, last] = by_id_.equal_range(it->second.id);
+    for (auto i = first; i != last; ++i) {
+        if (i->second == token) {
+            by_id_.erase(i);
+            break;
+        }
+    }
+    const std::string key = std::move(it->second.p_key);
+    entries_.erase(it);
+    auto git = groups_.find(key);
+    if (git != groups_.end()) {
+        --git->second.holds;
+        maybe_erase_group(key);
+    }
+}
+
+void LeaseKeeper::maybe_erase_group(const std::string& key) {
+    auto it = groups_.find(key);
+    if (it != groups_.end() && it->second.holds == 0 && !it->second.in_progress) groups_.erase(it);
+}
+
+upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids) const {
+    upstream::Request req{http::verb::post, "/internal/nixl/lease_refresh", 11};
+    req.set(http::field::content_type, "application/json");
+    req.set(http::field::user_agent, "pdrouter");
+    if (!cfg_.upstream_api_key.empty()) {
+        req.set(http::field::authorization, "Bearer " + cfg_.upstream_api_key);
+    }
+    req.body() = nlohmann::json{{"request_ids", ids}}.dump();
+    req.prepare_payload();
+    return req;
+}
+
+awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std::string> ids,
+                                          bool count_sent) {
+    const upstream::Timeouts t{cfg_.connect_timeout, cfg_.connect_timeout + period_,
+                               cfg_.connect_timeout + period_};
+    bool all_ok = true;
+    for (std::size_t at = 0; at < ids.size(); at += kMaxBatch) {
+        const auto end = std::min(ids.size(), at + kMaxBatch);
+        std::vector<std::string> batch(ids.begin() + static_cast<std::ptrdiff_t>(at),
+                                       ids.begin() + static_cast<std::ptrdiff_t>(end));
+        auto req = make_post(batch);
+        auto res = co_await client_.request(ep, std::move(req), t);
+        const unsigned status = res.ok() ? res.response.result_int() : 0;
+        const bool ok = res.ok() && status >= 200 && status < 300;
+        metrics_.lease_refresh_request(ok);
+        if (count_sent) metrics_.lease_refresh_sent.inc(static_cast<double>(batch.size()));
+        if (!ok) {
+            all_ok = false;
+            std::string why = res.ok() ? "HTTP " + std::to_string(status)
+                                       : std::string(upstream::to_string(res.failure));
+            PDR_WARN(kLog, "lease refresh of " + std::to_string(batch.size()) + " id(s) on " +
+                               ep.authority() + " failed: " + why);
+            if (res.failure == upstream::Failure::Canceled) break;
+        }
+    }
+    co_return all_ok;
+}
+
+awaitable<void> LeaseKeeper::wait_stop() { co_await stop_timer_.async_wait(); }
+
+void LeaseKeeper::start() {
+    if (started_ || stopped_ || !enabled_) return;
+    started_ = true;
+    net::co_spawn(ex_, refresh_loop(), net::detached);
+}
+
+void LeaseKeeper::stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    tick_timer_.cancel();
+    stop_timer_.cancel();
+}
+
+awaitable<void> LeaseKeeper::refresh_loop() {
+    auto alive = alive_;
+    const Duration tick = std::max<Duration>(period_ / 4, Duration{1});
+    while (!stopped_) {
+        const auto now = Clock::now();
+        for (auto& [key, g] : groups_) {
+            if (g.in_progress || g.refreshing.empty() || g.due > now) continue;
+            std::vector<std::string> ids;
+            ids.reserve(g.refreshing.size());
+            for (auto token : g.refreshing) ids.push_back(entries_.at(token).id);
+            std::sort(ids.begin(), ids.end());
+            ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+            g.in_progress = true;
+            g.due = now + period_;
+            net::co_spawn(ex_, refresh_group(key, std::move(ids)), net::detached);
+        }
+        tick_timer_.expires_after(tick);
+        co_await tick_timer_.async_wait();
+        if (!*alive) co_return;
+    }
+}
+
+awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::string> ids) {
+    using namespace net::experimental::awaitable_operators;
+    auto alive = alive_;
+    const upstream::Endpoint ep = groups_.at(key).endpoint;
+    co_await (post_batches(ep, std::move(ids), true) || wait_stop());
+    if (!*alive) co_return;
+    auto it = groups_.find(key);
+    if (it == groups_.end()) co_return;
+    it->second.in_progress = false;
+    maybe_erase_group(key);
+}
+
+awaitable<void> LeaseKeeper::forward_group(upstream::Endpoint ep, std::vector<std::string> ids,
+                                           std::shared_ptr<Join> join) {
+    using namespace net::experimental::awaitable_operators;
+    if (!stopped_) co_await (post_batches(std::move(ep), std::move(ids), false) || wait_stop());
+    if (--join->left == 0) join->timer.cancel();
+}
+
+awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std::string>& ids) {
+    ForwardResult r;
+    std::unordered_map<std::string, std::pair<upstream::Endpoint, std::vector<std::string>>> by_p;
+    for (const auto& id : ids) {
+        auto it = by_id_.find(id);
+        if (it == by_id_.end()) {
+            ++r.unknown;
+            continue;
+        }
+        const std::string& key = entries_.at(it->second).p_key;
+        auto [pit, created] = by_p.try_emplace(key);
+        if (created) pit->second.first = groups_.at(key).endpoint;
+        pit->second.second.push_back(id);
+        ++r.forwarded;
+    }
+    metrics_.lease_refresh_forwarded.inc(static_cast<double>(r.forwarded));
+    metrics_.lease_refresh_unknown.inc(static_cast<double>(r.unknown));
+    if (by_p.empty()) co_return r;
+
+    auto join = std::make_shared<Join>(ex_, by_p.size());
+    for (auto& entry : by_p) {
+        auto& [endpoint, group_ids] = entry.second;
+        net::co_spawn(ex_, forward_group(std::move(endpoint), std::move(group_ids), join),
+                      net::detached);
+    }
+    while (join->left > 0) {
+        join->timer.expires_at(Clock::time_point::max());
+        co_await join->timer.async_wait();
+    }
+    co_return r;
+}
+
+}  // namespace pdr::kv

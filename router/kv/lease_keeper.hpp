@@ -1,0 +1,129 @@
+#pragma once
+// LeaseKeeper (PROTOCOLS.md §3): keeps a prefill instance's KV blocks alive while the router
+// holds their handle and the decode leg has not produced its first byte, and forwards decode
+// instances' lease refreshes to the prefill instance that holds each id.
+//
+// One timer loop ticks every period/4 (period = cfg.kv_lease_timeout / 3). Each P with
+// refreshing ids has its own due time, set one period after its first id was held and one
+// period after each refresh; when due, all of that P's ids go out in batched POSTs
+// {P}/internal/nixl/lease_refresh {"request_ids": [...]} (at most kMaxBatch ids each), in a
+// coroutine of its own so a slow P never delays another. Single-threaded: every member runs on
+// the router's data-path executor. hold(), first_byte() and ~Hold() are O(1).
+//
+// Lifetime: Holds must not outlive the LeaseKeeper; call stop() and let the io_context finish
+// before destroying it.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "config/config.hpp"
+#include "router/common/io.hpp"
+#include "router/metrics/router_metrics.hpp"
+#include "router/upstream/client.hpp"
+
+namespace pdr::kv {
+
+class LeaseKeeper {
+public:
+    static constexpr std::size_t kMaxBatch = 1000;  // ids per POST
+
+    LeaseKeeper(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
+                const config::Config& cfg);
+    ~LeaseKeeper();
+    LeaseKeeper(const LeaseKeeper&) = delete;
+    LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+    // Move-only RAII: destruction = decode leg over → stop refreshing AND forget the id.
+    class Hold {
+    public:
+        Hold() = default;
+        Hold(Hold&& o) noexcept;
+        Hold& operator=(Hold&& o) noexcept;
+        Hold(const Hold&) = delete;
+        Hold& operator=(const Hold&) = delete;
+        ~Hold() { reset(); }
+
+        // The decode leg produced its first byte: stop refreshing (the id stays known to
+        // forward() until the Hold is destroyed). Idempotent.
+        void first_byte();
+        void reset();  // same as destruction
+        bool active() const noexcept { return keeper_ != nullptr; }
+
+    private:
+        friend class LeaseKeeper;
+        Hold(LeaseKeeper* keeper, std::uint64_t token) : keeper_(keeper), token_(token) {}
+        LeaseKeeper* keeper_ = nullptr;
+        std::uint64_t token_ = 0;
+    };
+
+    // Keeps P's blocks for `p_request_id` alive (refreshed every period until first_byte() or
+    // destruction). With cfg.lease_refresh false, returns an inactive no-op Hold.
+    Hold hold(std::string p_request_id, const upstream::Endpoint& prefill);
+
+    struct ForwardResult {
+        std::size_t forwarded = 0, unknown = 0;
+    };
+    // The router's own POST /internal/nixl/lease_refresh: each id held now (before or after
+    // first byte) goes to the P that prefilled it, one batched POST per P, concurrently.
+    // Unknown ids are counted (pdrouter_lease_refresh_unknown_total), not errors.
+    awaitable<ForwardResult> forward(const std::vector<std::string>& ids);
+
+    std::size_t held() const noexcept { return refreshing_; }  // ids being refreshed now
+    std::size_t known() const noexcept { return entries_.size(); }  // Holds alive
+    Duration period() const noexcept { return period_; }
+
+    void start();  // starts the refresh loop
+    void stop();   // cancels the loop and running refreshes
+
+private:
+    struct Entry {
+        std::string id;
+        std::string p_key;  // authority of P
+        bool refreshing = true;
+    };
+    struct Group {  // one per P with at least one Hold alive
+        upstream::Endpoint endpoint;
+        std::unordered_set<std::uint64_t> refreshing;  // tokens
+        std::size_t holds = 0;                         // entries (refreshing or not)
+        Clock::time_point due{};
+        bool in_progress = false;
+    };
+    struct Join;
+
+    void stop_refreshing(std::uint64_t token);
+    void release(std::uint64_t token);
+    void maybe_erase_group(const std::string& key);
+    upstream::Request make_post(const std::vector<std::string>& ids) const;
+    awaitable<bool> post_batches(upstream::Endpoint ep, std::vector<std::string> ids,
+                                 bool count_sent);
+    awaitable<void> refresh_loop();
+    awaitable<void> refresh_group(std::string key, std::vector<std::string> ids);
+    awaitable<void> forward_group(upstream::Endpoint ep, std::vector<std::string> ids,
+                                  std::shared_ptr<Join> join);
+    awaitable<void> wait_stop();
+
+    net::any_io_executor ex_;
+    upstream::Client& client_;
+    metrics::RouterMetrics& metrics_;
+    const config::Config& cfg_;
+    const bool enabled_;
+    const Duration period_;
+
+    std::uint64_t next_token_ = 1;
+    std::unordered_map<std::uint64_t, Entry> entries_;
+    std::unordered_multimap<std::string, std::uint64_t> by_id_;
+    std::unordered_map<std::string, Group> groups_;
+    std::size_t refreshing_ = 0;
+
+    Timer tick_timer_;
+    Timer stop_timer_;  // never expires; stop() cancels it, ending every running POST
+    bool started_ = false;
+    bool stopped_ = false;
+    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace pdr::kv

@@ -1,0 +1,401 @@
+#include "router/server/connection.hpp"
+
+#include "router/common/log.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <optional>
+
+namespace pdr::server::detail {
+
+namespace {
+
+using namespace net::experimental::awaitable_operators;
+
+constexpr std::size_t kMaxPipelinedBytes = 64 * 1024;  // kept while the handler runs
+constexpr std::size_t kWatchReadSize = 4096;
+constexpr Duration kLingerTime{500};
+constexpr std::size_t kLingerBytes = 1 << 20;
+
+bool is_http_error(const error_code& ec) {
+    return &ec.category() == &http::make_error_code(http::error::bad_method).category();
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        char x = a[i];
+        char y = b[i];
+        if (x >= 'A' && x <= 'Z') {
+            x = static_cast<char>(x - 'A' + 'a');
+        }
+        if (y >= 'A' && y <= 'Z') {
+            y = static_cast<char>(y - 'A' + 'a');
+        }
+        if (x != y) {
+            return false;
+        }
+    }
+    return true;
+}
+
+class ExchangeImpl final : public Exchange {
+public:
+    ExchangeImpl(Connection& c, Request req) : conn_(c), req_(std::move(req)) {}
+
+    const Request& request() const override { return req_; }
+    std::string remote_address() const override {
+        auto addr = conn_.remote.address();
+        std::string s = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
+        return s + ":" + std::to_string(conn_.remote.port());
+    }
+
+    awaitable<error_code> respond(Response res) override {
+        if (responded_) {
+            co_return net::error::already_started;
+        }
+        if (gone_ || aborted_) {
+            co_return net::error::not_connected;
+        }
+        responded_ = true;
+        res.version(req_.version());
+        keep_alive_ = req_.keep_alive() && res.keep_alive() && !conn_.server.draining;
+        res.keep_alive(keep_alive_);
+        res.prepare_payload();
+        conn_.stream.expires_after(conn_.server.limits.write_timeout);
+        auto [ec, n] = co_await http::async_write(conn_.stream, res, use_tuple);
+        (void)n;
+        if (ec) {
+            failed_write(ec);
+        } else {
+            complete_ = true;
+        }
+        co_return ec;
+    }
+
+    awaitable<error_code> begin_stream(http::response<http::empty_body> head) override {
+        if (responded_) {
+            co_return net::error::already_started;
+        }
+        if (gone_ || aborted_) {
+            co_return net::error::not_connected;
+        }
+        responded_ = true;
+        streaming_ = true;
+        head.version(11);
+        keep_alive_ = req_.keep_alive() && head.keep_alive() && !conn_.server.draining;
+        head.keep_alive(keep_alive_);
+        head.chunked(true);
+        http::response_serializer<http::empty_body> sr{head};
+        conn_.stream.expires_after(conn_.server.limits.write_timeout);
+        auto [ec, n] = co_await http::async_write_header(conn_.stream, sr, use_tuple);
+        (void)n;
+        if (ec) {
+            failed_write(ec);
+        }
+        co_return ec;
+    }
+
+    awaitable<error_code> write_chunk(std::string_view data) override {
+        if (!streaming_ || complete_) {
+            co_return net::error::operation_not_supported;
+        }
+        if (gone_ || aborted_) {
+            co_return net::error::not_connected;
+        }
+        if (data.empty()) {
+            co_return error_code{};  // an empty chunk would end the body
+        }
+        conn_.stream.expires_after(conn_.server.limits.write_timeout);
+        auto chunk = http::make_chunk(net::const_buffer(data.data(), data.size()));
+        auto [ec, n] = co_await net::async_write(conn_.stream, chunk, use_tuple);
+        (void)n;
+        if (ec) {
+            failed_write(ec);
+        }
+        co_return ec;
+    }
+
+    awaitable<error_code> end_stream() override {
+        if (!streaming_ || complete_) {
+            co_return net::error::operation_not_supported;
+        }
+        if (gone_ || aborted_) {
+            co_return net::error::not_connected;
+        }
+        conn_.stream.expires_after(conn_.server.limits.write_timeout);
+        auto [ec, n] = co_await net::async_write(conn_.stream, http::make_chunk_last(), use_tuple);
+        (void)n;
+        if (ec) {
+            failed_write(ec);
+        } else {
+            complete_ = true;
+        }
+        co_return ec;
+    }
+
+    void abort() override {
+        if (!aborted_) {
+            aborted_ = true;
+            conn_.close();
+        }
+    }
+
+    bool responded() const override { return responded_; }
+    bool client_gone() const override { return gone_; }
+
+    void on_client_gone(std::function<void()> fn) override {
+        if (!fn) {
+            return;
+        }
+        if (gone_) {
+            fn();
+            return;
+        }
+        callbacks_.push_back(std::move(fn));
+    }
+
+    // The client went away (EOF/error seen by the watcher, or a failed write).
+    void mark_gone() {
+        if (gone_) {
+            return;
+        }
+        gone_ = true;
+        auto callbacks = std::move(callbacks_);
+        callbacks_.clear();
+        for (auto& fn : callbacks) {
+            try {
+                fn();
+            } catch (const std::exception& e) {
+                PDR_ERROR("server", std::string("on_client_gone callback threw: ") + e.what());
+            }
+        }
+    }
+
+    bool reusable() const { return complete_ && keep_alive_ && !gone_ && !aborted_; }
+
+    bool handler_done = false;
+
+private:
+    void failed_write(const error_code&) {
+        // The socket is unusable: close it so the watcher wakes and the handler is cancelled.
+        conn_.close();
+        mark_gone();
+    }
+
+    Connection& conn_;
+    Request req_;
+    bool responded_ = false;
+    bool streaming_ = false;
+    bool complete_ = false;
+    bool keep_alive_ = false;
+    bool gone_ = false;
+    bool aborted_ = false;
+    std::vector<std::function<void()>> callbacks_;
+};
+
+awaitable<void> run_handler(ServerState& server, ExchangeImpl& ex) {
+    try {
+        co_await server.handler(ex);
+    } catch (const boost::system::system_error& e) {
+        if (e.code() != net::error::operation_aborted) {
+            PDR_ERROR("server", std::string("handler threw: ") + e.what());
+        }
+    } catch (const std::exception& e) {
+        PDR_ERROR("server", std::string("handler threw: ") + e.what());
+    }
+    ex.handler_done = true;
+}
+
+// Reads from the client while the handler runs: EOF or an error means the client is gone.
+// Bytes that arrive (a pipelined request) stay in the connection buffer for the next parse.
+awaitable<void> watch_client(Connection& conn, ExchangeImpl& ex) {
+    for (;;) {
+        if (conn.buffer.size() >= kMaxPipelinedBytes) {
+            Timer park(conn.server.executor);
+            park.expires_at(Timer::time_point::max());
+            co_await park.async_wait();  // ends when the handler finishes (cancellation)
+            co_return;
+        }
+        auto space = conn.buffer.prepare(kWatchReadSize);
+        auto [ec, n] = co_await conn.stream.socket().async_read_some(space, use_tuple);
+        conn.buffer.commit(n);
+        if (ec) {
+            if (!ex.handler_done) {
+                ex.mark_gone();
+            }
+            co_return;
+        }
+    }
+}
+
+// After an error answer: stop sending, read and drop what the client still sends for a
+// moment, so the close does not reset the connection before the client reads the answer.
+awaitable<void> linger_close(Connection& conn) {
+    error_code ec;
+    conn.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    conn.stream.expires_after(kLingerTime);
+    std::size_t total = 0;
+    char sink[4096];
+    while (total < kLingerBytes) {
+        auto [rec, n] = co_await conn.stream.async_read_some(net::buffer(sink), use_tuple);
+        total += n;
+        if (rec) {
+            break;
+        }
+    }
+    conn.close();
+}
+
+awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message,
+                           unsigned version, http::status status = http::status::unknown) {
+    Response res = make_error_response(e, message, version);
+    if (status != http::status::unknown) {
+        res.result(status);
+    }
+    conn.stream.expires_after(conn.server.limits.write_timeout);
+    auto [ec, n] = co_await http::async_write(conn.stream, res, use_tuple);
+    (void)n;
+    co_return !ec;
+}
+
+// Waits (idle timeout) for the first bytes of the next request. False: close quietly.
+awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
+    if (conn.buffer.size() > 0) {
+        co_return true;
+    }
+    conn.phase = Connection::Phase::Idle;
+    if (conn.server.draining) {
+        co_return false;
+    }
+    conn.stream.expires_after(timeout);
+    auto space = conn.buffer.prepare(conn.server.limits.max_header_bytes + 1024);
+    auto [ec, n] = co_await conn.stream.async_read_some(space, use_tuple);
+    conn.buffer.commit(n);
+    co_return !ec && n > 0;
+}
+
+}  // namespace
+
+Connection::Connection(ServerState& s, tcp::socket sock)
+    : server(s), stream(std::move(sock)) {
+    error_code ec;
+    remote = stream.socket().remote_endpoint(ec);
+    stream.socket().set_option(tcp::no_delay(true), ec);
+}
+
+void Connection::close() noexcept {
+    error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream.close();
+}
+
+Response make_error_response(Errc e, std::string_view message, unsigned version) {
+    Response res{error_info(e).status, version == 10 ? 10u : 11u};
+    res.set(http::field::content_type, "application/json");
+    res.body() = openai_error_body(e, message);
+    res.keep_alive(false);
+    res.prepare_payload();
+    return res;
+}
+
+awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock) {
+    Connection conn(*state, std::move(sock));
+    state->connections.push_front(&conn);
+    conn.pos = state->connections.begin();
+    struct Guard {
+        ServerState& s;
+        Connection& c;
+        ~Guard() {
+            s.connections.erase(c.pos);
+            s.connection_ended();
+        }
+    } guard{*state, conn};
+
+    const Limits& limits = state->limits;
+    bool first = true;
+    for (;;) {
+        if (!co_await wait_for_request(conn, first ? limits.read_timeout : limits.idle_timeout)) {
+            break;
+        }
+        first = false;
+        conn.phase = Connection::Phase::Reading;
+        std::optional<http::request_parser<http::string_body>> parser;
+        parser.emplace();
+        parser->header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
+        parser->body_limit(limits.max_body_bytes);
+        conn.stream.expires_after(limits.read_timeout);
+        auto [hec, hn] = co_await http::async_read_header(conn.stream, conn.buffer, *parser,
+                                                          use_tuple);
+        (void)hn;
+        error_code ec = hec;
+        if (!ec && !parser->is_done()) {
+            auto expect = parser->get()[http::field::expect];
+            if (iequals(expect, "100-continue")) {
+                static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+                auto [wec, wn] = co_await net::async_write(
+                    conn.stream, net::buffer(kContinue.data(), kContinue.size()), use_tuple);
+                (void)wn;
+                ec = wec;
+            }
+            if (!ec) {
+                auto [bec, bn] = co_await http::async_read(conn.stream, conn.buffer, *parser,
+                                                           use_tuple);
+                (void)bn;
+                ec = bec;
+            }
+        }
+        if (ec) {
+            const unsigned version = parser->is_header_done() ? parser->get().version() : 11;
+            if (ec == http::error::body_limit) {
+                if (co_await send_error(conn, Errc::BodyTooLarge, "request body too large",
+                                        version)) {
+                    co_await linger_close(conn);
+                }
+            } else if (ec == http::error::header_limit) {
+                if (co_await send_error(conn, Errc::HeadersTooLarge,
+                                        "request headers too large", version)) {
+                    co_await linger_close(conn);
+                }
+            } else if (is_http_error(ec) && ec != http::error::end_of_stream &&
+                       ec != http::error::partial_message) {
+                if (co_await send_error(conn, Errc::BadHttp, "malformed HTTP request",
+                                        version)) {
+                    co_await linger_close(conn);
+                }
+            }
+            break;
+        }
+
+        conn.phase = Connection::Phase::Busy;
+        ExchangeImpl ex(conn, parser->release());
+        parser.reset();
+        co_await (run_handler(*state, ex) || watch_client(conn, ex));
+        if (!ex.responded() && !ex.client_gone()) {
+            Response res = make_error_response(Errc::Internal, "handler sent no response",
+                                               ex.request().version());
+            res.keep_alive(ex.request().keep_alive());
+            co_await ex.respond(std::move(res));
+        }
+        if (!ex.reusable()) {
+            break;
+        }
+    }
+    conn.close();
+}
+
+awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock) {
+    Connection conn(*state, std::move(sock));
+    conn.pos = state->connections.end();
+    ++state->pending_rejects;
+    if (co_await send_error(conn, Errc::TooManyRequests, "too many connections", 11,
+                              http::status::service_unavailable)) {
+        co_await linger_close(conn);
+    }
+    conn.close();
+    --state->pending_rejects;
+}
+
+}  // namespace pdr::server::detail

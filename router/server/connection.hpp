@@ -1,0 +1,52 @@
+#pragma once
+// Internals of HttpServer shared by http_server.cpp and connection.cpp (not a public header).
+#include "router/common/error.hpp"
+#include "router/server/http_server.hpp"
+
+#include <list>
+#include <vector>
+
+namespace pdr::server::detail {
+
+struct ServerState;
+
+// One client connection; lives in its coroutine's frame.
+struct Connection {
+    enum class Phase { Idle, Reading, Busy };
+
+    Connection(ServerState& s, tcp::socket sock);
+
+    ServerState& server;
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+    tcp::endpoint remote;
+    Phase phase = Phase::Idle;
+    std::list<Connection*>::iterator pos;  // in ServerState::connections
+
+    // Closes the socket now; pending operations complete with operation_aborted.
+    void close() noexcept;
+};
+
+// The part of HttpServer that the connection coroutines share (kept alive by them).
+struct ServerState {
+    ServerState(net::any_io_executor ex, Limits l, Handler h);
+
+    net::any_io_executor executor;
+    Limits limits;
+    Handler handler;
+    Acceptor acceptor;
+    bool draining = false;
+    std::list<Connection*> connections;
+    std::size_t pending_rejects = 0;  // over-limit connections being answered 503
+    Timer drain_event;                // cancelled when the last connection ends while draining
+
+    void connection_ended();
+};
+
+awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
+awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
+
+// 4xx/5xx answer with an OpenAI error body and `Connection: close`.
+Response make_error_response(Errc e, std::string_view message, unsigned version);
+
+}  // namespace pdr::server::detail

@@ -1,0 +1,190 @@
+#include "router/upstream/client.hpp"
+
+#include "router/upstream/pool.hpp"
+
+namespace pdr::upstream {
+
+std::string Endpoint::authority() const {
+    std::string out;
+    const bool v6 = host.find(':') != std::string::npos;
+    out.reserve(host.size() + 8);
+    if (v6) {
+        out += '[';
+    }
+    out += host;
+    if (v6) {
+        out += ']';
+    }
+    out += ':';
+    out += std::to_string(port);
+    return out;
+}
+
+std::string_view to_string(Failure f) noexcept {
+    switch (f) {
+        case Failure::None: return "none";
+        case Failure::Connect: return "connect";
+        case Failure::ConnectTimeout: return "connect_timeout";
+        case Failure::Write: return "write";
+        case Failure::ResponseTimeout: return "response_timeout";
+        case Failure::IdleTimeout: return "idle_timeout";
+        case Failure::Read: return "read";
+        case Failure::Protocol: return "protocol";
+        case Failure::Canceled: return "canceled";
+    }
+    return "unknown";
+}
+
+namespace {
+
+void prepare(Request& req, const std::string& authority) {
+    if (req.find(http::field::host) == req.end()) {
+        req.set(http::field::host, authority);
+    }
+    req.prepare_payload();
+}
+
+// Gets a connection: the newest live pooled one (reused = true) unless `fresh`, or a new one.
+struct Acquired {
+    Failure failure = Failure::None;
+    error_code ec;
+    detail::ConnPtr conn;
+    bool reused = false;
+};
+
+awaitable<Acquired> acquire(Client::Impl& impl, const Endpoint& ep, const std::string& key,
+                            const Timeouts& t, bool fresh) {
+    Acquired a;
+    if (!fresh) {
+        a.conn = impl.take(key);
+        if (a.conn) {
+            a.reused = true;
+            co_return a;
+        }
+    }
+    a.conn = std::make_unique<detail::Conn>(impl.executor);
+    auto [f, ec] = co_await impl.connect(*a.conn, ep, t);
+    a.failure = f;
+    a.ec = ec;
+    if (f != Failure::None) {
+        a.conn.reset();
+    }
+    co_return a;
+}
+
+}  // namespace
+
+Client::Client(net::any_io_executor executor, PoolLimits limits)
+    : impl_(std::make_shared<Impl>(std::move(executor), limits)) {}
+
+Client::~Client() { impl_->close_all(); }
+
+awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
+    std::shared_ptr<Impl> impl = impl_;
+    const std::string key = ep.authority();
+    prepare(req, key);
+    Result r;
+    try {
+        for (int attempt = 0; attempt < 2; ++attempt) {
+            Acquired a = co_await acquire(*impl, ep, key, t, attempt > 0);
+            if (!a.conn) {
+                r.failure = a.failure;
+                r.ec = a.ec;
+                co_return r;
+            }
+            detail::Conn& c = *a.conn;
+            c.stream.expires_after(t.response);
+            auto [wec, wn] = co_await http::async_write(c.stream, req, use_tuple);
+            (void)wn;
+            if (wec) {
+                if (a.reused && detail::is_stale_error(wec)) {
+                    continue;
+                }
+                r.failure = detail::classify_write(wec);
+                r.ec = wec;
+                co_return r;
+            }
+            http::response_parser<http::string_body> parser;
+            parser.header_limit(detail::kMaxResponseHeader);
+            parser.body_limit(impl->limits.max_response_body);
+            if (req.method() == http::verb::head) {
+                parser.skip(true);
+            }
+            auto [rec, rn] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
+            (void)rn;
+            if (rec) {
+                if (a.reused && !parser.got_some() && detail::is_stale_error(rec)) {
+                    continue;
+                }
+                r.failure = detail::classify_read(rec, Failure::ResponseTimeout);
+                r.ec = rec;
+                co_return r;
+            }
+            r.response = parser.release();
+            if (r.response.keep_alive() && req.keep_alive()) {
+                impl->give_back(key, std::move(a.conn));
+            }
+            co_return r;
+        }
+    } catch (const boost::system::system_error& e) {
+        // The calling coroutine was cancelled between two operations.
+        r.failure = Failure::Canceled;
+        r.ec = e.code();
+    }
+    co_return r;
+}
+
+awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts t) {
+    std::shared_ptr<Impl> impl = impl_;
+    std::string key = ep.authority();
+    prepare(req, key);
+    Opened o;
+    try {
+        for (int attempt = 0; attempt < 2; ++attempt) {
+            Acquired a = co_await acquire(*impl, ep, key, t, attempt > 0);
+            if (!a.conn) {
+                o.failure = a.failure;
+                o.ec = a.ec;
+                co_return o;
+            }
+            a.conn->stream.expires_after(t.response);
+            auto [wec, wn] = co_await http::async_write(a.conn->stream, req, use_tuple);
+            (void)wn;
+            if (wec) {
+                if (a.reused && detail::is_stale_error(wec)) {
+                    continue;
+                }
+                o.failure = detail::classify_write(wec);
+                o.ec = wec;
+                co_return o;
+            }
+            auto s = std::make_unique<detail::StreamImpl>(
+                impl, key, std::move(a.conn), t, req.keep_alive(),
+                req.method() == http::verb::head, impl->limits.max_response_body);
+            auto [f, ec] = co_await s->read_head();
+            if (f != Failure::None) {
+                if (a.reused && !s->got_some() && detail::is_stale_error(ec)) {
+                    continue;
+                }
+                o.failure = f;
+                o.ec = ec;
+                co_return o;
+            }
+            o.stream = std::move(s);
+            co_return o;
+        }
+    } catch (const boost::system::system_error& e) {
+        o.failure = Failure::Canceled;
+        o.ec = e.code();
+        o.stream.reset();
+    }
+    co_return o;
+}
+
+void Client::close_idle() { impl_->close_all(); }
+
+void Client::close_idle(const Endpoint& ep) { impl_->close_key(ep.authority()); }
+
+std::size_t Client::idle_connections() const noexcept { return impl_->idle_count; }
+
+}  // namespace pdr::upstream

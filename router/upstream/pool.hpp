@@ -1,0 +1,91 @@
+#pragma once
+// Internals of upstream::Client (not a public header): pooled connections and failure
+// classification shared by client.cpp and response_stream.cpp.
+#include "router/upstream/client.hpp"
+
+#include <unordered_map>
+#include <vector>
+
+namespace pdr::upstream::detail {
+
+struct Conn {
+    explicit Conn(const net::any_io_executor& ex) : stream(ex) {}
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)
+    Clock::time_point idle_since{};
+};
+using ConnPtr = std::unique_ptr<Conn>;
+
+}  // namespace pdr::upstream::detail
+
+namespace pdr::upstream {
+
+struct Client::Impl {
+    Impl(net::any_io_executor ex, PoolLimits l) : executor(std::move(ex)), limits(l) {}
+    ~Impl();
+
+    net::any_io_executor executor;
+    PoolLimits limits;
+    std::unordered_map<std::string, std::vector<detail::ConnPtr>> idle;  // by authority
+    std::size_t idle_count = 0;
+
+    // Newest idle connection that still looks alive, or null.
+    detail::ConnPtr take(const std::string& key);
+    // Returns a connection whose response was fully read and that allows keep-alive.
+    void give_back(const std::string& key, detail::ConnPtr c);
+    void close_all();
+    void close_key(const std::string& key);
+
+    // Connects `c` to `ep` under `t.connect`.
+    awaitable<std::pair<Failure, error_code>> connect(detail::Conn& c, const Endpoint& ep,
+                                                      const Timeouts& t);
+};
+
+namespace detail {
+
+inline constexpr std::uint32_t kMaxResponseHeader = 64 * 1024;
+
+bool is_stale_error(const error_code& ec) noexcept;
+Failure classify_write(const error_code& ec) noexcept;
+Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;
+
+// The stream returned by Client::open(). It owns the connection until the body is complete
+// (then the connection goes back to the pool when keep-alive allows) or it is destroyed.
+class StreamImpl final : public ResponseStream {
+public:
+    static constexpr std::size_t kBufferSize = 16 * 1024;
+
+    StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn,
+               const Timeouts& t, bool keep_alive, bool head_request, std::size_t max_body);
+    ~StreamImpl() override;
+
+    // Reads the response head under Timeouts::response.
+    awaitable<std::pair<Failure, error_code>> read_head();
+    bool got_some() const noexcept { return parser_.got_some(); }
+
+    const http::response_header<>& head() const override { return parser_.get(); }
+    awaitable<Failure> read_some(std::string& out) override;
+    bool done() const override { return done_; }
+    awaitable<Failure> read_all(std::string& out) override;
+    void cancel() override;
+
+private:
+    void finish();  // body complete: pool or close the connection
+    void drop();    // close the connection
+
+    std::weak_ptr<Client::Impl> pool_;
+    std::string key_;
+    ConnPtr conn_;
+    Timeouts timeouts_;
+    bool keep_alive_;
+    std::size_t max_body_;
+    http::response_parser<http::buffer_body> parser_;
+    std::unique_ptr<char[]> buf_;
+    bool done_ = false;
+    bool canceled_ = false;
+    bool closed_ = false;
+};
+
+}  // namespace detail
+
+}  // namespace pdr::upstream

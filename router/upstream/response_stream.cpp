@@ -1,0 +1,132 @@
+#include "router/upstream/pool.hpp"
+
+#include <limits>
+
+namespace pdr::upstream::detail {
+
+StreamImpl::StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn,
+                       const Timeouts& t, bool keep_alive, bool head_request,
+                       std::size_t max_body)
+    : pool_(std::move(pool)),
+      key_(std::move(key)),
+      conn_(std::move(conn)),
+      timeouts_(t),
+      keep_alive_(keep_alive),
+      max_body_(max_body),
+      buf_(new char[kBufferSize]) {
+    parser_.header_limit(kMaxResponseHeader);
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (head_request) {
+        parser_.skip(true);
+    }
+}
+
+StreamImpl::~StreamImpl() { drop(); }
+
+awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
+    conn_->stream.expires_after(timeouts_.response);
+    auto [ec, n] =
+        co_await http::async_read_header(conn_->stream, conn_->buffer, parser_, use_tuple);
+    (void)n;
+    if (ec) {
+        Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::ResponseTimeout);
+        co_return std::pair{f, ec};
+    }
+    if (parser_.is_done()) {
+        finish();
+    }
+    co_return std::pair{Failure::None, error_code{}};
+}
+
+awaitable<Failure> StreamImpl::read_some(std::string& out) {
+    if (done_) {
+        co_return Failure::None;
+    }
+    if (canceled_) {
+        co_return Failure::Canceled;
+    }
+    if (closed_ || !conn_) {
+        co_return Failure::Read;
+    }
+    try {
+        for (;;) {
+            auto& body = parser_.get().body();
+            body.data = buf_.get();
+            body.size = kBufferSize;
+            conn_->stream.expires_after(timeouts_.idle);
+            auto [ec, n] =
+                co_await http::async_read_some(conn_->stream, conn_->buffer, parser_, use_tuple);
+            (void)n;
+            if (ec == http::error::need_buffer) {
+                ec = {};
+            }
+            const std::size_t got = kBufferSize - parser_.get().body().size;
+            if (ec) {
+                Failure f = canceled_ ? Failure::Canceled
+                                      : classify_read(ec, Failure::IdleTimeout);
+                drop();
+                co_return f;
+            }
+            out.append(buf_.get(), got);
+            if (parser_.is_done()) {
+                finish();
+                co_return Failure::None;
+            }
+            if (got > 0) {
+                co_return Failure::None;
+            }
+        }
+    } catch (const boost::system::system_error&) {
+        // The calling coroutine was cancelled between two operations.
+    }
+    drop();
+    co_return Failure::Canceled;
+}
+
+awaitable<Failure> StreamImpl::read_all(std::string& out) {
+    const std::size_t start = out.size();
+    while (!done_) {
+        Failure f = co_await read_some(out);
+        if (f != Failure::None) {
+            co_return f;
+        }
+        if (out.size() - start > max_body_) {
+            drop();
+            co_return Failure::Protocol;
+        }
+    }
+    co_return Failure::None;
+}
+
+void StreamImpl::cancel() {
+    if (done_) {
+        return;
+    }
+    canceled_ = true;
+    drop();
+}
+
+void StreamImpl::finish() {
+    done_ = true;
+    if (!conn_) {
+        return;
+    }
+    auto pool = pool_.lock();
+    if (pool && keep_alive_ && parser_.get().keep_alive()) {
+        pool->give_back(key_, std::move(conn_));
+    } else {
+        drop();
+    }
+}
+
+void StreamImpl::drop() {
+    if (conn_ && !closed_) {
+        closed_ = true;
+        error_code ec;
+        conn_->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+        conn_->stream.close();
+        // Keep the object: a pending operation may still reference it until it completes.
+    }
+}
+
+}  // namespace pdr::upstream::detail

@@ -1,0 +1,346 @@
+// Completions and chat for both roles: faults, the prefill leg (one token + KV handle), the
+// decode leg (read the KV named by the handle, then generate), streaming and non-stream answers.
+#include "router/common/log.hpp"
+#include "router/common/uuid.hpp"
+#include "sim/generation.hpp"
+#include "sim/sim_impl.hpp"
+
+#include <functional>
+
+namespace pdr::sim {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kInvalid = "invalid_request_error";
+constexpr std::string_view kServer = "server_error";
+
+// Per-request bookkeeping shared with the client-gone callback.
+struct RequestCtx {
+    explicit RequestCtx(net::any_io_executor ex) : timer(std::move(ex)) {}
+    Timer timer;               // delays; cancelled when the client goes away
+    bool self_closed = false;  // we closed the connection on purpose (fault)
+    bool finished = false;     // the whole answer was sent
+};
+
+struct InFlightGuard {
+    Counters& c;
+    std::uint64_t blocks = 0;
+    ~InFlightGuard() {
+        --c.in_flight;
+        c.decode_blocks_in_use -= blocks;
+    }
+};
+
+std::function<void()> gone_callback(std::shared_ptr<SimServer::Impl> self,
+                                    std::shared_ptr<RequestCtx> ctx) {
+    return [self = std::move(self), ctx = std::move(ctx)] {
+        ctx->timer.cancel();
+        if (!ctx->self_closed && !ctx->finished) {
+            ++self->state.counters.client_disconnects;
+        }
+    };
+}
+
+// Waits `d`. False when the client went away meanwhile.
+awaitable<bool> pause(RequestCtx& ctx, server::Exchange& x, Duration d) {
+    if (d.count() > 0 && !x.client_gone()) {
+        ctx.timer.expires_after(d);
+        auto [ec] = co_await ctx.timer.async_wait();
+        (void)ec;
+    }
+    co_return !x.client_gone();
+}
+
+int blocks_for(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
+
+std::string request_id_of(const server::Request& req) {
+    auto it = req.find("X-Request-Id");
+    return it == req.end() ? std::string() : std::string(it->value());
+}
+
+struct StreamWriter {
+    server::Exchange& x;
+    RequestCtx& ctx;
+    int close_after;  // < 0: never
+    int sent = 0;
+
+    void close() {
+        ctx.self_closed = true;
+        x.abort();
+    }
+    // Sends one SSE event; false when the stream ended (client gone or injected close).
+    awaitable<bool> emit(std::string event) {
+        auto ec = co_await x.write_chunk(event);
+        if (ec) {
+            co_return false;
+        }
+        ++sent;
+        if (close_after >= 0 && sent >= close_after) {
+            close();
+            co_return false;
+        }
+        co_return true;
+    }
+};
+
+struct AnswerPlan {
+    Duration token_delay{0};
+    int close_after_chunks = -1;
+    std::function<void(json&)> finalize;  // adds fields to a non-stream answer before it is sent
+};
+
+awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx,
+                       const GenerationRequest& g, const AnswerPlan& plan) {
+    const int n = g.max_tokens;
+    AnswerMeta meta = make_answer_meta(g.api, g.model.empty() ? im.cfg.model : g.model);
+    const unsigned version = x.request().version();
+    if (!g.stream) {
+        if (!co_await pause(ctx, x, plan.token_delay * n)) {
+            co_return;
+        }
+        json body = full_answer(meta, generate_text(g.prompt, n), g.prompt_tokens, n);
+        if (plan.finalize) {
+            plan.finalize(body);
+        }
+        if (plan.close_after_chunks >= 0) {
+            http::response<http::empty_body> head{http::status::ok, version};
+            head.set(http::field::content_type, "application/json");
+            co_await x.begin_stream(std::move(head));
+            ctx.self_closed = true;
+            x.abort();
+            co_return;
+        }
+        server::Response res{http::status::ok, version};
+        res.set(http::field::content_type, "application/json");
+        res.body() = dump_json(body);
+        auto ec = co_await x.respond(std::move(res));
+        if (!ec) {
+            ctx.finished = true;
+            ++im.state.counters.completed;
+            im.state.counters.prompt_tokens += static_cast<std::uint64_t>(g.prompt_tokens);
+            im.state.counters.generation_tokens += static_cast<std::uint64_t>(n);
+        }
+        co_return;
+    }
+
+    http::response<http::empty_body> head{http::status::ok, version};
+    head.set(http::field::content_type, "text/event-stream");
+    head.set(http::field::cache_control, "no-cache");
+    if (co_await x.begin_stream(std::move(head))) {
+        co_return;
+    }
+    StreamWriter w{x, ctx, plan.close_after_chunks};
+    if (w.close_after == 0) {
+        w.close();
+        co_return;
+    }
+    if (g.api == Api::Chat && !co_await w.emit(sse_event(role_chunk(meta)))) {
+        co_return;
+    }
+    for (int i = 0; i < n; ++i) {
+        if (!co_await pause(ctx, x, plan.token_delay)) {
+            co_return;
+        }
+        if (!co_await w.emit(sse_event(token_chunk(meta, token_text(g.prompt, i), i + 1 == n)))) {
+            co_return;
+        }
+    }
+    if (g.include_usage && !co_await w.emit(sse_event(usage_chunk(meta, g.prompt_tokens, n)))) {
+        co_return;
+    }
+    if (!co_await w.emit(std::string(kDoneEvent))) {
+        co_return;
+    }
+    if (!co_await x.end_stream()) {
+        ctx.finished = true;
+        ++im.state.counters.completed;
+        im.state.counters.prompt_tokens += static_cast<std::uint64_t>(g.prompt_tokens);
+        im.state.counters.generation_tokens += static_cast<std::uint64_t>(n);
+    }
+}
+
+struct KvReadOutcome {
+    bool ok = false;
+    std::string message;
+};
+
+// Reads the blocks named by `h` from the prefill (pdsim's stand-in for the NIXL read).
+awaitable<KvReadOutcome> read_kv(SimServer::Impl& im, const KvHandle& h) {
+    upstream::Request req{http::verb::post, "/internal/pdsim/kv_read", 11};
+    req.set(http::field::content_type, "application/json");
+    req.body() = dump_json(json{{"request_id", h.request_id}, {"block_ids", h.block_ids}});
+    upstream::Timeouts t;
+    t.connect = Duration{2000};
+    t.response = Duration{5000};
+    const upstream::Endpoint ep{h.host, h.port};
+    auto res = co_await im.client.request(ep, std::move(req), t);
+    if (!res.ok()) {
+        co_return KvReadOutcome{false, "KV blocks could not be read from prefill " +
+                                           ep.authority() + ": " +
+                                           std::string(upstream::to_string(res.failure))};
+    }
+    const unsigned status = res.response.result_int();
+    if (status == 404) {
+        co_return KvReadOutcome{false, "KV blocks no longer held by prefill"};
+    }
+    if (status != 200) {
+        co_return KvReadOutcome{false, "KV read from prefill " + ep.authority() +
+                                           " failed with HTTP " + std::to_string(status)};
+    }
+    json b = json::parse(res.response.body(), nullptr, false);
+    if (!b.is_object() || !b.contains("blocks") || !b.contains("bytes") ||
+        !b.contains("checksum") || !b["blocks"].is_number_unsigned() ||
+        !b["bytes"].is_number_unsigned() || !b["checksum"].is_string()) {
+        co_return KvReadOutcome{false, "KV read from prefill returned an invalid answer"};
+    }
+    if (!h.block_ids.empty()) {
+        const auto blocks = b["blocks"].get<std::size_t>();
+        const auto bytes = b["bytes"].get<std::size_t>();
+        if (blocks != h.block_ids.size() || bytes % blocks != 0 ||
+            b["checksum"].get<std::string>() !=
+                block_checksum(h.engine_id, h.block_ids, bytes / blocks)) {
+            co_return KvReadOutcome{false, "KV blocks read from prefill failed verification"};
+        }
+    }
+    co_return KvReadOutcome{true, {}};
+}
+
+}  // namespace
+
+awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api) {
+    auto self = shared_from_this();
+    const auto& req = x.request();
+    ++state.counters.requests;
+    state.log_request(api == Api::Chat ? "/v1/chat/completions" : "/v1/completions",
+                      headers_json(req), req.body());
+    ++state.counters.in_flight;
+    InFlightGuard guard{state.counters};
+    auto ctx = std::make_shared<RequestCtx>(ex);
+    x.on_client_gone(gone_callback(self, ctx));
+
+    std::optional<Fault> fault = faults.take();
+    if (fault) {
+        ++state.counters.faults_applied;
+    }
+    GenerationRequest g;
+    auto parse_error = parse_generation_request(api, req.body(), g);
+    // Decode: the KV handle, looked at even when the rest of the body is bad, so that blocks a
+    // rejected request names are released on the prefill.
+    std::optional<KvHandle> handle;
+    std::optional<std::string> handle_error;
+    if (cfg.role == Role::Decode && g.body.is_object()) {
+        auto it = g.body.find("kv_transfer_params");
+        if (it != g.body.end() && !it->is_null()) {
+            KvHandle h;
+            handle_error = parse_kv_handle(*it, h);
+            if (!handle_error) {
+                handle = std::move(h);
+            }
+        }
+    }
+
+    if (fault && fault->close_before_response) {
+        ctx->self_closed = true;  // an engine that died: the prefill's lease frees the blocks
+        x.abort();
+        co_return;
+    }
+    if (fault && fault->delay_ms > 0) {
+        if (!co_await pause(*ctx, x, Duration{fault->delay_ms})) {
+            if (handle) {
+                spawn_release(*handle);  // vLLM D frees P's blocks when its request is aborted
+            }
+            co_return;
+        }
+    }
+    if (fault && fault->status != 0) {
+        if (handle) {
+            spawn_release(*handle);
+        }
+        server::Response res{static_cast<http::status>(fault->status), req.version()};
+        res.set(http::field::content_type, "application/json");
+        res.body() = fault->body;
+        co_await x.respond(std::move(res));
+        co_return;
+    }
+    if (parse_error) {
+        if (handle) {
+            spawn_release(*handle);
+        }
+        co_await send_error(x, http::status::bad_request, parse_error->message, kInvalid,
+                            parse_error->param);
+        co_return;
+    }
+
+    AnswerPlan plan;
+    plan.token_delay = fault && fault->token_delay_ms >= 0 ? Duration{fault->token_delay_ms}
+                                                            : cfg.token_delay;
+    plan.close_after_chunks = fault ? fault->close_after_chunks : -1;
+
+    if (cfg.role == Role::Prefill) {
+        const bool leg = g.kv_params.has_value();
+        std::string rid = request_id_of(req);
+        if (leg) {
+            for (auto& v : check_prefill_request(g.body, !rid.empty())) {
+                PDR_WARN("pdsim", v, rid);
+                state.add_violation(std::move(v));
+            }
+        }
+        if (rid.empty()) {
+            rid = make_uuid_v4();
+        }
+        g.max_tokens = 1;  // a prefill engine computes the prompt and samples one token
+        if (leg) {
+            g.stream = false;
+        }
+        if (leg && !(fault && fault->omit_kv_params)) {
+            const int prompt_tokens = g.prompt_tokens;
+            plan.finalize = [this, rid, prompt_tokens](json& body) {
+                const auto lease = std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(cfg.kv_lease_seconds));
+                KvHandle h;
+                h.engine_id = cfg.engine_id;
+                h.request_id = rid;
+                h.host = cfg.host;
+                h.port = cfg.port;
+                h.num_tokens = prompt_tokens;
+                h.block_ids = store.hold(rid, blocks_for(prompt_tokens, cfg.block_size_tokens),
+                                         Clock::now() + lease);
+                body["kv_transfer_params"] = kv_handle_json(h);
+            };
+        }
+        co_await answer(*this, x, *ctx, g, plan);
+        co_return;
+    }
+
+    // Decode role.
+    if (g.kv_params) {
+        if (handle_error) {
+            state.add_violation("decode request: " + *handle_error);
+            co_await send_error(x, http::status::bad_request, *handle_error, kInvalid,
+                                "kv_transfer_params");
+            co_return;
+        }
+        KvReadOutcome read = co_await read_kv(*this, *handle);
+        if (x.client_gone()) {
+            spawn_release(*handle);  // the read may not have happened
+            co_return;
+        }
+        if (!read.ok) {
+            ++state.counters.kv_read_failures;
+            PDR_WARN("pdsim", read.message, handle->request_id);
+            co_await send_error(x, http::status::internal_server_error, read.message, kServer);
+            co_return;
+        }
+        ++state.counters.kv_reads;
+    } else {
+        ++state.counters.local_prefills;
+    }
+    guard.blocks = static_cast<std::uint64_t>(
+        blocks_for(g.prompt_tokens + g.max_tokens, cfg.block_size_tokens));
+    state.counters.decode_blocks_in_use += guard.blocks;
+    co_await answer(*this, x, *ctx, g, plan);
+}
+
+}  // namespace pdr::sim

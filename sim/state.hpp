@@ -1,0 +1,67 @@
+#pragma once
+// pdsim's observable state: counters, recent protocol violations, the request log, and their
+// renderings (GET /debug/state, GET /debug/requests, GET /metrics).
+#include "sim/kv_store.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+
+namespace pdr::sim {
+
+inline constexpr std::size_t kMaxViolations = 32;
+inline constexpr std::size_t kMaxLoggedRequests = 256;
+inline constexpr std::size_t kKvCapacityBlocks = 65536;  // denominator of kv_cache_usage_perc
+
+struct Counters {
+    std::uint64_t requests = 0;  // completion/chat requests received
+    std::uint64_t completed = 0;
+    std::uint64_t protocol_violations = 0;
+    std::uint64_t lease_refreshes = 0;  // ids refreshed
+    std::uint64_t lease_refresh_calls = 0;
+    std::uint64_t lease_refresh_unknown = 0;
+    std::uint64_t kv_reads = 0;
+    std::uint64_t kv_read_failures = 0;
+    std::uint64_t local_prefills = 0;
+    std::uint64_t client_disconnects = 0;
+    std::uint64_t faults_applied = 0;
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t generation_tokens = 0;
+    std::uint64_t in_flight = 0;
+    std::uint64_t decode_blocks_in_use = 0;  // decode role: blocks of running requests
+};
+
+struct Identity {
+    std::string role;  // "prefill" | "decode"
+    std::string engine_id;
+    std::string model;
+    unsigned short port = 0;
+};
+
+class SimState {
+public:
+    Counters counters;
+
+    void add_violation(std::string message);
+    const std::deque<std::string>& violations() const noexcept { return violations_; }
+
+    // Records one completion/chat request: path, lower-case headers, body (JSON or raw string).
+    void log_request(std::string_view path, nlohmann::json headers, std::string_view body);
+    const std::deque<nlohmann::json>& request_log() const noexcept { return log_; }
+
+    void reset();
+
+private:
+    std::deque<std::string> violations_;
+    std::deque<nlohmann::json> log_;
+};
+
+nlohmann::json state_json(const Identity& id, const SimState& s, const BlockStore& store);
+nlohmann::json requests_json(const SimState& s);
+// Prometheus text format 0.0.4.
+std::string metrics_text(const Identity& id, const SimState& s, const BlockStore& store);
+
+}  // namespace pdr::sim

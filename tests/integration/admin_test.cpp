@@ -1,0 +1,192 @@
+// Admin API (/instances/*), /status, /health and /v1/models against real processes.
+#include <gtest/gtest.h>
+
+#include "tests/support/checks.hpp"
+#include "tests/support/fixture.hpp"
+
+namespace pdr::test {
+namespace {
+
+using nlohmann::json;
+
+class AdminTest : public ClusterTest {};
+
+constexpr const char* kKey = "sekret-admin-key";
+
+HttpResponse admin_post(const Server& router, const std::string& action, const json& body,
+                        const Headers& auth) {
+    return http_post_json(router.port, "/instances/" + action, body, auth);
+}
+
+json find_instance(const Server& router, const std::string& name) {
+    auto r = http_get(router.port, "/instances", {{"X-API-Key", kKey}});
+    auto j = r.json();
+    const json* list = &j;
+    if (j.is_object() && j.contains("instances")) {
+        list = &j["instances"];
+    }
+    if (list->is_array()) {
+        for (const auto& i : *list) {
+            if (i.value("name", "") == name) {
+                return i;
+            }
+        }
+    }
+    return nullptr;
+}
+
+TEST_F(AdminTest, AdminDisabledWithoutKey) {
+    auto& pd = start({});
+    for (const Headers& auth : {Headers{}, Headers{{"X-API-Key", "anything"}}}) {
+        auto r = admin_post(*pd.router, "add", {{"type", "decode"}, {"instance", "127.0.0.1:1"}},
+                            auth);
+        EXPECT_EQ(r.status, 403) << r.describe();
+        std::string msg;
+        EXPECT_TRUE(is_openai_error(r.body, &msg)) << r.body;
+        EXPECT_FALSE(msg.empty());
+        std::cout << "admin disabled message: " << msg << "\n";
+    }
+    auto rr = admin_post(*pd.router, "remove",
+                         {{"type", "decode"}, {"instance", pd.decode[0]->address()}}, {});
+    EXPECT_EQ(rr.status, 403) << rr.describe();
+}
+
+TEST_F(AdminTest, AddListRemoveWithAuthRules) {
+    auto& pd = start({.router_args = {"--admin-api-key", kKey, "--model", kModel}});
+    Cluster& extra = new_cluster();
+    Server& d2 = extra.start_pdsim("decode");
+    const json add_d2{{"type", "decode"}, {"instance", d2.address()}};
+
+    auto missing = admin_post(*pd.router, "add", add_d2, {});
+    EXPECT_EQ(missing.status, 401) << missing.describe();
+    EXPECT_TRUE(is_openai_error(missing.body)) << missing.body;
+    auto wrong = admin_post(*pd.router, "add", add_d2, {{"X-API-Key", "nope"}});
+    EXPECT_EQ(wrong.status, 403) << wrong.describe();
+    auto wrong_bearer = admin_post(*pd.router, "add", add_d2, {{"Authorization", "Bearer nope"}});
+    EXPECT_EQ(wrong_bearer.status, 403) << wrong_bearer.describe();
+    EXPECT_TRUE(find_instance(*pd.router, d2.address()).is_null());
+
+    auto ok = admin_post(*pd.router, "add", add_d2, {{"X-API-Key", kKey}});
+    EXPECT_EQ(ok.status, 200) << ok.describe();
+    EXPECT_EQ(ok.json().value("message", ""), "Added " + d2.address() + " to decode_instances.")
+        << ok.body;
+    auto dup = admin_post(*pd.router, "add", add_d2, {{"Authorization", std::string("Bearer ") + kKey}});
+    EXPECT_EQ(dup.status, 409) << dup.describe();
+    EXPECT_TRUE(is_openai_error(dup.body)) << dup.body;
+
+    auto listed = find_instance(*pd.router, d2.address());
+    ASSERT_FALSE(listed.is_null()) << http_get(pd.router->port, "/instances",
+                                               {{"X-API-Key", kKey}}).body;
+    EXPECT_EQ(listed.value("role", ""), "decode") << listed.dump();
+    for (const char* key : {"up", "in_flight", "requests", "failures"}) {
+        EXPECT_TRUE(listed.contains(key)) << key << " missing in " << listed.dump();
+    }
+
+    // The added decode takes traffic.
+    for (int i = 0; i < 4; ++i) {
+        json body = completion_body("after add " + std::to_string(i), 3, false);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+    }
+    auto d2_served = counter(sim_state(d2), "requests");
+    EXPECT_GE(d2_served, 1) << "the added decode got no traffic";
+
+    auto status = http_get(pd.router->port, "/status").json();
+    EXPECT_EQ(status.value("decode_node_count", -1), 2) << status.dump();
+
+    // Remove: no new requests reach it.
+    auto rm = admin_post(*pd.router, "remove", add_d2, {{"X-API-Key", kKey}});
+    EXPECT_EQ(rm.status, 200) << rm.describe();
+    for (int i = 0; i < 4; ++i) {
+        json body = chat_body("after remove " + std::to_string(i), 3, true);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+    }
+    EXPECT_EQ(counter(sim_state(d2), "requests"), d2_served);
+    auto gone = find_instance(*pd.router, d2.address());
+    EXPECT_TRUE(gone.is_null() || gone.value("removed", false)) << gone.dump();
+    auto rm_again = admin_post(*pd.router, "remove", add_d2, {{"X-API-Key", kKey}});
+    EXPECT_EQ(rm_again.status, 404) << rm_again.describe();
+
+    // Validation.
+    auto bad_type = admin_post(*pd.router, "add", {{"type", "middle"}, {"instance", d2.address()}},
+                               {{"X-API-Key", kKey}});
+    EXPECT_EQ(bad_type.status, 400) << bad_type.describe();
+    auto bad_addr = admin_post(*pd.router, "add", {{"type", "prefill"}, {"instance", "no-port"}},
+                               {{"X-API-Key", kKey}});
+    EXPECT_EQ(bad_addr.status, 400) << bad_addr.describe();
+    DeadPort dead;
+    auto unreachable = admin_post(*pd.router, "add", {{"type", "prefill"}, {"instance", dead.address()}},
+                                  {{"X-API-Key", kKey}});
+    EXPECT_GE(unreachable.status, 400) << unreachable.describe();
+    EXPECT_NE(unreachable.status, 409);
+    EXPECT_TRUE(find_instance(*pd.router, dead.address()).is_null());
+
+    // A model mismatch is refused.
+    Server& other = extra.start("pdsim-other-model", pdsim_path(),
+                                {"--role", "prefill", "--host", "127.0.0.1", "--port", "0",
+                                 "--model", "some-other-model"});
+    auto mismatch = admin_post(*pd.router, "add", {{"type", "prefill"}, {"instance", other.address()}},
+                               {{"X-API-Key", kKey}});
+    EXPECT_GE(mismatch.status, 400) << mismatch.describe();
+    EXPECT_NE(mismatch.status, 409);
+    std::string msg;
+    EXPECT_TRUE(is_openai_error(mismatch.body, &msg)) << mismatch.body;
+    std::cout << "model mismatch: " << mismatch.status << " " << msg << "\n";
+    EXPECT_TRUE(find_instance(*pd.router, other.address()).is_null());
+
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_admin_requests_total", {{"action", "add"}, {"result", "ok"}})
+                  .value_or(0),
+              1.0)
+        << m;
+    EXPECT_GE(metric(m, "pdrouter_admin_requests_total", {{"result", "unauthorized"}}).value_or(0),
+              1.0)
+        << m;
+}
+
+TEST_F(AdminTest, StatusHealthModels) {
+    auto& pd = start({.prefills = 2,
+                      .decodes = 1,
+                      .router_args = {"--health-interval-ms", "200", "--health-backoff-max-ms",
+                                      "400"}});
+    auto st = http_get(pd.router->port, "/status");
+    ASSERT_EQ(st.status, 200) << st.describe();
+    auto s = st.json();
+    EXPECT_EQ(s.value("prefill_node_count", -1), 2) << st.body;
+    EXPECT_EQ(s.value("decode_node_count", -1), 1) << st.body;
+    ASSERT_TRUE(s.contains("prefill_nodes") && s["prefill_nodes"].is_array()) << st.body;
+    ASSERT_TRUE(s.contains("decode_nodes") && s["decode_nodes"].is_array()) << st.body;
+    EXPECT_EQ(s["prefill_nodes"].size(), 2u);
+    EXPECT_NE(s["decode_nodes"].dump().find(std::to_string(pd.decode[0]->port)), std::string::npos)
+        << st.body;
+
+    auto models = http_get(pd.router->port, "/v1/models");
+    ASSERT_EQ(models.status, 200) << models.describe();
+    auto mj = models.json();
+    ASSERT_TRUE(mj.contains("data") && mj["data"].is_array() && !mj["data"].empty()) << models.body;
+    EXPECT_EQ(mj["data"][0].value("id", ""), kModel);
+
+    auto h = http_get(pd.router->port, "/health");
+    EXPECT_EQ(h.status, 200) << h.describe();
+
+    // No decode up → 503 (probes every 200 ms notice the dead one).
+    pd.decode[0]->proc.kill_now();
+    int last = 0;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            last = http_get(pd.router->port, "/health").status;
+            return last == 503;
+        },
+        Ms{3000}))
+        << "/health still " << last << " with no decode up";
+    auto s2 = http_get(pd.router->port, "/status").json();
+    std::cout << "/status with the decode down: " << s2.dump() << "\n";
+    auto m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_instances", {{"role", "decode"}, {"health", "down"}}), 1.0) << m;
+    EXPECT_EQ(metric(m, "pdrouter_instances", {{"role", "prefill"}, {"health", "up"}}), 2.0) << m;
+    auto r = send_generation(*pd.router, completion_body("no decode", 3, false));
+    EXPECT_EQ(r.status, 503) << r.describe();
+    EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+}
+
+}  // namespace
+}  // namespace pdr::test

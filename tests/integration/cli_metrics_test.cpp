@@ -1,0 +1,220 @@
+// pdrouter as a program: command line, --demo, graceful drain on SIGTERM, and its /metrics
+// output checked by promtool after real traffic (successes and failures).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "tests/support/checks.hpp"
+#include "tests/support/fixture.hpp"
+
+namespace pdr::test {
+namespace {
+
+using nlohmann::json;
+
+class CliTest : public ClusterTest {};
+
+std::vector<std::string> nonempty_lines(const std::string& s) {
+    std::vector<std::string> out;
+    std::size_t pos = 0;
+    while (pos < s.size()) {
+        auto e = s.find('\n', pos);
+        std::string line = s.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
+        pos = e == std::string::npos ? s.size() : e + 1;
+        if (!line.empty()) {
+            out.push_back(line);
+        }
+    }
+    return out;
+}
+
+TEST_F(CliTest, BadFlagsExitTwoWithOneLineNamingTheFlag) {
+    struct Bad {
+        std::vector<std::string> args;
+        std::string must_mention;
+    };
+    const std::vector<Bad> cases{
+        {{"--bogus-flag", "--prefill", "127.0.0.1:1", "--decode", "127.0.0.1:2"}, "--bogus-flag"},
+        {{"--port", "70000", "--prefill", "127.0.0.1:1", "--decode", "127.0.0.1:2"}, "--port"},
+        {{"--prefill", "127.0.0.1:1", "--decode", "127.0.0.1:2", "--connect-timeout-ms", "abc"},
+         "--connect-timeout-ms"},
+        {{"--prefill", "127.0.0.1:1", "--decode", "127.0.0.1:2", "--on-missing-kv-params", "x"},
+         "--on-missing-kv-params"},
+        {{"--prefill", "no-port-here", "--decode", "127.0.0.1:2"}, "prefill"},
+        {{"--decode", "127.0.0.1:2"}, "prefill"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.must_mention);
+        auto r = run_to_exit(pdrouter_path(), c.args, Ms{5000});
+        ASSERT_TRUE(r.spawn_error.empty()) << r.spawn_error;
+        EXPECT_TRUE(r.status.exited) << "still running after 5 s";
+        EXPECT_EQ(r.status.code, 2) << "stderr: " << r.err;
+        auto lines = nonempty_lines(r.err);
+        EXPECT_EQ(lines.size(), 1u) << "stderr: " << r.err;
+        EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << "stderr: " << r.err;
+        EXPECT_EQ(r.out, "") << "nothing on stdout for a bad flag";
+    }
+}
+
+TEST_F(CliTest, VersionAndHelpExitZero) {
+    auto v = run_to_exit(pdrouter_path(), {"--version"}, Ms{5000});
+    EXPECT_EQ(v.status.code, 0) << v.err;
+    EXPECT_EQ(v.out.rfind("pdrouter ", 0), 0u) << v.out;
+    EXPECT_TRUE(std::regex_search(v.out, std::regex(R"(\d+\.\d+\.\d+)"))) << v.out;
+    auto h = run_to_exit(pdrouter_path(), {"--help"}, Ms{5000});
+    EXPECT_EQ(h.status.code, 0) << h.err;
+    for (const char* flag : {"--prefill", "--decode", "--port", "--demo", "--admin-api-key"}) {
+        EXPECT_NE(h.out.find(flag), std::string::npos) << flag << " missing from --help";
+    }
+}
+
+TEST_F(CliTest, DemoServesItsPrintedCurlRequest) {
+    Cluster& c = new_cluster();
+    Server& demo = c.start("pdrouter-demo", pdrouter_path(),
+                           {"--demo", "--host", "127.0.0.1", "--port", "0",
+                            "--demo-token-delay-ms", "1"});
+    // The log has the listening line and the curl line once the port file exists; allow a beat
+    // for stdout to be flushed after the rename.
+    std::string curl;
+    wait_until(
+        [&] {
+            for (const auto& line : nonempty_lines(demo.proc.log())) {
+                if (line.find("curl") != std::string::npos) {
+                    curl = line;
+                    return true;
+                }
+            }
+            return false;
+        },
+        Ms{3000});
+    ASSERT_FALSE(curl.empty()) << "no curl line printed:\n" << demo.proc.log();
+    std::cout << "demo printed: " << curl << "\n";
+    EXPECT_NE(demo.proc.log().find("pdrouter listening on 127.0.0.1:" + std::to_string(demo.port)),
+              std::string::npos)
+        << demo.proc.log();
+    std::smatch url;
+    ASSERT_TRUE(std::regex_search(curl, url, std::regex(R"(http://[^/\s'"]+:(\d+)(/[^\s'"]*))")))
+        << curl;
+    EXPECT_EQ(std::stoi(url[1]), demo.port) << "the curl line names another port";
+    std::smatch data;
+    ASSERT_TRUE(std::regex_search(curl, data, std::regex(R"((?:-d|--data(?:-raw)?)\s+'([^']*)')")))
+        << curl;
+    auto body = json::parse(data[1].str(), nullptr, false);
+    ASSERT_FALSE(body.is_discarded()) << data[1];
+    auto r = http_post(demo.port, url[2], data[1].str());
+    EXPECT_EQ(r.status, 200) << r.describe();
+    std::string error;
+    std::string text = answer_text(r.body, body.value("stream", false),
+                                   body.contains("messages"), error);
+    EXPECT_TRUE(error.empty()) << error;
+    EXPECT_EQ(text, expected_text(body)) << r.body;
+    EXPECT_EQ(demo.proc.stop().code, 0) << "demo did not exit 0 on SIGTERM";
+}
+
+TEST_F(CliTest, ListeningLineAndGracefulDrainOnSigterm) {
+    auto& pd = start({});
+    EXPECT_NE(pd.router->proc.log().find("pdrouter listening on 127.0.0.1:" +
+                                         std::to_string(pd.router->port)),
+              std::string::npos)
+        << pd.router->proc.log();
+    sim_fault(*pd.decode[0], {{"token_delay_ms", 100}});
+    json body = completion_body("drain me", 8, true);
+    TimedResponse t;
+    std::thread client([&] {
+        t = http_request_timed(pd.router->port,
+                               {"POST", "/v1/completions", {{"Content-Type", "application/json"}},
+                                body.dump()},
+                               Ms{10000});
+    });
+    ASSERT_TRUE(wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; },
+                           Ms{3000}));
+    pd.router->proc.signal(SIGTERM);
+    // New connections are refused (or answered 503) while draining.
+    bool stopped_accepting = wait_until(
+        [&] {
+            auto r = http_get(pd.router->port, "/health", {}, Ms{500});
+            return r.status == 0 || r.status == 503;
+        },
+        Ms{2000});
+    client.join();
+    EXPECT_TRUE(answer_ok(t.response, body)) << "in-flight stream was cut by the drain";
+    EXPECT_TRUE(stopped_accepting);
+    auto st = pd.router->proc.wait(Ms{5000});
+    EXPECT_TRUE(st.exited);
+    EXPECT_EQ(st.code, 0);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
+    auto& pd = start({.prefills = 2,
+                      .decodes = 1,
+                      .router_args = {"--kv-lease-timeout-ms", "600"}});
+    sim_fault(*pd.decode[0], {{"delay_ms", 500}});  // a refresh period passes before decode
+    for (int i = 0; i < 4; ++i) {
+        json body = i % 2 ? chat_body("metrics " + std::to_string(i), 3, i > 1)
+                          : completion_body("metrics " + std::to_string(i), 3, i > 1);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+    }
+    sim_fault(*pd.prefill[0], {{"status", 500}, {"count", 2}});
+    sim_fault(*pd.prefill[1], {{"status", 500}, {"count", 2}});
+    auto failed = send_generation(*pd.router, completion_body("fail", 3, false));
+    EXPECT_EQ(failed.status, 502) << failed.describe();
+    http_get(pd.router->port, "/nope");
+
+    const std::string text = metrics_text(*pd.router);
+    TempDir dir;
+    const std::string file = dir.file("metrics.txt");
+    std::ofstream(file) << text;
+    ASSERT_EQ(::access("/usr/bin/promtool", X_OK) == 0 || std::system("command -v promtool >/dev/null") == 0,
+              true)
+        << "promtool is missing (Debian package 'prometheus')";
+    const std::string out_file = dir.file("promtool.out");
+    int rc = std::system(("promtool check metrics < " + file + " > " + out_file + " 2>&1").c_str());
+    EXPECT_EQ(rc, 0) << "promtool check metrics:\n"
+                     << read_file(out_file) << "\n--- metrics ---\n"
+                     << text;
+
+    auto expect_series = [&](const std::string& name, const std::map<std::string, std::string>& l,
+                             double at_least) {
+        auto v = metric(text, name, l);
+        EXPECT_TRUE(v.has_value()) << name << " missing";
+        if (v) {
+            EXPECT_GE(*v, at_least) << name;
+        }
+    };
+    expect_series("pdrouter_requests_total", {{"route", "completions"}, {"status_class", "2xx"}}, 2);
+    expect_series("pdrouter_requests_total",
+                  {{"route", "chat_completions"}, {"status_class", "2xx"}}, 2);
+    expect_series("pdrouter_requests_total", {{"route", "completions"}, {"status_class", "5xx"}}, 1);
+    expect_series("pdrouter_request_duration_seconds_count", {{"route", "completions"}}, 3);
+    expect_series("pdrouter_leg_duration_seconds_count", {{"leg", "prefill"}}, 4);
+    expect_series("pdrouter_leg_duration_seconds_count", {{"leg", "decode"}}, 4);
+    expect_series("pdrouter_time_to_first_byte_seconds_count", {}, 4);
+    expect_series("pdrouter_time_to_first_byte_seconds_bucket", {{"le", "+Inf"}}, 4);
+    expect_series("pdrouter_upstream_errors_total", {{"leg", "prefill"}, {"kind", "status_5xx"}},
+                  2);
+    expect_series("pdrouter_retries_total", {{"leg", "prefill"}}, 1);
+    for (auto* p : pd.prefill) {
+        expect_series("pdrouter_instance_in_flight", {{"role", "prefill"}, {"instance", p->address()}},
+                      0);
+        expect_series("pdrouter_instance_requests_total",
+                      {{"role", "prefill"}, {"instance", p->address()}}, 1);
+    }
+    expect_series("pdrouter_instance_in_flight",
+                  {{"role", "decode"}, {"instance", pd.decode[0]->address()}}, 0);
+    expect_series("pdrouter_instances", {{"role", "decode"}, {"health", "up"}}, 1);
+    expect_series("pdrouter_instances", {{"role", "prefill"}}, 2);
+    expect_series("pdrouter_lease_refresh_sent_total", {}, 1);
+    expect_series("pdrouter_requests_in_flight", {}, 0);
+    expect_series("pdrouter_flow_requests_total", {{"mode", "pull"}}, 4);
+    expect_series("pdrouter_kv_handover_gap_seconds_count", {}, 4);
+}
+
+}  // namespace
+}  // namespace pdr::test

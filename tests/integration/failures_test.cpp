@@ -1,0 +1,393 @@
+// Failure behaviour of the pull flow with real processes: upstream errors on either leg, dead
+// instances, timeouts, missing KV params, mid-stream failures, and no stranded KV after any.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <thread>
+
+#include "tests/support/checks.hpp"
+#include "tests/support/fixture.hpp"
+
+namespace pdr::test {
+namespace {
+
+using nlohmann::json;
+
+class FailureTest : public ClusterTest {};
+
+// Fast-failing settings shared by the failure tests. Health probes are slow so that an instance
+// killed after start-up is still believed up when the request reaches it.
+std::vector<std::string> fast_router(std::vector<std::string> extra = {}) {
+    std::vector<std::string> a{"--kv-lease-timeout-ms", "600", "--connect-timeout-ms", "500",
+                               "--health-interval-ms",  "60000"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+}
+const std::vector<std::string> kFastSim{"--kv-lease-seconds", "1"};
+
+std::string error_message(const HttpResponse& r) {
+    std::string msg;
+    is_openai_error(r.body, &msg);
+    return msg;
+}
+
+double upstream_errors(const Server& router, const std::string& leg) {
+    return metric(metrics_text(router), "pdrouter_upstream_errors_total", {{"leg", leg}})
+        .value_or(0);
+}
+
+TEST_F(FailureTest, Prefill4xxIsRelayedAndDecodeNotCalled) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    const std::string err =
+        R"({"error":{"message":"prompt too long for pdsim","type":"BadRequestError","param":null,"code":400}})";
+    sim_fault(*pd.prefill[0], {{"status", 400}, {"body", err}});
+    json body = completion_body("p4xx", 4, false);
+    auto r = send_generation(*pd.router, body);
+    EXPECT_EQ(r.status, 400) << r.describe();
+    EXPECT_EQ(r.body, err);
+    EXPECT_FALSE(r.header("x-request-id").empty());
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    // Stream requests get the same: the status is known before any SSE byte.
+    sim_fault(*pd.prefill[0], {{"status", 422}, {"body", err}});
+    auto rs = send_generation(*pd.router, chat_body("p4xx", 4, true));
+    EXPECT_EQ(rs.status, 422) << rs.describe();
+    EXPECT_EQ(rs.body, err);
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+    EXPECT_TRUE(no_violations(pd));
+}
+
+TEST_F(FailureTest, Prefill5xxRetriesOnTheOtherPrefill) {
+    auto& pd = start({.prefills = 2, .sim_args = kFastSim, .router_args = fast_router()});
+    sim_fault(*pd.prefill[0], {{"status", 500}, {"count", -1}});
+    // Round robin: one of two requests picks the failing P first.
+    for (int i = 0; i < 2; ++i) {
+        json body = chat_body("retry me " + std::to_string(i), 5, i == 1);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body)) << i;
+    }
+    EXPECT_GE(counter(sim_state(*pd.prefill[0]), "faults_applied"), 1);
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 2);
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_retries_total", {{"leg", "prefill"}}).value_or(0), 1.0) << m;
+    EXPECT_GE(metric(m, "pdrouter_upstream_errors_total", {{"leg", "prefill"}, {"kind", "status_5xx"}})
+                  .value_or(0),
+              1.0)
+        << m;
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+    EXPECT_TRUE(no_violations(pd));
+}
+
+TEST_F(FailureTest, Prefill5xxWithOnePrefillIs502AndDecodeNotCalled) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    sim_fault(*pd.prefill[0], {{"status", 503}, {"count", -1}});
+    auto r = send_generation(*pd.router, completion_body("no luck", 4, false));
+    EXPECT_EQ(r.status, 502) << r.describe();
+    EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(FailureTest, PrefillConnectFailureRetriesThenFails) {
+    auto& pd = start({.prefills = 2, .sim_args = kFastSim, .router_args = fast_router()});
+    // Kill one P after the router saw it up: its port refuses connections from now on.
+    pd.prefill[1]->proc.kill_now();
+    for (int i = 0; i < 2; ++i) {
+        json body = completion_body("dead P " + std::to_string(i), 3, i == 0);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body)) << i;
+    }
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 2);
+    auto m = metrics_text(*pd.router);
+    std::cout << "prefill upstream errors after a dead P: "
+              << metric(m, "pdrouter_upstream_errors_total", {{"leg", "prefill"}}).value_or(-1)
+              << "\n";
+    EXPECT_GE(upstream_errors(*pd.router, "prefill"), 1.0) << m;
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+
+    // Now the last P dies too: 502 (or 503 once both are known down), OpenAI shape, D untouched.
+    pd.prefill[0]->proc.kill_now();
+    auto d_before = counter(sim_state(*pd.decode[0]), "requests");
+    auto r = send_generation(*pd.router, completion_body("all dead", 3, false));
+    EXPECT_TRUE(r.status == 502 || r.status == 503) << r.describe();
+    EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), d_before);
+}
+
+TEST_F(FailureTest, PrefillTimeoutIs504) {
+    auto& pd = start({.sim_args = kFastSim,
+                      .router_args = fast_router({"--prefill-timeout-ms", "400"})});
+    sim_fault(*pd.prefill[0], {{"delay_ms", 2000}, {"count", -1}});
+    auto t0 = Clock::now();
+    auto r = send_generation(*pd.router, chat_body("slow prefill", 3, true));
+    double took = ms_between(t0, Clock::now());
+    EXPECT_EQ(r.status, 504) << r.describe();
+    EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+    EXPECT_LT(took, 1900.0) << "the router waited for the slow prefill";
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_upstream_errors_total", {{"leg", "prefill"}, {"kind", "timeout"}})
+                  .value_or(0),
+              1.0)
+        << m;
+    sim_reset(*pd.prefill[0]);
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+TEST_F(FailureTest, PrefillWithoutKvParamsIs502NamingThem) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    sim_fault(*pd.prefill[0], {{"omit_kv_params", true}});
+    auto r = send_generation(*pd.router, completion_body("no handle", 3, false));
+    EXPECT_EQ(r.status, 502) << r.describe();
+    EXPECT_NE(error_message(r).find("kv_transfer_params"), std::string::npos) << r.body;
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_upstream_errors_total",
+                     {{"leg", "prefill"}, {"kind", "missing_kv_params"}})
+                  .value_or(0),
+              1.0)
+        << m;
+}
+
+TEST_F(FailureTest, PrefillWithoutKvParamsRecomputesWhenConfigured) {
+    auto& pd = start({.sim_args = kFastSim,
+                      .router_args = fast_router({"--on-missing-kv-params", "recompute"})});
+    sim_fault(*pd.prefill[0], {{"omit_kv_params", true}});
+    json body = chat_body("recompute me", 7, true);
+    auto r = send_generation(*pd.router, body, {{"X-Request-Id", "recompute-1"}});
+    EXPECT_TRUE(answer_ok(r, body));
+    auto d = sim_state(*pd.decode[0]);
+    EXPECT_EQ(counter(d, "local_prefills"), 1) << d.dump();
+    auto reqs = requests_with_id(*pd.decode[0], "recompute-1");
+    ASSERT_EQ(reqs.size(), 1u);
+    const auto& kv = reqs[0]["body"].value("kv_transfer_params", json());
+    EXPECT_TRUE(kv.is_null()) << "decode got a handle: " << reqs[0]["body"].dump();
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_recomputes_total").value_or(0), 1.0) << m;
+    EXPECT_TRUE(no_violations(pd));
+}
+
+TEST_F(FailureTest, DecodeConnectFailureRetriesOtherDecodeWithSameHandle) {
+    auto& pd = start({.decodes = 2, .sim_args = kFastSim, .router_args = fast_router()});
+    pd.decode[1]->proc.kill_now();
+    for (int i = 0; i < 2; ++i) {
+        json body = completion_body("dead D " + std::to_string(i), 4, i == 1);
+        const std::string id = "dconn-" + std::to_string(i);
+        auto r = send_generation(*pd.router, body, {{"X-Request-Id", id}});
+        EXPECT_TRUE(answer_ok(r, body)) << i;
+        auto d = requests_with_id(*pd.decode[0], id);
+        ASSERT_EQ(d.size(), 1u) << id;
+        EXPECT_EQ(d[0]["body"]["kv_transfer_params"].value("remote_request_id", ""), id);
+        EXPECT_EQ(requests_with_id(*pd.prefill[0], id).size(), 1u) << "re-prefilled " << id;
+    }
+    EXPECT_GE(upstream_errors(*pd.router, "decode"), 1.0) << metrics_text(*pd.router);
+    auto p = sim_state(*pd.prefill[0]);
+    EXPECT_EQ(counter(p, "requests"), 2) << p.dump();
+    EXPECT_EQ(counter(p, "freed_by_read"), 2) << p.dump();
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "kv_reads"), 2);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(FailureTest, DecodeErrorsAreRelayed) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    const std::string err4 =
+        R"({"error":{"message":"decode says no","type":"BadRequestError","param":null,"code":400}})";
+    sim_fault(*pd.decode[0], {{"status", 400}, {"body", err4}});
+    auto r4 = send_generation(*pd.router, completion_body("d4xx", 3, false));
+    EXPECT_EQ(r4.status, 400) << r4.describe();
+    EXPECT_EQ(r4.body, err4);
+
+    const std::string err5 =
+        R"({"error":{"message":"decode broke","type":"InternalServerError","param":null,"code":500}})";
+    sim_fault(*pd.decode[0], {{"status", 500}, {"body", err5}});
+    auto r5 = send_generation(*pd.router, chat_body("d5xx", 3, true));
+    EXPECT_EQ(r5.status, 500) << r5.describe();
+    EXPECT_EQ(r5.body, err5);
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 2);
+    // D never read the blocks: P frees them (abort notice or one lease after the last refresh).
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_upstream_errors_total", {{"leg", "decode"}}).value_or(0), 2.0)
+        << m;
+}
+
+TEST_F(FailureTest, DecodeFailsMidStreamErrorEventNoDone) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    sim_fault(*pd.decode[0], {{"close_after_chunks", 3}});
+    json body = completion_body("break mid stream", 10, true);
+    auto t = http_request_timed(
+        pd.router->port,
+        HttpRequest{"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
+        Ms{10000});
+    const auto& r = t.response;
+    EXPECT_EQ(r.status, 200) << r.describe();
+    EXPECT_NE(r.header("content-type").find("text/event-stream"), std::string::npos);
+    auto events = sse_data(r.body);
+    auto errors = error_events(r.body);
+    EXPECT_EQ(errors.size(), 1u) << r.body;
+    EXPECT_TRUE(std::find(events.begin(), events.end(), "[DONE]") == events.end()) << r.body;
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back(), errors.empty() ? "" : errors.back()) << "error must be last";
+    EXPECT_GE(events.size(), 2u) << "events before the failure were not relayed: " << r.body;
+    EXPECT_TRUE(t.closed_by_peer) << "the router kept the connection open after the error";
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_mid_stream_errors_total", {{"leg", "decode"}}).value_or(0), 1.0)
+        << m;
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+// Opens a client connection, sends `body`, waits for `ready`, then resets the connection and
+// measures how long until `server`'s client_disconnects grows.
+double disconnect_and_measure(const Server& router, const Server& server, const json& body,
+                              const std::function<bool(Connection&)>& ready) {
+    Connection c;
+    std::string error;
+    if (!c.connect(router.port, error) ||
+        !c.write_all(serialize({"POST", route_of(body), {{"Content-Type", "application/json"}},
+                                body.dump()}),
+                     error)) {
+        ADD_FAILURE() << error;
+        return -1;
+    }
+    if (!ready(c)) {
+        ADD_FAILURE() << "the request never reached the expected phase";
+        return -1;
+    }
+    auto before = counter(sim_state(server), "client_disconnects");
+    auto t0 = Clock::now();
+    c.close(/*abort=*/true);
+    bool seen = wait_until(
+        [&] { return counter(sim_state(server), "client_disconnects") > before; }, Ms{3000},
+        Ms{5});
+    double ms = ms_between(t0, Clock::now());
+    EXPECT_TRUE(seen) << server.name << " never saw the upstream connection close";
+    return ms;
+}
+
+TEST_F(FailureTest, ClientDisconnectDuringPrefillAbortsPrefill) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    sim_fault(*pd.prefill[0], {{"delay_ms", 5000}});
+    json body = completion_body("bye during prefill", 5, true);
+    double ms = disconnect_and_measure(*pd.router, *pd.prefill[0], body, [&](Connection&) {
+        return wait_until([&] { return counter(sim_state(*pd.prefill[0]), "in_flight") == 1; },
+                          Ms{3000});
+    });
+    std::cout << "prefill saw the disconnect after " << ms << " ms\n";
+    EXPECT_GE(ms, 0.0);
+    EXPECT_LT(ms, 1000.0);
+    EXPECT_TRUE(wait_until(
+        [&] {
+            return metric(metrics_text(*pd.router), "pdrouter_client_disconnects_total",
+                          {{"phase", "prefill"}})
+                       .value_or(0) >= 1.0;
+        },
+        Ms{2000}))
+        << metrics_text(*pd.router);
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+    // The router still serves.
+    sim_reset(*pd.prefill[0]);
+    json good = completion_body("after disconnect", 3, false);
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, good), good));
+}
+
+TEST_F(FailureTest, ClientDisconnectDuringDecodeStreamAbortsDecode) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    sim_fault(*pd.decode[0], {{"token_delay_ms", 200}});
+    json body = chat_body("bye during decode", 30, true);
+    double ms = disconnect_and_measure(*pd.router, *pd.decode[0], body, [&](Connection& c) {
+        // Read until the first SSE event has arrived.
+        ResponseParser parser;
+        auto deadline = Clock::now() + Ms{5000};
+        std::string error;
+        while (Clock::now() < deadline) {
+            bool eof = false, timed_out = false;
+            auto data = c.read_some(deadline, eof, timed_out, error);
+            if (eof || timed_out || !parser.feed(data)) {
+                return false;
+            }
+            if (parser.response().body.find("\n\n") != std::string::npos) {
+                return true;
+            }
+        }
+        return false;
+    });
+    std::cout << "decode saw the disconnect after " << ms << " ms\n";
+    EXPECT_GE(ms, 0.0);
+    EXPECT_LT(ms, 1000.0);
+    EXPECT_TRUE(wait_until(
+        [&] {
+            return metric(metrics_text(*pd.router), "pdrouter_client_disconnects_total",
+                          {{"phase", "decode"}})
+                       .value_or(0) >= 1.0;
+        },
+        Ms{2000}))
+        << metrics_text(*pd.router);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+    EXPECT_TRUE(no_violations(pd));
+}
+
+struct BadInput {
+    const char* name;
+    std::string raw;  // full request bytes; "" → built from the fields below
+    int status;
+};
+
+TEST_F(FailureTest, BadInputGetsOpenAiErrorsAndCostsNothing) {
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router({"--max-body-bytes", "4096"})});
+    auto post = [](const std::string& target, const std::string& ct, const std::string& body) {
+        return serialize({"POST", target, {{"Content-Type", ct}}, body});
+    };
+    const std::string model = std::string("\"model\":\"") + kModel + "\"";
+    std::vector<BadInput> cases{
+        {"non-JSON body", post("/v1/completions", "application/json", "{not json"), 400},
+        {"array body", post("/v1/completions", "application/json", "[1,2,3]"), 400},
+        {"text/plain", post("/v1/completions", "text/plain", "{" + model + ",\"prompt\":\"x\"}"),
+         415},
+        {"body over --max-body-bytes",
+         post("/v1/completions", "application/json",
+              "{" + model + ",\"prompt\":\"" + std::string(5000, 'a') + "\"}"),
+         413},
+        {"huge header",
+         serialize({"POST", "/v1/completions",
+                    {{"Content-Type", "application/json"}, {"X-Big", std::string(20000, 'h')}},
+                    "{" + model + ",\"prompt\":\"x\"}"}),
+         431},
+        {"unknown route", serialize({"GET", "/v1/nothing-here", {}, ""}), 404},
+        {"GET on /v1/completions", serialize({"GET", "/v1/completions", {}, ""}), 405},
+        {"missing model", post("/v1/completions", "application/json", R"({"prompt":"x"})"), 400},
+        {"missing prompt", post("/v1/completions", "application/json", "{" + model + "}"), 400},
+        {"missing messages", post("/v1/chat/completions", "application/json", "{" + model + "}"),
+         400},
+        {"messages not a list",
+         post("/v1/chat/completions", "application/json", "{" + model + ",\"messages\":\"hi\"}"),
+         400},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.name);
+        auto r = http_raw(pd.router->port, c.raw, Ms{5000});
+        EXPECT_EQ(r.status, c.status) << r.describe();
+        EXPECT_TRUE(is_openai_error(r.body)) << r.describe();
+        EXPECT_TRUE(pd.router->proc.running()) << "router died";
+    }
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 0);
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_bad_requests_total").value_or(0), 8.0) << m;
+    json good = chat_body("still fine", 4, true);
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, good), good));
+}
+
+TEST_F(FailureTest, UndeliveredHandleIsFreedOneLeaseAfterTheLastRefresh) {
+    // D never takes the request (both Ds dead after start-up): P's blocks must not be stranded.
+    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    pd.decode[0]->proc.kill_now();
+    auto r = send_generation(*pd.router, completion_body("nobody decodes", 4, false));
+    EXPECT_TRUE(r.status == 502 || r.status == 503) << r.describe();
+    EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 1);
+    // Lease 1 s on pdsim; allow it plus slack.
+    EXPECT_TRUE(kv_freed(pd, Ms{2500}));
+}
+
+}  // namespace
+}  // namespace pdr::test

@@ -1,0 +1,318 @@
+// Pull flow (vLLM NixlConnector) through real pdrouter + pdsim processes: the exact rewrite of
+// both legs, request ids, forwarded headers, SSE framing, round robin and concurrency.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "tests/support/checks.hpp"
+#include "tests/support/fixture.hpp"
+
+namespace pdr::test {
+namespace {
+
+using nlohmann::json;
+
+class PullFlowTest : public ClusterTest {};
+
+// The prefill body pdrouter must send for `original` (PROTOCOLS.md §2).
+json expected_prefill_body(json original) {
+    original["stream"] = false;
+    original.erase("stream_options");
+    original["max_tokens"] = 1;
+    if (original.contains("max_completion_tokens")) {
+        original["max_completion_tokens"] = 1;
+    }
+    original.erase("min_tokens");
+    original.erase("min_completion_tokens");
+    original["kv_transfer_params"] = {{"do_remote_decode", true},   {"do_remote_prefill", false},
+                                      {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
+                                      {"remote_host", nullptr},      {"remote_port", nullptr}};
+    return original;
+}
+
+struct Case {
+    bool chat;
+    bool stream;
+};
+
+// One request through 1P1D with every field the rewrite touches; checks both legs' bodies and
+// headers, the answer bytes and the request id.
+void check_one_flow(PdCluster& pd, const Case& c, int n) {
+    const std::string id = "client-req-" + std::to_string(n) + (c.chat ? "-chat" : "-cmpl") +
+                           (c.stream ? "-s" : "-n");
+    json body = c.chat ? chat_body("Tell me about rivers number " + std::to_string(n), 12, c.stream)
+                       : completion_body("Once upon a time " + std::to_string(n), 12, c.stream);
+    body["temperature"] = 0.5;
+    body["user"] = "opaque-user";
+    body["min_tokens"] = 2;
+    body["vendor_extension"] = {{"nested", json::array({1, 2, 3})}};
+    if (c.chat) {
+        body["max_completion_tokens"] = 12;
+    }
+    if (c.stream) {
+        body["stream_options"] = {{"include_usage", true}};
+    }
+    const std::string traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    Headers headers{{"X-Request-Id", id},
+                    {"Authorization", "Bearer client-key"},
+                    {"traceparent", traceparent},
+                    {"tracestate", "vendor=opaque"}};
+    auto r = send_generation(*pd.router, body, headers);
+    EXPECT_TRUE(answer_ok(r, body));
+    EXPECT_EQ(r.header("x-request-id"), id);
+
+    auto p_reqs = requests_with_id(*pd.prefill[0], id);
+    auto d_reqs = requests_with_id(*pd.decode[0], id);
+    ASSERT_EQ(p_reqs.size(), 1u) << "prefill requests with id " << id;
+    ASSERT_EQ(d_reqs.size(), 1u) << "decode requests with id " << id;
+    const auto& p = p_reqs[0];
+    const auto& d = d_reqs[0];
+    EXPECT_EQ(p["path"], route_of(body));
+    EXPECT_EQ(d["path"], route_of(body));
+    EXPECT_EQ(p["body"], expected_prefill_body(body)) << "prefill body: " << p["body"].dump();
+
+    // Decode body: the original, plus P's handle verbatim.
+    ASSERT_TRUE(d["body"].contains("kv_transfer_params")) << d["body"].dump();
+    json handle = d["body"]["kv_transfer_params"];
+    json d_rest = d["body"];
+    d_rest.erase("kv_transfer_params");
+    EXPECT_EQ(d_rest, body) << "decode body changed beyond kv_transfer_params";
+    EXPECT_EQ(handle.value("do_remote_prefill", false), true) << handle.dump();
+    EXPECT_EQ(handle.value("do_remote_decode", true), false) << handle.dump();
+    EXPECT_EQ(handle.value("remote_request_id", ""), id) << handle.dump();
+    EXPECT_EQ(handle.value("remote_port", 0), pd.prefill[0]->port) << handle.dump();
+    EXPECT_EQ(handle.value("transfer_mode", ""), "pull") << handle.dump();
+    for (const char* key : {"remote_block_ids", "remote_engine_id", "remote_host", "tp_size",
+                            "pp_size", "remote_num_tokens"}) {
+        EXPECT_TRUE(handle.contains(key) && !handle[key].is_null()) << key << " in "
+                                                                    << handle.dump();
+    }
+
+    for (const auto* leg : {&p, &d}) {
+        EXPECT_EQ(recorded_header(*leg, "authorization"), "Bearer client-key");
+        EXPECT_EQ(recorded_header(*leg, "traceparent"), traceparent);
+        EXPECT_EQ(recorded_header(*leg, "tracestate"), "vendor=opaque");
+        EXPECT_NE(recorded_header(*leg, "content-type").find("application/json"),
+                  std::string::npos);
+    }
+}
+
+TEST_F(PullFlowTest, OneByOneAllShapesRewriteAndHeaders) {
+    auto& pd = start({.prefills = 1, .decodes = 1});
+    int n = 0;
+    for (Case c : {Case{false, false}, Case{false, true}, Case{true, false}, Case{true, true}}) {
+        SCOPED_TRACE(std::string(c.chat ? "chat" : "completions") +
+                     (c.stream ? " stream" : " non-stream"));
+        check_one_flow(pd, c, n++);
+    }
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+    auto p = sim_state(*pd.prefill[0]);
+    auto d = sim_state(*pd.decode[0]);
+    EXPECT_EQ(counter(p, "requests"), 4) << p.dump();
+    EXPECT_EQ(counter(d, "requests"), 4) << d.dump();
+    EXPECT_EQ(counter(d, "kv_reads"), 4) << d.dump();
+    EXPECT_EQ(counter(d, "kv_read_failures"), 0) << d.dump();
+    EXPECT_EQ(counter(d, "local_prefills"), 0) << d.dump();
+    EXPECT_EQ(counter(p, "freed_by_read"), 4) << p.dump();
+}
+
+TEST_F(PullFlowTest, FreshUuidRequestIdWhenClientSendsNone) {
+    auto& pd = start({.prefills = 1, .decodes = 1});
+    std::set<std::string> ids;
+    for (bool stream : {false, true}) {
+        json body = completion_body("no id here", 5, stream);
+        auto r = send_generation(*pd.router, body);
+        EXPECT_TRUE(answer_ok(r, body));
+        const std::string id = r.header("x-request-id");
+        EXPECT_TRUE(is_uuid_v4(id)) << "X-Request-Id '" << id << "'";
+        EXPECT_EQ(requests_with_id(*pd.prefill[0], id).size(), 1u) << id;
+        EXPECT_EQ(requests_with_id(*pd.decode[0], id).size(), 1u) << id;
+        ids.insert(id);
+    }
+    EXPECT_EQ(ids.size(), 2u) << "ids must differ per request";
+    // Router-made responses carry one too.
+    auto r404 = http_get(pd.router->port, "/no/such/route");
+    EXPECT_TRUE(is_uuid_v4(r404.header("x-request-id"))) << r404.describe();
+    EXPECT_TRUE(no_violations(pd));
+}
+
+TEST_F(PullFlowTest, UpstreamApiKeyReplacesClientAuthorization) {
+    auto& pd = start({.prefills = 1, .decodes = 1, .router_args = {"--upstream-api-key", "up-key"}});
+    json body = chat_body("keys", 4, false);
+    auto r = send_generation(*pd.router, body,
+                             {{"X-Request-Id", "auth-1"}, {"Authorization", "Bearer client-key"}});
+    EXPECT_TRUE(answer_ok(r, body));
+    for (auto* s : {pd.prefill[0], pd.decode[0]}) {
+        auto reqs = requests_with_id(*s, "auth-1");
+        ASSERT_EQ(reqs.size(), 1u) << s->name;
+        EXPECT_EQ(recorded_header(reqs[0], "authorization"), "Bearer up-key") << s->name;
+    }
+}
+
+TEST_F(PullFlowTest, RoundRobinSpreadsOver2P2D) {
+    auto& pd = start({.prefills = 2, .decodes = 2});
+    for (int i = 0; i < 8; ++i) {
+        json body = i % 2 ? chat_body("rr " + std::to_string(i), 3, i % 3 == 0)
+                          : completion_body("rr " + std::to_string(i), 3, i % 3 == 0);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body)) << i;
+    }
+    for (auto* s : {pd.prefill[0], pd.prefill[1], pd.decode[0], pd.decode[1]}) {
+        long long n = counter(sim_state(*s), "requests");
+        std::cout << s->name << " :" << s->port << " served " << n << " of 8\n";
+        EXPECT_GE(n, 3) << s->name << " got too few requests for round robin";
+        EXPECT_LE(n, 5) << s->name << " got too many requests for round robin";
+    }
+    EXPECT_EQ(sum_counter(pd.decode, "kv_reads"), 8);
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(PullFlowTest, SixtyFourConcurrentMixedRequestsByteExact) {
+    auto& pd = start({.prefills = 2, .decodes = 2});
+    constexpr int kN = 64;
+    std::vector<json> bodies;
+    for (int i = 0; i < kN; ++i) {
+        const bool stream = i % 2 == 0;
+        const int max_tokens = 4 + i % 13;
+        const std::string prompt = "concurrent prompt " + std::to_string(i) + " with some words";
+        bodies.push_back(i % 4 < 2 ? completion_body(prompt, max_tokens, stream)
+                                   : chat_body(prompt, max_tokens, stream));
+    }
+    std::vector<HttpResponse> answers(kN);
+    std::vector<std::thread> threads;
+    auto t0 = Clock::now();
+    for (int i = 0; i < kN; ++i) {
+        threads.emplace_back([&, i] {
+            answers[i] = send_generation(*pd.router, bodies[i],
+                                         {{"X-Request-Id", "conc-" + std::to_string(i)}},
+                                         Ms{30000});
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    std::cout << kN << " concurrent requests took " << ms_between(t0, Clock::now()) << " ms\n";
+    int ok = 0;
+    for (int i = 0; i < kN; ++i) {
+        auto res = answer_ok(answers[i], bodies[i]);
+        EXPECT_TRUE(res) << "request " << i << " " << bodies[i].dump();
+        EXPECT_EQ(answers[i].header("x-request-id"), "conc-" + std::to_string(i));
+        ok += res ? 1 : 0;
+    }
+    EXPECT_EQ(ok, kN);
+    EXPECT_EQ(sum_counter(pd.prefill, "requests"), kN);
+    EXPECT_EQ(sum_counter(pd.decode, "requests"), kN);
+    EXPECT_EQ(sum_counter(pd.decode, "kv_reads"), kN);
+    EXPECT_EQ(sum_counter(pd.decode, "kv_read_failures"), 0);
+    for (auto* s : {pd.prefill[0], pd.prefill[1], pd.decode[0], pd.decode[1]}) {
+        EXPECT_GT(counter(sim_state(*s), "requests"), 0) << s->name << " got no traffic";
+    }
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+TEST_F(PullFlowTest, FirstSseEventArrivesBeforeDecodeFinishes) {
+    auto& pd = start({.prefills = 1, .decodes = 1});
+    sim_fault(*pd.decode[0], {{"token_delay_ms", 100}, {"count", 1}});
+    json body = completion_body("stream me slowly", 10, true);
+    HttpRequest req{"POST", "/v1/completions", {{"Content-Type", "application/json"}},
+                    body.dump()};
+    auto t = http_request_timed(pd.router->port, req, Ms{15000});
+    EXPECT_TRUE(answer_ok(t.response, body));
+    ASSERT_TRUE(t.saw_first_event) << t.response.describe();
+    const double first = ms_between(t.sent, t.first_event_at);
+    const double total = ms_between(t.sent, t.end_at);
+    std::cout << "first SSE event after " << first << " ms, stream ended after " << total
+              << " ms (10 tokens x 100 ms)\n";
+    EXPECT_GE(total, 900.0) << "the token delay fault did not apply";
+    EXPECT_LT(first, total - 500.0) << "the first event was held back (buffered stream)";
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "faults_applied"), 1);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(PullFlowTest, LeaseKeptAliveWhileDecodeIsDelayed) {
+    // pdsim's lease is 1 s; decode waits 2.5 s before touching the KV. Only the router's
+    // refreshes (every 600/3 ms) keep P's blocks alive.
+    auto& pd = start({.prefills = 1,
+                      .decodes = 1,
+                      .sim_args = {"--kv-lease-seconds", "1"},
+                      .router_args = {"--kv-lease-timeout-ms", "600"}});
+    sim_fault(*pd.decode[0], {{"delay_ms", 2500}, {"count", 1}});
+    json body = chat_body("keep my blocks", 6, true);
+    auto r = send_generation(*pd.router, body, {{"X-Request-Id", "lease-1"}});
+    EXPECT_TRUE(answer_ok(r, body));
+    auto p = sim_state(*pd.prefill[0]);
+    auto d = sim_state(*pd.decode[0]);
+    EXPECT_GT(counter(p, "lease_refreshes"), 0) << p.dump();
+    EXPECT_EQ(counter(p, "freed_by_expiry"), 0) << p.dump();
+    EXPECT_EQ(counter(d, "kv_read_failures"), 0) << d.dump();
+    EXPECT_EQ(counter(d, "kv_reads"), 1) << d.dump();
+    auto m = metrics_text(*pd.router);
+    EXPECT_GT(metric(m, "pdrouter_lease_refresh_sent_total").value_or(0), 0) << m;
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+    // Once decode is over the router stops refreshing.
+    auto calls = counter(sim_state(*pd.prefill[0]), "lease_refresh_calls");
+    std::this_thread::sleep_for(Ms{500});  // > 2 refresh periods: a running refresher would show
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "lease_refresh_calls"), calls);
+}
+
+TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
+    auto& pd = start({.prefills = 2, .decodes = 1, .router_args = {"--kv-lease-timeout-ms", "60000"}});
+    sim_fault(*pd.decode[0], {{"delay_ms", 2000}, {"count", 1}});
+    json body = completion_body("forward my refresh", 4, false);
+    HttpResponse r;
+    std::thread client([&] {
+        r = send_generation(*pd.router, body, {{"X-Request-Id", "fwd-1"}}, Ms{10000});
+    });
+    // Wait until the decode leg is pending (P answered, D received the request).
+    bool pending = wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; },
+                              Ms{3000});
+    Server* holder = nullptr;
+    for (auto* p : pd.prefill) {
+        if (!requests_with_id(*p, "fwd-1").empty()) {
+            holder = p;
+        }
+    }
+    if (pending && holder != nullptr) {
+        Server* other = holder == pd.prefill[0] ? pd.prefill[1] : pd.prefill[0];
+        auto before_holder = counter(sim_state(*holder), "lease_refresh_calls");
+        auto before_other = counter(sim_state(*other), "lease_refresh_calls");
+        auto m0 = metrics_text(*pd.router);
+        auto fr = http_post_json(pd.router->port, "/internal/nixl/lease_refresh",
+                                 {{"request_ids", {"fwd-1", "no-such-id-1", "no-such-id-2"}}});
+        EXPECT_EQ(fr.status, 200) << fr.describe();
+        std::cout << "router lease_refresh answer: " << fr.body << "\n";
+        EXPECT_TRUE(wait_until(
+            [&] { return counter(sim_state(*holder), "lease_refresh_calls") > before_holder; },
+            Ms{1000}))
+            << "the refresh was not forwarded to " << holder->name;
+        EXPECT_EQ(counter(sim_state(*other), "lease_refresh_calls"), before_other)
+            << "refresh went to the wrong prefill";
+        auto m1 = metrics_text(*pd.router);
+        EXPECT_GE(metric(m1, "pdrouter_lease_refresh_unknown_total").value_or(0) -
+                      metric(m0, "pdrouter_lease_refresh_unknown_total").value_or(0),
+                  2.0)
+            << m1;
+        EXPECT_GE(metric(m1, "pdrouter_lease_refresh_forwarded_total").value_or(0) -
+                      metric(m0, "pdrouter_lease_refresh_forwarded_total").value_or(0),
+                  1.0)
+            << m1;
+    } else {
+        ADD_FAILURE() << "decode leg never became pending (decode requests="
+                      << counter(sim_state(*pd.decode[0]), "requests") << ")";
+    }
+    client.join();
+    EXPECT_TRUE(answer_ok(r, body));
+    // Malformed refresh bodies are rejected, not crashes.
+    auto bad = http_post(pd.router->port, "/internal/nixl/lease_refresh", "{\"request_ids\": 5}");
+    EXPECT_EQ(bad.status, 400) << bad.describe();
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+}  // namespace
+}  // namespace pdr::test

@@ -1,0 +1,226 @@
+// Every class of configuration error: Exit, status 2, one line naming the key and the value.
+#include <gtest/gtest.h>
+
+#include "tests/unit/config/config_test_util.hpp"
+
+namespace pdr::config::test {
+namespace {
+
+// Asserts an error outcome whose single line is exactly `message`.
+void expect_error(const ParseOutcome& r, const std::string& message) {
+    EXPECT_EQ(r.action, ParseOutcome::Action::Exit);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output, message + "\n");
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST(ConfigErrors, UnknownFlagsAndStrayArguments) {
+    expect_error(parse(with_instances({"--bogus"})),
+                 "pdrouter: unknown option '--bogus' (see --help)");
+    expect_error(parse(with_instances({"--bogus=1"})),
+                 "pdrouter: unknown option '--bogus' (see --help)");
+    expect_error(parse(with_instances({"-x"})), "pdrouter: unknown option '-x' (see --help)");
+    expect_error(parse({"stray", "--prefill", "a:1", "--decode", "b:2"}),
+                 "pdrouter: unexpected argument 'stray' (see --help)");
+    expect_error(parse(with_instances({"--port", "1", "stray"})),
+                 "pdrouter: unexpected argument 'stray' (see --help)");
+    expect_error(parse(with_instances({"--"})), "pdrouter: unexpected argument '--' (see --help)");
+    expect_error(parse(with_instances({"--help=1"})), "pdrouter: --help takes no value");
+}
+
+TEST(ConfigErrors, MissingValues) {
+    expect_error(parse(with_instances({"--port"})), "pdrouter: missing value for --port");
+    expect_error(parse(with_instances({"--model", "--port", "1"})),
+                 "pdrouter: missing value for --model");
+    expect_error(parse({"--prefill", "--decode", "a:1"}), "pdrouter: missing value for --prefill");
+    expect_error(parse(with_instances({"--config"})), "pdrouter: missing value for --config");
+    expect_error(parse(with_instances({"--config="})), "pdrouter: missing value for --config");
+}
+
+TEST(ConfigErrors, NonNumericAndOutOfRange) {
+    expect_error(parse(with_instances({"--port", "abc"})),
+                 "pdrouter: invalid value 'abc' for --port: expected an integer 0..65535");
+    expect_error(parse(with_instances({"--port=65536"})),
+                 "pdrouter: invalid value '65536' for --port: expected an integer 0..65535");
+    expect_error(parse(with_instances({"--port", "-1"})),
+                 "pdrouter: invalid value '-1' for --port: expected an integer 0..65535");
+    expect_error(parse(with_instances({"--port", "80 "})),
+                 "pdrouter: invalid value '80 ' for --port: expected an integer 0..65535");
+    expect_error(parse(with_instances({"--connect-timeout-ms", "0"})),
+                 "pdrouter: invalid value '0' for --connect-timeout-ms: expected an integer "
+                 "1..2147483647 (milliseconds)");
+    expect_error(parse(with_instances({"--kv-lease-timeout-ms", "1.5"})),
+                 "pdrouter: invalid value '1.5' for --kv-lease-timeout-ms: expected an integer "
+                 "1..2147483647 (milliseconds)");
+    expect_error(parse(with_instances({"--max-body-bytes", "0"})),
+                 "pdrouter: invalid value '0' for --max-body-bytes: expected an integer "
+                 "1..1099511627776 (bytes)");
+    expect_error(parse(with_instances({"--max-concurrent-requests", "99999999999999999999999"})),
+                 "pdrouter: invalid value '99999999999999999999999' for "
+                 "--max-concurrent-requests: expected an integer 1..1000000");
+    expect_error(parse(with_instances({"--prefill-retries", "11"})),
+                 "pdrouter: invalid value '11' for --prefill-retries: expected an integer 0..10");
+    for (const char* flag :
+         {"--prefill-timeout-ms", "--decode-timeout-ms", "--decode-idle-timeout-ms",
+          "--request-read-timeout-ms", "--client-idle-timeout-ms", "--health-interval-ms",
+          "--health-backoff-max-ms"}) {
+        auto r = parse(with_instances({flag, "0"}));
+        EXPECT_EQ(r.exit_code, 2) << flag;
+        EXPECT_NE(r.output.find(std::string("'0' for ") + flag), std::string::npos) << r.output;
+    }
+    for (const char* flag : {"--max-header-bytes", "--decode-retries", "--demo-token-delay-ms"}) {
+        auto r = parse(with_instances({flag, "x"}));
+        EXPECT_EQ(r.exit_code, 2) << flag;
+        EXPECT_NE(r.output.find(std::string("'x' for ") + flag), std::string::npos) << r.output;
+    }
+}
+
+TEST(ConfigErrors, BadEnumsAndBooleans) {
+    expect_error(parse(with_instances({"--log-level", "loud"})),
+                 "pdrouter: invalid value 'loud' for --log-level: expected one of debug, info, "
+                 "warn, error");
+    expect_error(parse(with_instances({"--log-format=xml"})),
+                 "pdrouter: invalid value 'xml' for --log-format: expected one of text, json");
+    expect_error(parse(with_instances({"--on-missing-kv-params", "ignore"})),
+                 "pdrouter: invalid value 'ignore' for --on-missing-kv-params: expected one of "
+                 "error, recompute");
+    expect_error(parse(with_instances({"--demo=maybe"})),
+                 "pdrouter: invalid value 'maybe' for --demo: expected true or false");
+    expect_error(parse(with_instances({"--host="})),
+                 "pdrouter: invalid value '' for --host: expected a non-empty string");
+}
+
+TEST(ConfigErrors, BadInstances) {
+    expect_error(parse({"--prefill", "nohost", "--decode", "d:1"}),
+                 "pdrouter: invalid value 'nohost' for --prefill: missing port (expected "
+                 "HOST:PORT, http://HOST:PORT or [IPv6]:PORT)");
+    expect_error(parse({"--prefill", "a:1", "--decode", "::1:80"}),
+                 "pdrouter: invalid value '::1:80' for --decode: an IPv6 address needs brackets, "
+                 "e.g. [::1]:8100");
+    expect_error(parse({"--prefill", "a:1,,b:2", "--decode", "d:1"}),
+                 "pdrouter: invalid value 'a:1,,b:2' for --prefill: empty list item");
+    expect_error(parse({"--prefill", "a:1", "http://a:1/", "--decode", "d:1"}),
+                 "pdrouter: duplicate prefill instance 'a:1' in --prefill");
+    expect_error(parse({"--prefill", "a:1", "--decode", "d:1", "--decode", "D:1"}),
+                 "pdrouter: duplicate decode instance 'd:1' in --decode");
+    // The same address in both roles is allowed (one instance serving both).
+    EXPECT_EQ(parse({"--prefill", "a:1", "--decode", "a:1"}).action, ParseOutcome::Action::Run);
+}
+
+TEST(ConfigErrors, BadToyProxyAliases) {
+    expect_error(
+        parse({"--prefiller-hosts", "a", "b", "--prefiller-ports", "1", "--decode", "d:1"}),
+        "pdrouter: 2 prefiller host(s) but 1 prefiller port(s) (--prefiller-hosts, "
+        "--prefiller-ports): hosts and ports are paired one to one");
+    expect_error(parse({"--prefill", "a:1", "--decoder-ports", "1", "2"}),
+                 "pdrouter: 1 decoder host(s) but 2 decoder port(s) (default, --decoder-ports): "
+                 "hosts and ports are paired one to one");
+    expect_error(parse({"--prefiller-port", "x", "--decode", "d:1"}),
+                 "pdrouter: invalid value 'x' for --prefiller-port: expected an integer 1..65535");
+    expect_error(parse({"--prefiller-host", "a/b", "--decode", "d:1"}),
+                 "pdrouter: invalid value 'a/b' for --prefiller-host: a path is not allowed "
+                 "(expected HOST:PORT, http://HOST:PORT or [IPv6]:PORT)");
+    expect_error(
+        parse({"--prefiller-host", "a", "a", "--prefiller-port", "1", "1", "--decode", "d:1"}),
+        "pdrouter: duplicate prefill instance 'a:1' in --prefiller-host");
+}
+
+TEST(ConfigErrors, NoInstancesWithoutDemo) {
+    expect_error(parse({}),
+                 "pdrouter: no prefill instance configured (use --prefill HOST:PORT, or --demo)");
+    expect_error(parse({"--prefill", "a:1"}),
+                 "pdrouter: no decode instance configured (use --decode HOST:PORT, or --demo)");
+}
+
+TEST(ConfigErrors, ConfigFileProblems) {
+    expect_error(parse(with_instances({"--config", "/nonexistent/pdr.yaml"})),
+                 "pdrouter: cannot read config file '/nonexistent/pdr.yaml': No such file or "
+                 "directory");
+    expect_error(parse(with_instances({"--config", "/tmp"})),
+                 "pdrouter: cannot read config file '/tmp': it is a directory");
+
+    TempFile bad_json(".json", "{\"port\": 1,,}");
+    auto r = parse(with_instances({"--config", bad_json.path()}));
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output.rfind("pdrouter: malformed config file '" + bad_json.path() + "': ", 0), 0u)
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+
+    TempFile bad_yaml(".yaml", "port: [1\nhost: x\n");
+    r = parse(with_instances({"--config", bad_yaml.path()}));
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output.rfind("pdrouter: malformed config file '" + bad_yaml.path() + "': ", 0), 0u)
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+
+    TempFile list_yaml(".yaml", "- a\n- b\n");
+    expect_error(
+        parse(with_instances({"--config", list_yaml.path()})),
+        "pdrouter: config file '" + list_yaml.path() + "' must hold one mapping of keys to values");
+    TempFile list_json(".json", "[1]");
+    expect_error(
+        parse(with_instances({"--config", list_json.path()})),
+        "pdrouter: config file '" + list_json.path() + "' must hold one object of keys to values");
+}
+
+TEST(ConfigErrors, ConfigFileKeysAndValues) {
+    TempFile unknown(".yaml", "port: 1\ncolour: blue\n");
+    expect_error(parse(with_instances({"--config", unknown.path()})),
+                 "pdrouter: unknown key 'colour' in config file '" + unknown.path() + "'");
+    TempFile flag_only(".json", R"({"config": "other.yaml"})");
+    expect_error(parse(with_instances({"--config", flag_only.path()})),
+                 "pdrouter: unknown key 'config' in config file '" + flag_only.path() + "'");
+    TempFile dup(".yaml", "port: 1\nport: 2\n");
+    auto r = parse(with_instances({"--config", dup.path()}));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    TempFile dup_dash(".yaml", "max_body_bytes: 1\nmax-body-bytes: 2\n");
+    expect_error(
+        parse(with_instances({"--config", dup_dash.path()})),
+        "pdrouter: duplicate key 'max-body-bytes' in config file '" + dup_dash.path() + "'");
+    TempFile bad_port(".json", R"({"port": "abc"})");
+    expect_error(parse(with_instances({"--config", bad_port.path()})),
+                 "pdrouter: invalid value 'abc' for key 'port' in config file '" + bad_port.path() +
+                     "': expected an integer 0..65535");
+    TempFile float_ms(".json", R"({"connect_timeout_ms": 1.5})");
+    expect_error(parse(with_instances({"--config", float_ms.path()})),
+                 "pdrouter: invalid value '1.5' for key 'connect_timeout_ms' in config file '" +
+                     float_ms.path() + "': expected an integer 1..2147483647 (milliseconds)");
+    TempFile list_for_scalar(".yaml", "port: [1, 2]\n");
+    expect_error(parse(with_instances({"--config", list_for_scalar.path()})),
+                 "pdrouter: invalid value for key 'port' in config file '" +
+                     list_for_scalar.path() + "': expected a single value, not a list");
+    TempFile null_value(".yaml", "model:\n");
+    expect_error(parse(with_instances({"--config", null_value.path()})),
+                 "pdrouter: invalid value for key 'model' in config file '" + null_value.path() +
+                     "': expected a value, got null");
+    TempFile map_value(".yaml", "model:\n  name: x\n");
+    expect_error(parse(with_instances({"--config", map_value.path()})),
+                 "pdrouter: invalid value for key 'model' in config file '" + map_value.path() +
+                     "': expected a value, not a mapping");
+    TempFile object_json(".json", R"({"model": {"a": 1}})");
+    expect_error(parse(with_instances({"--config", object_json.path()})),
+                 "pdrouter: invalid value for key 'model' in config file '" + object_json.path() +
+                     "': expected a string, number or boolean");
+    TempFile bad_instance(".yaml", "prefill: [a:1, nope]\ndecode: d:1\n");
+    expect_error(parse({"--config", bad_instance.path()}),
+                 "pdrouter: invalid value 'nope' for key 'prefill' in config file '" +
+                     bad_instance.path() +
+                     "': missing port (expected HOST:PORT, http://HOST:PORT or [IPv6]:PORT)");
+    TempFile dup_instance(".json", R"({"prefill": ["a:1", "a:1"], "decode": "d:1"})");
+    expect_error(parse({"--config", dup_instance.path()}),
+                 "pdrouter: duplicate prefill instance 'a:1' in key 'prefill' in config file '" +
+                     dup_instance.path() + "'");
+    TempFile bad_bool(".yaml", "no_lease_refresh: sometimes\n");
+    expect_error(parse(with_instances({"--config", bad_bool.path()})),
+                 "pdrouter: invalid value 'sometimes' for key 'no_lease_refresh' in config file '" +
+                     bad_bool.path() + "': expected true or false");
+}
+
+TEST(ConfigErrors, ErrorsLeaveNoPartialConfig) {
+    auto r = parse({"--port", "1234", "--bogus"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.config.port, 8000);  // reset to defaults: nothing half-applied escapes
+}
+
+}  // namespace
+}  // namespace pdr::config::test

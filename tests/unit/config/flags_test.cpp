@@ -1,0 +1,294 @@
+// Every command-line flag, lists, aliases, --help and --version.
+#include <gtest/gtest.h>
+
+#include "tests/unit/config/config_test_util.hpp"
+
+namespace pdr::config::test {
+namespace {
+
+using Strings = std::vector<std::string>;
+
+TEST(ConfigFlags, DefaultsWithOnlyInstances) {
+    auto r = parse(with_instances({}));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    const Config& c = r.config;
+    Config d;
+    EXPECT_EQ(c.host, "0.0.0.0");
+    EXPECT_EQ(c.port, 8000);
+    EXPECT_EQ(c.port_file, "");
+    EXPECT_EQ(c.model, "");
+    EXPECT_EQ(c.admin_api_key, "");
+    EXPECT_EQ(c.upstream_api_key, "");
+    EXPECT_EQ(c.connect_timeout, d.connect_timeout);
+    EXPECT_EQ(c.connect_timeout.count(), 3000);
+    EXPECT_EQ(c.prefill_timeout.count(), 300000);
+    EXPECT_EQ(c.decode_timeout.count(), 300000);
+    EXPECT_EQ(c.decode_idle_timeout.count(), 120000);
+    EXPECT_EQ(c.request_read_timeout.count(), 30000);
+    EXPECT_EQ(c.client_idle_timeout.count(), 75000);
+    EXPECT_EQ(c.kv_lease_timeout.count(), 30000);
+    EXPECT_TRUE(c.lease_refresh);
+    EXPECT_EQ(c.health_interval.count(), 5000);
+    EXPECT_EQ(c.health_backoff_max.count(), 30000);
+    EXPECT_EQ(c.max_body_bytes, 8u << 20);
+    EXPECT_EQ(c.max_header_bytes, 16u << 10);
+    EXPECT_EQ(c.max_concurrent_requests, 1024u);
+    EXPECT_EQ(c.on_missing_kv_params, OnMissingKvParams::Error);
+    EXPECT_EQ(c.prefill_retries, 1);
+    EXPECT_EQ(c.decode_retries, 1);
+    EXPECT_EQ(c.log_level, log::Level::Info);
+    EXPECT_EQ(c.log_format, log::Format::Text);
+    EXPECT_FALSE(c.demo);
+    EXPECT_EQ(c.demo_token_delay.count(), 20);
+    EXPECT_EQ(c.config_file, "");
+    EXPECT_EQ(texts(c.prefill), Strings{"127.0.0.1:8100"});
+    EXPECT_EQ(texts(c.decode), Strings{"127.0.0.1:8200"});
+}
+
+TEST(ConfigFlags, EveryValueFlag) {
+    auto r = parse(with_instances({
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--port-file",
+        "/tmp/p",
+        "--model",
+        "m1",
+        "--admin-api-key",
+        "adm",
+        "--upstream-api-key",
+        "up",
+        "--connect-timeout-ms",
+        "11",
+        "--prefill-timeout-ms",
+        "12",
+        "--decode-timeout-ms",
+        "13",
+        "--decode-idle-timeout-ms",
+        "14",
+        "--request-read-timeout-ms",
+        "15",
+        "--client-idle-timeout-ms",
+        "16",
+        "--kv-lease-timeout-ms",
+        "17",
+        "--health-interval-ms",
+        "18",
+        "--health-backoff-max-ms",
+        "19",
+        "--max-body-bytes",
+        "1000",
+        "--max-header-bytes",
+        "2000",
+        "--max-concurrent-requests",
+        "3",
+        "--on-missing-kv-params",
+        "recompute",
+        "--prefill-retries",
+        "0",
+        "--decode-retries",
+        "4",
+        "--no-lease-refresh",
+        "--log-level",
+        "debug",
+        "--log-format",
+        "json",
+        "--demo",
+        "--demo-token-delay-ms",
+        "0",
+    }));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    const Config& c = r.config;
+    EXPECT_EQ(c.host, "127.0.0.1");
+    EXPECT_EQ(c.port, 0);
+    EXPECT_EQ(c.port_file, "/tmp/p");
+    EXPECT_EQ(c.model, "m1");
+    EXPECT_EQ(c.admin_api_key, "adm");
+    EXPECT_EQ(c.upstream_api_key, "up");
+    EXPECT_EQ(c.connect_timeout.count(), 11);
+    EXPECT_EQ(c.prefill_timeout.count(), 12);
+    EXPECT_EQ(c.decode_timeout.count(), 13);
+    EXPECT_EQ(c.decode_idle_timeout.count(), 14);
+    EXPECT_EQ(c.request_read_timeout.count(), 15);
+    EXPECT_EQ(c.client_idle_timeout.count(), 16);
+    EXPECT_EQ(c.kv_lease_timeout.count(), 17);
+    EXPECT_EQ(c.health_interval.count(), 18);
+    EXPECT_EQ(c.health_backoff_max.count(), 19);
+    EXPECT_EQ(c.max_body_bytes, 1000u);
+    EXPECT_EQ(c.max_header_bytes, 2000u);
+    EXPECT_EQ(c.max_concurrent_requests, 3u);
+    EXPECT_EQ(c.on_missing_kv_params, OnMissingKvParams::Recompute);
+    EXPECT_EQ(c.prefill_retries, 0);
+    EXPECT_EQ(c.decode_retries, 4);
+    EXPECT_FALSE(c.lease_refresh);
+    EXPECT_EQ(c.log_level, log::Level::Debug);
+    EXPECT_EQ(c.log_format, log::Format::Json);
+    EXPECT_TRUE(c.demo);
+    EXPECT_EQ(c.demo_token_delay.count(), 0);
+}
+
+TEST(ConfigFlags, EqualsFormAndLastWins) {
+    auto r = parse(with_instances({"--port=9000", "--port", "9001", "--log-level=warn",
+                                   "--model=", "--demo=false", "--lease-refresh=no"}));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(r.config.port, 9001);
+    EXPECT_EQ(r.config.log_level, log::Level::Warn);
+    EXPECT_EQ(r.config.model, "");
+    EXPECT_FALSE(r.config.demo);
+    EXPECT_FALSE(r.config.lease_refresh);
+    EXPECT_EQ(parse(with_instances({"--log-level", "ERROR"})).config.log_level, log::Level::Error);
+    EXPECT_EQ(parse(with_instances({"--log-level", "info"})).config.log_level, log::Level::Info);
+    auto e = parse(with_instances({"--on-missing-kv-params=error"}));
+    EXPECT_EQ(e.config.on_missing_kv_params, OnMissingKvParams::Error);
+    EXPECT_EQ(parse(with_instances({"--log-format", "text"})).config.log_format, log::Format::Text);
+}
+
+TEST(ConfigFlags, InstanceListsSpacesCommasRepeats) {
+    auto r = parse({"--prefill", "a:1", "b:2", "--decode", "c:3,d:4", "--prefill=e:5,f:6",
+                    "--decode", "http://g:7/", "--port", "1"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(texts(r.config.prefill), (Strings{"a:1", "b:2", "e:5", "f:6"}));
+    EXPECT_EQ(texts(r.config.decode), (Strings{"c:3", "d:4", "g:7"}));
+    EXPECT_EQ(r.config.port, 1);
+}
+
+TEST(ConfigFlags, Ipv6AndDnsInstances) {
+    auto r = parse({"--prefill", "[::1]:8100", "http://[fe80::1%eth0]:9/", "--decode",
+                    "Decode-0.PD.svc.cluster.local:8200"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    ASSERT_EQ(r.config.prefill.size(), 2u);
+    EXPECT_EQ(r.config.prefill[0].host, "::1");
+    EXPECT_EQ(r.config.prefill[0].port, 8100);
+    EXPECT_EQ(r.config.prefill[0].text(), "[::1]:8100");
+    EXPECT_EQ(r.config.prefill[1].text(), "[fe80::1%eth0]:9");
+    EXPECT_EQ(texts(r.config.decode), Strings{"decode-0.pd.svc.cluster.local:8200"});
+}
+
+TEST(ConfigFlags, ToyProxyAliasesZipHostsAndPorts) {
+    auto r = parse({"--prefiller-hosts", "p1", "p2", "--prefiller-ports", "8100", "8101",
+                    "--decoder-host", "d1", "--decoder-port", "8200"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(texts(r.config.prefill), (Strings{"p1:8100", "p2:8101"}));
+    EXPECT_EQ(texts(r.config.decode), Strings{"d1:8200"});
+}
+
+TEST(ConfigFlags, ToyProxyDefaultsApplyOnlyWhenOneOfThePairIsGiven) {
+    auto r = parse({"--prefiller-port", "9100", "--decoder-host", "::1"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(texts(r.config.prefill), Strings{"localhost:9100"});
+    EXPECT_EQ(texts(r.config.decode), Strings{"[::1]:8200"});
+    // No alias at all: no defaults, so instances are missing.
+    auto none = parse({});
+    EXPECT_EQ(none.exit_code, 2);
+}
+
+TEST(ConfigFlags, AliasesCombineWithPrefillFlag) {
+    auto r = parse({"--prefill", "a:1", "--prefiller-host", "b", "--decoder-ports", "7"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(texts(r.config.prefill), (Strings{"a:1", "b:8100"}));
+    EXPECT_EQ(texts(r.config.decode), Strings{"localhost:7"});
+}
+
+TEST(ConfigFlags, DemoNeedsNoInstances) {
+    auto r = parse({"--demo"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_TRUE(r.config.demo);
+    EXPECT_TRUE(r.config.prefill.empty());
+}
+
+TEST(ConfigFlags, HelpAndVersionExitZero) {
+    for (const char* flag : {"--help", "-h"}) {
+        auto r = parse({flag});
+        EXPECT_EQ(r.action, ParseOutcome::Action::Exit);
+        EXPECT_EQ(r.exit_code, 0);
+        EXPECT_EQ(r.output, help_text());
+    }
+    // --help wins over missing instances, and over later bad flags.
+    EXPECT_EQ(parse({"--port", "1", "--help", "--bogus"}).exit_code, 0);
+    auto v = parse({"--version"});
+    EXPECT_EQ(v.action, ParseOutcome::Action::Exit);
+    EXPECT_EQ(v.exit_code, 0);
+    EXPECT_EQ(v.output, "pdrouter " + std::string(version()) + "\n");
+    EXPECT_EQ(version(), PDR_TEST_PROJECT_VERSION);
+}
+
+TEST(ConfigFlags, HelpMentionsEveryFlagAndEnv) {
+    std::string h = help_text();
+    for (const char* flag : {"--host",
+                             "--port",
+                             "--port-file",
+                             "--prefill",
+                             "--decode",
+                             "--model",
+                             "--admin-api-key",
+                             "--upstream-api-key",
+                             "--config",
+                             "--connect-timeout-ms",
+                             "--prefill-timeout-ms",
+                             "--decode-timeout-ms",
+                             "--decode-idle-timeout-ms",
+                             "--request-read-timeout-ms",
+                             "--client-idle-timeout-ms",
+                             "--kv-lease-timeout-ms",
+                             "--health-interval-ms",
+                             "--health-backoff-max-ms",
+                             "--max-body-bytes",
+                             "--max-header-bytes",
+                             "--max-concurrent-requests",
+                             "--on-missing-kv-params",
+                             "--prefill-retries",
+                             "--decode-retries",
+                             "--no-lease-refresh",
+                             "--log-level",
+                             "--log-format",
+                             "--demo",
+                             "--demo-token-delay-ms",
+                             "--version",
+                             "--help",
+                             "--prefiller-hosts",
+                             "--prefiller-host",
+                             "--prefiller-ports",
+                             "--prefiller-port",
+                             "--decoder-hosts",
+                             "--decoder-host",
+                             "--decoder-ports",
+                             "--decoder-port",
+                             "ADMIN_API_KEY",
+                             "OPENAI_API_KEY"}) {
+        EXPECT_NE(h.find(std::string(flag) + " "), std::string::npos) << flag;
+    }
+}
+
+TEST(ConfigAddress, ParsesAcceptedForms) {
+    struct Case {
+        const char* in;
+        const char* host;
+        unsigned short port;
+    };
+    for (const Case& c :
+         {Case{"localhost:8100", "localhost", 8100}, Case{"http://10.0.0.1:80", "10.0.0.1", 80},
+          Case{"HTTP://Host:1/", "host", 1}, Case{"[::1]:65535", "::1", 65535},
+          Case{"[2001:db8::7]:9", "2001:db8::7", 9},
+          Case{"my_svc-1.ns:30000", "my_svc-1.ns", 30000}}) {
+        InstanceAddress a;
+        std::string err;
+        ASSERT_TRUE(parse_instance_address(c.in, a, err)) << c.in << ": " << err;
+        EXPECT_EQ(a.host, c.host) << c.in;
+        EXPECT_EQ(a.port, c.port) << c.in;
+    }
+}
+
+TEST(ConfigAddress, RejectsBadForms) {
+    for (const char* in : {"", "localhost", "localhost:", ":80", "host:0", "host:65536", "host:12a",
+                           "::1:80", "[::1]", "[::1]80", "[::1:80", "[]:80", "https://h:1",
+                           "http://h:1/v1", "ho st:1", "h/x:1", "[zz::1]:80", "-host:1"}) {
+        InstanceAddress a;
+        std::string err;
+        EXPECT_FALSE(parse_instance_address(in, a, err)) << in;
+        EXPECT_FALSE(err.empty()) << in;
+    }
+}
+
+}  // namespace
+}  // namespace pdr::config::test

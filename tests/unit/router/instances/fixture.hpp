@@ -1,0 +1,52 @@
+#pragma once
+// Shared fixture for the instance registry tests: one io_context, metrics, config, a real
+// upstream client, and the Registry under test.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "config/config.hpp"
+#include "router/instances/registry.hpp"
+#include "router/metrics/router_metrics.hpp"
+#include "router/upstream/client.hpp"
+#include "tests/mocks/fake_http_server.hpp"
+#include "tests/mocks/run_until.hpp"
+
+namespace pdr::instances {
+
+class RegistryTest : public ::testing::Test {
+protected:
+    RegistryTest() {
+        cfg.connect_timeout = Duration{500};
+        cfg.health_interval = Duration{100};
+        cfg.health_backoff_max = Duration{200};
+    }
+    ~RegistryTest() override {
+        if (registry) registry->stop();
+        test::run_for(ioc, Duration{20});
+    }
+
+    Registry& reg() {
+        if (!registry) registry = std::make_unique<Registry>(ioc.get_executor(), client, rm, cfg);
+        return *registry;
+    }
+
+    static config::InstanceAddress addr(std::string host, unsigned short port) {
+        return config::InstanceAddress{std::move(host), port};
+    }
+
+    net::io_context ioc;
+    metrics::Registry mreg;
+    metrics::RouterMetrics rm{mreg};
+    config::Config cfg;
+    upstream::Client client{ioc.get_executor()};
+    std::unique_ptr<Registry> registry;
+};
+
+// pdrouter_instances{role,health} as last set by the Registry.
+inline double instances_gauge(metrics::Registry& r, std::string role, std::string health) {
+    return r.gauge("pdrouter_instances", "", {{"role", role}, {"health", health}}).value();
+}
+
+}  // namespace pdr::instances

@@ -1,0 +1,209 @@
+// Selection, in-flight accounting, failure marking and listing (no network).
+#include <string>
+#include <vector>
+
+#include "tests/unit/router/instances/fixture.hpp"
+
+namespace pdr::instances {
+namespace {
+
+std::vector<std::string> pick_names(Registry& r, Role role, int n,
+                                    const Instance* exclude = nullptr) {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+        auto inst = r.pick(role, exclude);
+        out.push_back(inst ? inst->name : "<none>");
+    }
+    return out;
+}
+
+TEST(RoleTest, NamesRoundTrip) {
+    Role r{};
+    EXPECT_TRUE(parse_role("prefill", r));
+    EXPECT_EQ(r, Role::Prefill);
+    EXPECT_TRUE(parse_role("decode", r));
+    EXPECT_EQ(r, Role::Decode);
+    EXPECT_FALSE(parse_role("Prefill", r));
+    EXPECT_FALSE(parse_role("", r));
+    EXPECT_EQ(to_string(Role::Prefill), "prefill");
+    EXPECT_EQ(to_string(Role::Decode), "decode");
+}
+
+TEST_F(RegistryTest, PickIsRoundRobinPerRole) {
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8002));
+    reg().add_configured(Role::Prefill, addr("::1", 8003));
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9001));
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));  // duplicate: ignored
+
+    EXPECT_EQ(reg().count(Role::Prefill, false), 3u);
+    EXPECT_EQ(pick_names(reg(), Role::Prefill, 6),
+              (std::vector<std::string>{"127.0.0.1:8001", "127.0.0.1:8002", "[::1]:8003",
+                                        "127.0.0.1:8001", "127.0.0.1:8002", "[::1]:8003"}));
+    EXPECT_EQ(pick_names(reg(), Role::Decode, 2),
+              (std::vector<std::string>{"127.0.0.1:9001", "127.0.0.1:9001"}));
+    auto v6 = reg().find(Role::Prefill, "[::1]:8003");
+    ASSERT_TRUE(v6);
+    EXPECT_EQ(v6->endpoint.host, "::1");
+    EXPECT_EQ(v6->endpoint.port, 8003);
+    EXPECT_EQ(instances_gauge(mreg, "prefill", "up"), 3);
+    EXPECT_EQ(instances_gauge(mreg, "decode", "up"), 1);
+}
+
+TEST_F(RegistryTest, PickWithNoInstancesIsNull) {
+    EXPECT_EQ(reg().pick(Role::Prefill), nullptr);
+    EXPECT_EQ(reg().pick(Role::Decode), nullptr);
+}
+
+TEST_F(RegistryTest, PickSkipsDownInstancesAndExclude) {
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8002));
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8003));
+    auto b = reg().find(Role::Prefill, "127.0.0.1:8002");
+    ASSERT_TRUE(b);
+
+    reg().report_failure(*b, "connect refused");
+    EXPECT_FALSE(b->up);
+    EXPECT_EQ(b->failures, 1u);
+    EXPECT_EQ(b->last_error, "connect refused");
+    EXPECT_EQ(b->up_gauge->value(), 0);
+    EXPECT_EQ(instances_gauge(mreg, "prefill", "up"), 2);
+    EXPECT_EQ(instances_gauge(mreg, "prefill", "down"), 1);
+    EXPECT_EQ(reg().count(Role::Prefill, true), 2u);
+    EXPECT_EQ(reg().count(Role::Prefill, false), 3u);
+
+    const auto names = pick_names(reg(), Role::Prefill, 4);
+    EXPECT_EQ(names, (std::vector<std::string>{"127.0.0.1:8001", "127.0.0.1:8003",
+                                               "127.0.0.1:8001", "127.0.0.1:8003"}));
+
+    auto a = reg().find(Role::Prefill, "127.0.0.1:8001");
+    EXPECT_EQ(pick_names(reg(), Role::Prefill, 3, a.get()),
+              (std::vector<std::string>{"127.0.0.1:8003", "127.0.0.1:8003", "127.0.0.1:8003"}));
+
+    // A second failure while down counts but does not re-transition.
+    reg().report_failure(*b, "timeout");
+    EXPECT_EQ(b->failures, 2u);
+    EXPECT_EQ(instances_gauge(mreg, "prefill", "down"), 1);
+
+    auto c = reg().find(Role::Prefill, "127.0.0.1:8003");
+    reg().report_failure(*a, "x");
+    reg().report_failure(*c, "y");
+    EXPECT_EQ(reg().pick(Role::Prefill), nullptr);  // none up: no pick (the flow answers 503)
+
+    reg().report_success(*b);
+    EXPECT_TRUE(b->up);
+    EXPECT_EQ(b->up_gauge->value(), 1);
+    EXPECT_EQ(pick_names(reg(), Role::Prefill, 2),
+              (std::vector<std::string>{"127.0.0.1:8002", "127.0.0.1:8002"}));
+    EXPECT_EQ(reg().pick(Role::Prefill, b.get()), nullptr);
+}
+
+TEST_F(RegistryTest, InFlightIsCountedByRaii) {
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9001));
+    auto d = reg().pick(Role::Decode);
+    ASSERT_TRUE(d);
+    {
+        InFlight one = reg().acquire(d);
+        EXPECT_EQ(d->in_flight, 1u);
+        EXPECT_EQ(d->in_flight_gauge->value(), 1);
+        InFlight two = reg().acquire(d);
+        EXPECT_EQ(d->in_flight, 2u);
+        InFlight moved = std::move(one);
+        EXPECT_FALSE(one);  // NOLINT(bugprone-use-after-move): moved-from is empty
+        EXPECT_EQ(d->in_flight, 2u);
+        two.release();
+        two.release();
+        EXPECT_EQ(d->in_flight, 1u);
+        EXPECT_EQ(d->in_flight_gauge->value(), 1);
+    }
+    EXPECT_EQ(d->in_flight, 0u);
+    EXPECT_EQ(d->in_flight_gauge->value(), 0);
+    EXPECT_EQ(d->requests, 2u);
+    EXPECT_EQ(d->requests_counter->value(), 2);
+}
+
+TEST_F(RegistryTest, RemovedInstanceFinishesInFlightButGetsNoNewPicks) {
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8002));
+    auto a = reg().find(Role::Prefill, "127.0.0.1:8001");
+    InFlight guard = reg().acquire(a);
+
+    auto res = reg().remove("prefill", "127.0.0.1:8001");
+    EXPECT_EQ(res.status, 200u);
+    EXPECT_EQ(nlohmann::json::parse(res.body)["message"],
+              "Removed 127.0.0.1:8001 from prefill_instances.");
+    EXPECT_TRUE(a->removed);
+    EXPECT_EQ(reg().count(Role::Prefill, false), 1u);
+    EXPECT_EQ(reg().list(Role::Prefill).size(), 1u);
+    EXPECT_EQ(instances_gauge(mreg, "prefill", "up"), 1);
+    EXPECT_EQ(pick_names(reg(), Role::Prefill, 3),
+              (std::vector<std::string>{"127.0.0.1:8002", "127.0.0.1:8002", "127.0.0.1:8002"}));
+
+    // Still listed while its request finishes, flagged removed.
+    auto listed = reg().to_json();
+    ASSERT_EQ(listed.size(), 2u);
+    EXPECT_EQ(listed[0]["name"], "127.0.0.1:8001");
+    EXPECT_EQ(listed[0]["removed"], true);
+    EXPECT_EQ(listed[0]["in_flight"], 1);
+
+    guard.release();
+    EXPECT_EQ(a->in_flight, 0u);
+    reg().pick(Role::Prefill);  // prunes
+    listed = reg().to_json();
+    ASSERT_EQ(listed.size(), 1u);
+    EXPECT_EQ(listed[0]["name"], "127.0.0.1:8002");
+    EXPECT_EQ(listed[0]["role"], "prefill");
+    EXPECT_EQ(listed[0]["up"], true);
+    EXPECT_EQ(mreg.render().find("instance=\"127.0.0.1:8001\""), std::string::npos);
+
+    // Removing again: unknown.
+    res = reg().remove("prefill", "127.0.0.1:8001");
+    EXPECT_EQ(res.status, 404u);
+    EXPECT_NE(res.body.find("not found"), std::string::npos);
+}
+
+TEST_F(RegistryTest, RemoveValidatesTypeAndAddress) {
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9001));
+    auto res = reg().remove("router", "127.0.0.1:9001");
+    EXPECT_EQ(res.status, 400u);
+    EXPECT_EQ(nlohmann::json::parse(res.body)["error"]["message"], "Invalid instance type.");
+    res = reg().remove("decode", "no port here");
+    EXPECT_EQ(res.status, 400u);
+    EXPECT_TRUE(nlohmann::json::parse(res.body)["error"].is_object());
+    res = reg().remove("prefill", "127.0.0.1:9001");  // right name, wrong role
+    EXPECT_EQ(res.status, 404u);
+    res = reg().remove("decode", "http://127.0.0.1:9001");  // same instance, URL form
+    EXPECT_EQ(res.status, 200u);
+    EXPECT_EQ(reg().count(Role::Decode, false), 0u);
+    EXPECT_EQ(reg().pick(Role::Decode), nullptr);
+}
+
+TEST_F(RegistryTest, ToJsonHasEveryField) {
+    reg().add_configured(Role::Decode, addr("localhost", 9001));
+    auto d = reg().pick(Role::Decode);
+    { InFlight f = reg().acquire(d); }
+    reg().report_failure(*d, "boom");
+    auto j = reg().to_json();
+    ASSERT_EQ(j.size(), 1u);
+    EXPECT_EQ(j[0]["role"], "decode");
+    EXPECT_EQ(j[0]["name"], "localhost:9001");
+    EXPECT_EQ(j[0]["up"], false);
+    EXPECT_EQ(j[0]["removed"], false);
+    EXPECT_EQ(j[0]["in_flight"], 0);
+    EXPECT_EQ(j[0]["requests"], 1);
+    EXPECT_EQ(j[0]["failures"], 1);
+    EXPECT_EQ(j[0]["last_error"], "boom");
+}
+
+TEST(ModelMatchTest, ExactOrLastPathComponent) {
+    EXPECT_TRUE(model_matches("Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B"));
+    EXPECT_TRUE(model_matches("Qwen/Qwen3-0.6B", "Qwen3-0.6B"));
+    EXPECT_TRUE(model_matches("Qwen3-0.6B", "Qwen/Qwen3-0.6B"));
+    EXPECT_TRUE(model_matches("/models/Qwen3-0.6B", "Qwen/Qwen3-0.6B"));
+    EXPECT_FALSE(model_matches("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"));
+    EXPECT_FALSE(model_matches("a/", "b/"));
+    EXPECT_FALSE(model_matches("", "x"));
+}
+
+}  // namespace
+}  // namespace pdr::instances

@@ -1,0 +1,206 @@
+// HttpServer on loopback: chunked streaming, client-disconnect detection and handler
+// cancellation, abort, and graceful drain.
+#include "router/server/http_server.hpp"
+
+#include "tests/unit/router/server/net_test_util.hpp"
+
+#include <gtest/gtest.h>
+
+namespace pdr::server {
+namespace {
+
+using namespace pdr::testing;
+
+class StreamTest : public ::testing::Test {
+protected:
+    void start(Handler h, Limits limits = {}) {
+        server_ = std::make_unique<HttpServer>(ioc_.get_executor(), limits, std::move(h));
+        port_ = server_->listen("127.0.0.1", 0);
+        server_->start();
+    }
+    void run(awaitable<void> body) { run_test(ioc_, std::move(body)); }
+
+    net::io_context ioc_;
+    std::unique_ptr<HttpServer> server_;
+    unsigned short port_ = 0;
+};
+
+http::response<http::empty_body> sse_head() {
+    http::response<http::empty_body> head{http::status::ok, 11};
+    head.set(http::field::content_type, "text/event-stream");
+    return head;
+}
+
+// The client sees chunk 1 while the handler is still waiting for the client to see it.
+TEST_F(StreamTest, ChunksArriveOneByOne) {
+    Event seen_first(ioc_.get_executor());
+    bool handler_saw_signal = false;
+    error_code late_respond;
+    start([&](Exchange& ex) -> awaitable<void> {
+        EXPECT_FALSE(co_await ex.begin_stream(sse_head()));
+        EXPECT_TRUE(ex.responded());
+        EXPECT_FALSE(co_await ex.write_chunk("data: one\n\n"));
+        handler_saw_signal = co_await seen_first.wait(Duration{3000});
+        EXPECT_FALSE(co_await ex.write_chunk("data: two\n\n"));
+        EXPECT_FALSE(co_await ex.end_stream());
+        Response late{http::status::ok, 11};
+        late_respond = co_await ex.respond(std::move(late));
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        co_await write_raw(s, "POST /v1/completions HTTP/1.1\r\nHost: a\r\n"
+                              "Content-Length: 2\r\n\r\n{}");
+        http::response_parser<http::buffer_body> p;
+        s.expires_after(Duration{3000});
+        auto [hec, hn] = co_await http::async_read_header(s, buf, p, use_tuple);
+        (void)hn;
+        EXPECT_FALSE(hec);
+        EXPECT_TRUE(p.get().chunked());
+        std::string body;
+        char piece[256];
+        while (!p.is_done()) {
+            p.get().body().data = piece;
+            p.get().body().size = sizeof piece;
+            auto [ec, n] = co_await http::async_read_some(s, buf, p, use_tuple);
+            (void)n;
+            if (ec && ec != http::error::need_buffer) {
+                ADD_FAILURE() << ec.message();
+                break;
+            }
+            body.append(piece, sizeof piece - p.get().body().size);
+            if (body == "data: one\n\n" && !seen_first.is_set()) {
+                seen_first.set();  // the handler is waiting for this before chunk 2
+            }
+        }
+        EXPECT_EQ(body, "data: one\n\ndata: two\n\n");
+        EXPECT_TRUE(p.keep_alive());
+    }());
+    EXPECT_TRUE(handler_saw_signal);
+    EXPECT_EQ(late_respond, net::error::already_started);
+}
+
+TEST_F(StreamTest, ClientDisconnectCancelsHandler) {
+    Event handler_started(ioc_.get_executor());
+    Event handler_ended(ioc_.get_executor());
+    int gone_calls = 0;
+    error_code wait_ec;
+    Clock::time_point gone_at{};
+    start([&](Exchange& ex) -> awaitable<void> {
+        ex.on_client_gone([&] {
+            ++gone_calls;
+            gone_at = Clock::now();
+        });
+        EXPECT_FALSE(co_await ex.begin_stream(sse_head()));
+        handler_started.set();
+        Timer t(co_await net::this_coro::executor);
+        t.expires_after(Duration{10'000});
+        auto [ec] = co_await t.async_wait();
+        wait_ec = ec;
+        EXPECT_TRUE(ex.client_gone());
+        int late = 0;
+        ex.on_client_gone([&late] { ++late; });  // runs at once
+        EXPECT_EQ(late, 1);
+        handler_ended.set();
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s, "GET /s HTTP/1.1\r\nHost: a\r\n\r\n");
+        EXPECT_TRUE(co_await handler_started.wait(Duration{3000}));
+        const auto closed_at = Clock::now();
+        s.close();
+        EXPECT_TRUE(co_await handler_ended.wait(Duration{3000}));
+        EXPECT_LT(Clock::now() - closed_at, Duration{100});
+        EXPECT_EQ(gone_calls, 1);
+        EXPECT_LT(gone_at - closed_at, Duration{100});
+        EXPECT_EQ(wait_ec, net::error::operation_aborted);
+        // The connection coroutine ends too.
+        for (int i = 0; i < 100 && server_->active_connections() > 0; ++i) {
+            co_await sleep_for(Duration{10});
+        }
+        EXPECT_EQ(server_->active_connections(), 0u);
+    }());
+}
+
+TEST_F(StreamTest, AbortTruncatesTheStream) {
+    start([](Exchange& ex) -> awaitable<void> {
+        co_await ex.begin_stream(sse_head());
+        co_await ex.write_chunk("data: partial\n\n");
+        ex.abort();
+        EXPECT_TRUE(co_await ex.write_chunk("more"));  // fails: connection is closed
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s, "GET /s HTTP/1.1\r\nHost: a\r\n\r\n");
+        std::string all = co_await read_until_close(s, Duration{3000});
+        EXPECT_NE(all.find("data: partial"), std::string::npos);
+        EXPECT_EQ(all.find("0\r\n\r\n"), std::string::npos);  // no last chunk
+    }());
+}
+
+TEST_F(StreamTest, DrainFinishesInFlightAndClosesIdle) {
+    start([](Exchange& ex) -> awaitable<void> {
+        if (ex.request().target() == "/slow") {
+            co_await sleep_for(Duration{200});
+        }
+        Response res{http::status::ok, 11};
+        co_await ex.respond(std::move(res));
+    });
+    run([&]() -> awaitable<void> {
+        auto idle = co_await connect_raw(port_);
+        beast::flat_buffer ibuf;
+        co_await write_raw(idle, "GET /fast HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto r0 = co_await read_response(idle, ibuf);
+        EXPECT_EQ(r0.msg.result_int(), 200u);
+
+        auto busy = co_await connect_raw(port_);
+        beast::flat_buffer bbuf;
+        co_await write_raw(busy, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n");
+        for (int i = 0; i < 100 && server_->active_connections() < 2; ++i) {
+            co_await sleep_for(Duration{5});
+        }
+        co_await sleep_for(Duration{20});  // the request has reached the handler
+        const auto t0 = Clock::now();
+        co_await server_->drain(Duration{3000});
+        EXPECT_LT(Clock::now() - t0, Duration{2000});
+        EXPECT_EQ(server_->active_connections(), 0u);
+        auto r = co_await read_response(busy, bbuf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        EXPECT_EQ(r.msg.result_int(), 200u);
+        EXPECT_FALSE(r.msg.keep_alive());
+        std::string rest = co_await read_until_close(idle, Duration{1000});
+        EXPECT_TRUE(rest.empty());
+        // No longer accepting.
+        beast::tcp_stream late(co_await net::this_coro::executor);
+        auto [ec] = co_await late.async_connect(
+            tcp::endpoint(net::ip::make_address("127.0.0.1"), port_), use_tuple);
+        EXPECT_TRUE(ec);
+    }());
+}
+
+TEST_F(StreamTest, DrainGraceCancelsStuckHandler) {
+    Event started(ioc_.get_executor());
+    bool ended = false;
+    start([&](Exchange& ex) -> awaitable<void> {
+        co_await ex.begin_stream(sse_head());
+        started.set();
+        const auto t0 = Clock::now();
+        co_await sleep_for(Duration{10'000});
+        ended = Clock::now() - t0 > Duration{5000};
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s, "GET /stuck HTTP/1.1\r\nHost: a\r\n\r\n");
+        EXPECT_TRUE(co_await started.wait(Duration{3000}));
+        const auto t0 = Clock::now();
+        co_await server_->drain(Duration{100});
+        const auto took = Clock::now() - t0;
+        EXPECT_GE(took, Duration{90});
+        EXPECT_LT(took, Duration{1000});
+        EXPECT_EQ(server_->active_connections(), 0u);
+        EXPECT_FALSE(ended);  // cancelled, not slept out
+    }());
+}
+
+}  // namespace
+}  // namespace pdr::server

@@ -1,0 +1,259 @@
+// HttpServer on loopback: plain answers, keep-alive, limits (413/431/400 with OpenAI bodies),
+// Expect: 100-continue, chunked request bodies, pipelining, max_connections.
+#include "router/server/http_server.hpp"
+
+#include "tests/unit/router/server/net_test_util.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+namespace pdr::server {
+namespace {
+
+using namespace pdr::testing;
+
+awaitable<void> echo_handler(Exchange& ex) {
+    Response res{http::status::ok, 11};
+    res.set(http::field::content_type, "text/plain");
+    res.body() = std::string(ex.request().target()) + "|" + ex.request().body();
+    co_await ex.respond(std::move(res));
+}
+
+class ServerTest : public ::testing::Test {
+protected:
+    void start(Limits limits = {}, Handler h = echo_handler) {
+        server_ = std::make_unique<HttpServer>(ioc_.get_executor(), limits, std::move(h));
+        port_ = server_->listen("127.0.0.1", 0);
+        server_->start();
+    }
+    void run(awaitable<void> body) { run_test(ioc_, std::move(body)); }
+
+    static void expect_openai_error(const http::response<http::string_body>& res,
+                                    unsigned status, std::string_view code) {
+        EXPECT_EQ(res.result_int(), status);
+        EXPECT_FALSE(res.keep_alive());
+        auto j = nlohmann::json::parse(res.body(), nullptr, false);
+        ASSERT_TRUE(j.is_object()) << res.body();
+        ASSERT_TRUE(j.contains("error"));
+        EXPECT_EQ(j["error"]["code"], code);
+        EXPECT_TRUE(j["error"]["message"].is_string());
+        EXPECT_TRUE(j["error"]["type"].is_string());
+        EXPECT_TRUE(j["error"]["param"].is_null());
+    }
+
+    net::io_context ioc_;
+    std::unique_ptr<HttpServer> server_;
+    unsigned short port_ = 0;
+};
+
+TEST_F(ServerTest, AnswersAndKeepsConnectionAlive) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        for (int i = 0; i < 3; ++i) {
+            std::string req = "POST /x" + std::to_string(i) +
+                              " HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc";
+            EXPECT_FALSE(co_await write_raw(s, req));
+            auto r = co_await read_response(s, buf);
+            EXPECT_FALSE(r.ec) << r.ec.message();
+            EXPECT_EQ(r.msg.result_int(), 200u);
+            EXPECT_EQ(r.msg.body(), "/x" + std::to_string(i) + "|abc");
+            EXPECT_TRUE(r.msg.keep_alive());
+        }
+        EXPECT_EQ(server_->active_connections(), 1u);
+        // Connection: close is honoured.
+        EXPECT_FALSE(co_await write_raw(s, "GET /c HTTP/1.1\r\nConnection: close\r\n\r\n"));
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec);
+        EXPECT_FALSE(r.msg.keep_alive());
+        std::string rest = co_await read_until_close(s, Duration{2000});
+        EXPECT_TRUE(rest.empty());
+    }());
+}
+
+TEST_F(ServerTest, BodyOverLimitGets413) {
+    Limits l;
+    l.max_body_bytes = 1024;
+    start(l);
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        std::string req = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" +
+                          std::string(5000, 'x');
+        co_await write_raw(s, req);
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        expect_openai_error(r.msg, 413, "body_too_large");
+    }());
+}
+
+TEST_F(ServerTest, ChunkedBodyOverLimitGets413) {
+    Limits l;
+    l.max_body_bytes = 1024;
+    start(l);
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        std::string req = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for (int i = 0; i < 3; ++i) {
+            req += "200\r\n" + std::string(0x200, 'y') + "\r\n";
+        }
+        req += "0\r\n\r\n";
+        co_await write_raw(s, req);
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        expect_openai_error(r.msg, 413, "body_too_large");
+    }());
+}
+
+TEST_F(ServerTest, HeadersOverLimitGet431) {
+    Limits l;
+    l.max_header_bytes = 1024;
+    start(l);
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        std::string req = "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(4000, 'h') +
+                          "\r\n\r\n";
+        co_await write_raw(s, req);
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        expect_openai_error(r.msg, 431, "headers_too_large");
+    }());
+}
+
+TEST_F(ServerTest, MalformedRequestGets400) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        co_await write_raw(s, "GET / HTTP/1.1\r\nBad Header Line\r\n\r\n");
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        expect_openai_error(r.msg, 400, "bad_http_request");
+    }());
+}
+
+TEST_F(ServerTest, ChunkedRequestBodyIsDecoded) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        co_await write_raw(s,
+                           "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        EXPECT_EQ(r.msg.body(), "/c|abcde");
+    }());
+}
+
+TEST_F(ServerTest, ExpectContinueGets100BeforeBody) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        const std::string body(4096, 'b');
+        co_await write_raw(s, "POST /e HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                              "Content-Length: 4096\r\n\r\n");
+        // The interim answer arrives without the body having been sent.
+        http::response_parser<http::empty_body> interim;
+        s.expires_after(Duration{1000});
+        auto [ec, n] = co_await http::async_read_header(s, buf, interim, use_tuple);
+        (void)n;
+        EXPECT_FALSE(ec) << ec.message();
+        EXPECT_EQ(interim.get().result_int(), 100u);
+        co_await write_raw(s, body);
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        EXPECT_EQ(r.msg.body(), "/e|" + body);
+    }());
+}
+
+TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
+    start(Limits{}, [](Exchange& ex) -> awaitable<void> {
+        co_await sleep_for(Duration{20});  // the watcher reads the next request meanwhile
+        co_await echo_handler(ex);
+    });
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        co_await write_raw(s,
+                           "GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n"
+                           "POST /3 HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nzz");
+        for (std::string want : {"/1|", "/2|", "/3|zz"}) {
+            auto r = co_await read_response(s, buf);
+            EXPECT_FALSE(r.ec) << r.ec.message();
+            EXPECT_EQ(r.msg.body(), want);
+        }
+    }());
+}
+
+TEST_F(ServerTest, HandlerWithoutAnswerGives500) {
+    start(Limits{}, [](Exchange&) -> awaitable<void> { co_return; });
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        co_await write_raw(s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec);
+        EXPECT_EQ(r.msg.result_int(), 500u);
+    }());
+}
+
+TEST_F(ServerTest, ThrowingHandlerGives500) {
+    start(Limits{}, [](Exchange&) -> awaitable<void> {
+        throw std::runtime_error("boom");
+        co_return;
+    });
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        co_await write_raw(s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec);
+        EXPECT_EQ(r.msg.result_int(), 500u);
+    }());
+}
+
+TEST_F(ServerTest, ConnectionsOverLimitGet503) {
+    Limits l;
+    l.max_connections = 1;
+    start(l);
+    run([this]() -> awaitable<void> {
+        auto first = co_await connect_raw(port_);
+        beast::flat_buffer buf1;
+        co_await write_raw(first, "GET /a HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto r1 = co_await read_response(first, buf1);
+        EXPECT_EQ(r1.msg.result_int(), 200u);
+        auto second = co_await connect_raw(port_);
+        beast::flat_buffer buf2;
+        co_await write_raw(second, "GET /b HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto r2 = co_await read_response(second, buf2);
+        EXPECT_FALSE(r2.ec) << r2.ec.message();
+        EXPECT_EQ(r2.msg.result_int(), 503u);
+        EXPECT_FALSE(r2.msg.keep_alive());
+    }());
+}
+
+TEST_F(ServerTest, IdleKeepAliveConnectionIsClosedAfterIdleTimeout) {
+    Limits l;
+    l.idle_timeout = Duration{100};
+    start(l);
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        co_await write_raw(s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto r = co_await read_response(s, buf);
+        EXPECT_EQ(r.msg.result_int(), 200u);
+        auto t0 = Clock::now();
+        std::string rest = co_await read_until_close(s, Duration{3000});
+        EXPECT_TRUE(rest.empty());
+        EXPECT_LT(Clock::now() - t0, Duration{2000});
+    }());
+}
+
+}  // namespace
+}  // namespace pdr::server

@@ -1,0 +1,296 @@
+// upstream::Client against a loopback HttpServer (or a raw scripted server): whole answers,
+// pooling, stale-connection retry, failure classification, IPv6 and DNS names.
+#include "router/upstream/client.hpp"
+
+#include "router/server/http_server.hpp"
+#include "tests/unit/router/server/net_test_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace pdr::upstream {
+namespace {
+
+using namespace pdr::testing;
+
+Request make_get(std::string target) {
+    Request req{http::verb::get, target, 11};
+    return req;
+}
+
+Timeouts quick() {
+    Timeouts t;
+    t.connect = Duration{1000};
+    t.response = Duration{2000};
+    t.idle = Duration{2000};
+    return t;
+}
+
+class ClientTest : public ::testing::Test {
+protected:
+    // A server that answers "<target>|<body>" and records each client port it sees.
+    void start_server(const std::string& host = "127.0.0.1") {
+        server_ = std::make_unique<server::HttpServer>(
+            ioc_.get_executor(), server::Limits{},
+            [this](server::Exchange& ex) -> awaitable<void> { co_await handle(ex); });
+        port_ = server_->listen(host, 0);
+        server_->start();
+    }
+    awaitable<void> handle(server::Exchange& ex) {
+        peers_.insert(ex.remote_address());
+        const auto& req = ex.request();
+        if (req.target() == "/slow") {
+            co_await sleep_for(Duration{2000});
+        }
+        if (req.target() == "/chunked") {
+            http::response<http::empty_body> head{http::status::ok, 11};
+            co_await ex.begin_stream(std::move(head));
+            co_await ex.write_chunk("alpha-");
+            co_await ex.write_chunk("beta-");
+            co_await ex.write_chunk("gamma");
+            co_await ex.end_stream();
+            co_return;
+        }
+        server::Response res{http::status::ok, 11};
+        if (req.target() == "/close") {
+            res.keep_alive(false);
+        }
+        if (req.target() == "/big") {
+            res.body() = std::string(10000, 'b');
+        } else {
+            res.body() = std::string(req.target()) + "|" + req.body() + "|" +
+                         std::string(req[http::field::host]);
+        }
+        co_await ex.respond(std::move(res));
+    }
+    void run(awaitable<void> body) { run_test(ioc_, std::move(body)); }
+
+    net::io_context ioc_;
+    std::unique_ptr<server::HttpServer> server_;
+    unsigned short port_ = 0;
+    std::set<std::string> peers_;
+};
+
+TEST_F(ClientTest, RequestReusesPooledConnection) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Endpoint ep{"127.0.0.1", port_};
+        for (int i = 0; i < 3; ++i) {
+            Request req{http::verb::post, "/p" + std::to_string(i), 11};
+            req.body() = "hi";
+            Result r = co_await client.request(ep, std::move(req), quick());
+            EXPECT_TRUE(r.ok()) << to_string(r.failure) << " " << r.ec.message();
+            EXPECT_EQ(r.response.result_int(), 200u);
+            EXPECT_EQ(r.response.body(),
+                      "/p" + std::to_string(i) + "|hi|127.0.0.1:" + std::to_string(port_));
+            EXPECT_EQ(client.idle_connections(), 1u);
+        }
+        EXPECT_EQ(peers_.size(), 1u);
+        // Connection: close from upstream: not pooled.
+        Result r = co_await client.request(ep, make_get("/close"), quick());
+        EXPECT_TRUE(r.ok());
+        EXPECT_EQ(client.idle_connections(), 0u);
+        client.close_idle();
+    }());
+}
+
+TEST_F(ClientTest, ConcurrentRequestsOpenSeparateConnections) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Endpoint ep{"127.0.0.1", port_};
+        using namespace net::experimental::awaitable_operators;
+        auto [a, b] = co_await (client.request(ep, make_get("/a"), quick()) &&
+                                client.request(ep, make_get("/b"), quick()));
+        EXPECT_TRUE(a.ok());
+        EXPECT_TRUE(b.ok());
+        EXPECT_EQ(peers_.size(), 2u);
+        EXPECT_EQ(client.idle_connections(), 2u);
+        client.close_idle(ep);
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+TEST_F(ClientTest, ChunkedBodyIsDecoded) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", port_};
+        Result r = co_await client.request(ep, make_get("/chunked"), quick());
+        EXPECT_TRUE(r.ok());
+        EXPECT_EQ(r.response.body(), "alpha-beta-gamma");
+        EXPECT_EQ(client.idle_connections(), 1u);
+    }());
+}
+
+TEST_F(ClientTest, BodyOverLimitIsProtocolFailure) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        PoolLimits limits;
+        limits.max_response_body = 1000;
+        Client client(ioc_.get_executor(), limits);
+        const Endpoint ep{"127.0.0.1", port_};
+        Result r = co_await client.request(ep, make_get("/big"), quick());
+        EXPECT_EQ(r.failure, Failure::Protocol);
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+TEST_F(ClientTest, ConnectRefused) {
+    unsigned short dead_port = 0;
+    {
+        tcp::acceptor a(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+        dead_port = a.local_endpoint().port();
+    }
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", dead_port};
+        Result r = co_await client.request(ep, make_get("/"), quick());
+        EXPECT_EQ(r.failure, Failure::Connect);
+        EXPECT_TRUE(request_not_sent(r.failure));
+        auto o = co_await client.open(ep, make_get("/"), quick());
+        EXPECT_EQ(o.failure, Failure::Connect);
+        EXPECT_EQ(o.stream, nullptr);
+    }());
+}
+
+TEST_F(ClientTest, ResponseTimeout) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Timeouts t = quick();
+        t.response = Duration{100};
+        const auto t0 = Clock::now();
+        const Endpoint ep{"127.0.0.1", port_};
+        Result r = co_await client.request(ep, make_get("/slow"), t);
+        EXPECT_EQ(r.failure, Failure::ResponseTimeout);
+        EXPECT_LT(Clock::now() - t0, Duration{1000});
+        EXPECT_EQ(client.idle_connections(), 0u);
+        auto o = co_await client.open(ep, make_get("/slow"), t);
+        EXPECT_EQ(o.failure, Failure::ResponseTimeout);
+    }());
+}
+
+TEST_F(ClientTest, CancellationCompletesWithCanceled) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        using namespace net::experimental::awaitable_operators;
+        Result out;
+        const Endpoint ep{"127.0.0.1", port_};
+        auto call = [&]() -> awaitable<void> {
+            out = co_await client.request(ep, make_get("/slow"), quick());
+        };
+        const auto t0 = Clock::now();
+        auto which = co_await (call() || sleep_for(Duration{100}));
+        EXPECT_EQ(which.index(), 1u);
+        EXPECT_LT(Clock::now() - t0, Duration{1000});
+        EXPECT_EQ(out.failure, Failure::Canceled);
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+// Upstream closes a kept-alive connection just as the next request arrives: the client
+// retries once on a fresh connection.
+TEST_F(ClientTest, StalePooledConnectionIsRetried) {
+    int accepted = 0;
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    auto serve = [&]() -> awaitable<void> {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            const int index = ++accepted;
+            beast::tcp_stream s(std::move(sock));
+            beast::flat_buffer buf;
+            for (int n = 0;; ++n) {
+                http::request<http::string_body> req;
+                auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+                (void)rn;
+                if (rec) {
+                    break;
+                }
+                if (index == 1 && n == 1) {
+                    s.close();  // drop the second request unanswered
+                    break;
+                }
+                http::response<http::string_body> res{http::status::ok, 11};
+                res.body() = "conn" + std::to_string(index);
+                res.prepare_payload();
+                co_await http::async_write(s, res, use_tuple);
+            }
+        }
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Endpoint ep{"127.0.0.1", port};
+        Result r1 = co_await client.request(ep, make_get("/1"), quick());
+        EXPECT_TRUE(r1.ok());
+        EXPECT_EQ(r1.response.body(), "conn1");
+        Result r2 = co_await client.request(ep, make_get("/2"), quick());
+        EXPECT_TRUE(r2.ok()) << to_string(r2.failure);
+        EXPECT_EQ(r2.response.body(), "conn2");
+        EXPECT_EQ(accepted, 2);
+    }());
+    acceptor.close();
+}
+
+// A pooled connection the upstream closed while idle is not used.
+TEST_F(ClientTest, ClosedIdleConnectionIsDiscarded) {
+    server::Limits limits;
+    limits.idle_timeout = Duration{50};
+    server_ = std::make_unique<server::HttpServer>(
+        ioc_.get_executor(), limits,
+        [this](server::Exchange& ex) -> awaitable<void> { co_await handle(ex); });
+    port_ = server_->listen("127.0.0.1", 0);
+    server_->start();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Endpoint ep{"127.0.0.1", port_};
+        EXPECT_TRUE((co_await client.request(ep, make_get("/1"), quick())).ok());
+        for (int i = 0; i < 200 && server_->active_connections() > 0; ++i) {
+            co_await sleep_for(Duration{5});
+        }
+        EXPECT_EQ(server_->active_connections(), 0u);
+        Result r = co_await client.request(ep, make_get("/2"), quick());
+        EXPECT_TRUE(r.ok()) << to_string(r.failure);
+        EXPECT_EQ(peers_.size(), 2u);
+    }());
+}
+
+TEST_F(ClientTest, Ipv6Loopback) {
+    try {
+        start_server("::1");
+    } catch (const std::system_error& e) {
+        GTEST_SKIP() << "no IPv6 loopback: " << e.what();
+    }
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Endpoint ep{"::1", port_};
+        EXPECT_EQ(ep.authority(), "[::1]:" + std::to_string(port_));
+        Result r = co_await client.request(ep, make_get("/v6"), quick());
+        EXPECT_TRUE(r.ok()) << to_string(r.failure) << " " << r.ec.message();
+        EXPECT_EQ(r.response.body(), "/v6||[::1]:" + std::to_string(port_));
+    }());
+}
+
+TEST_F(ClientTest, DnsName) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        // "localhost" may resolve to ::1 first; the server is on 127.0.0.1 only, so the
+        // client must try each address.
+        const Endpoint ep{"localhost", port_};
+        Result r = co_await client.request(ep, make_get("/dns"), quick());
+        EXPECT_TRUE(r.ok()) << to_string(r.failure) << " " << r.ec.message();
+        EXPECT_EQ(r.response.body(), "/dns||localhost:" + std::to_string(port_));
+    }());
+}
+
+}  // namespace
+}  // namespace pdr::upstream

@@ -1,0 +1,197 @@
+// Wire formats (descriptor, notification header), request planning (validation, sort, merge)
+// and the lease table.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "lease_table.hpp"
+#include "plan.hpp"
+#include "wire.hpp"
+
+namespace pdx::detail {
+namespace {
+
+Descriptor sample() {
+    Descriptor d;
+    d.compat = compat_hash();
+    d.instance = 0x1122334455667788ull;
+    d.backend = BackendKind::Loopback;
+    d.name = "prefill-0";
+    d.host_id = "host/boot";
+    d.address = {std::byte{1}, std::byte{2}, std::byte{3}};
+    d.regions.push_back({0x10000, 1 << 20, {std::byte{9}, std::byte{8}}});
+    d.layouts.push_back(Layout{0, 4096, 4096, 8192, 64});
+    return d;
+}
+
+TEST(Descriptor, RoundTripsAndIsLittleEndian) {
+    auto blob = encode_descriptor(sample());
+    ASSERT_GE(blob.size(), 24u);
+    EXPECT_EQ(std::to_integer<int>(blob[0]), 'P');
+    EXPECT_EQ(std::to_integer<int>(blob[1]), 'D');
+    EXPECT_EQ(std::to_integer<int>(blob[2]), 'X');
+    EXPECT_EQ(std::to_integer<int>(blob[3]), 'D');
+    EXPECT_EQ(std::to_integer<int>(blob[4]), 1);  // version, low byte first
+    EXPECT_EQ(std::to_integer<int>(blob[16]), 0x88);  // instance LSB at offset 16
+    auto d = decode_descriptor(blob);
+    ASSERT_TRUE(d) << d.message();
+    EXPECT_EQ(d->name, "prefill-0");
+    EXPECT_EQ(d->instance, 0x1122334455667788ull);
+    EXPECT_EQ(d->host_id, "host/boot");
+    ASSERT_EQ(d->regions.size(), 1u);
+    EXPECT_EQ(d->regions[0].base, 0x10000u);
+    EXPECT_EQ(d->regions[0].rkey.size(), 2u);
+    ASSERT_EQ(d->layouts.size(), 1u);
+    EXPECT_EQ(d->layouts[0].stride, 8192u);
+    EXPECT_EQ(d->layouts[0].count, 64u);
+}
+
+TEST(Descriptor, RefusesCorruptBlobs) {
+    auto blob = encode_descriptor(sample());
+    for (std::size_t n = 0; n < blob.size(); ++n) {
+        auto d = decode_descriptor(std::span(blob).first(n));
+        EXPECT_FALSE(d) << "prefix " << n;
+        EXPECT_EQ(d.status(), Status::Invalid);
+    }
+    auto bad = blob;
+    bad[0] = std::byte{0};
+    EXPECT_NE(decode_descriptor(bad).message().find("magic"), std::string::npos);
+    bad = blob;
+    bad[4] = std::byte{2};
+    EXPECT_NE(decode_descriptor(bad).message().find("version"), std::string::npos);
+    bad = blob;
+    bad[8] ^= std::byte{1};
+    EXPECT_NE(decode_descriptor(bad).message().find("compatibility"), std::string::npos);
+    bad = blob;
+    bad.push_back(std::byte{0});
+    EXPECT_FALSE(decode_descriptor(bad));
+    auto d = sample();
+    d.layouts[0].count = 1000;  // leaves the region
+    EXPECT_FALSE(decode_descriptor(encode_descriptor(d)));
+}
+
+TEST(NotifyHeader, FixedFortyBytesLittleEndian) {
+    Notification n;
+    n.kind = NotifyKind::Register;
+    n.transfer_id = 0x0102030405060708ull;
+    n.sequence = 7;
+    n.expected = 9;
+    n.status = Status::Expired;
+    n.payload = "abc";
+    auto m = encode_notification(n, 0, 0xAABBull);
+    ASSERT_EQ(m.size(), kNotifyHeaderBytes + 3);
+    EXPECT_EQ(std::memcmp(m.data(), "PDXN", 4), 0);
+    EXPECT_EQ(std::to_integer<int>(m[6]), 3);     // kind
+    EXPECT_EQ(std::to_integer<int>(m[8]), 0x08);  // transfer id LSB
+    EXPECT_EQ(std::to_integer<int>(m[16]), 7);    // sequence
+    EXPECT_EQ(std::to_integer<int>(m[20]), 9);    // expected
+    EXPECT_EQ(std::to_integer<int>(m[24]), 3);    // status
+    EXPECT_EQ(std::to_integer<int>(m[28]), 3);    // payload length
+    EXPECT_EQ(std::to_integer<int>(m[32]), 0xBB);  // sender
+    auto d = decode_notification(m);
+    ASSERT_TRUE(d) << d.message();
+    EXPECT_EQ(d->notification.kind, NotifyKind::Register);
+    EXPECT_EQ(d->notification.transfer_id, n.transfer_id);
+    EXPECT_EQ(d->notification.status, Status::Expired);
+    EXPECT_EQ(d->notification.payload, "abc");
+    EXPECT_EQ(d->header.sender, 0xAABBu);
+    m.pop_back();  // payload length no longer matches
+    EXPECT_FALSE(decode_notification(m));
+    m = encode_notification(n, 0, 1);
+    m[6] = std::byte{42};
+    EXPECT_FALSE(decode_notification(m));
+}
+
+PlanSide side(std::uint64_t base, std::uint64_t bs, std::uint64_t stride, std::uint32_t count) {
+    return PlanSide{Layout{0, 0, bs, stride, count}, base};
+}
+
+TEST(Plan, SortsBySourceAndMergesRunsContiguousOnBothSides) {
+    auto l = side(0x1000, 16, 16, 100);
+    auto r = side(0x100000, 16, 16, 100);
+    std::vector<BlockId> src = {5, 3, 4, 0, 1, 2, 9, 3};
+    std::vector<BlockId> dst = {15, 13, 14, 10, 11, 12, 1, 13};  // last pair duplicates 3->13
+    auto p = make_plan(l, r, src, dst, true, {1 << 20, 1000});
+    ASSERT_TRUE(p) << p.message();
+    ASSERT_EQ(p->segments.size(), 2u);
+    EXPECT_EQ(p->segments[0].local_addr, 0x1000u);
+    EXPECT_EQ(p->segments[0].remote_addr, 0x100000u + 10 * 16);
+    EXPECT_EQ(p->segments[0].bytes, 6u * 16);
+    EXPECT_EQ(p->segments[1].local_addr, 0x1000u + 9 * 16);
+    EXPECT_EQ(p->segments[1].remote_addr, 0x100000u + 16);
+    EXPECT_EQ(p->bytes, 7u * 16);
+}
+
+TEST(Plan, DoesNotMergeWhenOnlyOneSideIsContiguous) {
+    auto l = side(0, 16, 16, 100);
+    auto r = side(0x100000, 16, 16, 100);
+    std::vector<BlockId> src = {0, 1, 2};
+    std::vector<BlockId> dst = {0, 2, 4};
+    auto p = make_plan(l, r, src, dst, true, {1 << 20, 1000});
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->segments.size(), 3u);
+    auto strided = side(0, 16, 32, 100);  // gaps between blocks: never merged
+    std::vector<BlockId> seq = {0, 1, 2};
+    p = make_plan(strided, r, seq, seq, true, {1 << 20, 1000});
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->segments.size(), 3u);
+}
+
+TEST(Plan, ReadsSortByRemoteSource) {
+    auto l = side(0, 16, 16, 100);
+    auto r = side(0x100000, 16, 16, 100);
+    std::vector<BlockId> local = {7, 6, 5};
+    std::vector<BlockId> remote = {2, 1, 0};
+    auto p = make_plan(l, r, local, remote, false, {1 << 20, 1000});
+    ASSERT_TRUE(p);
+    // caller order was descending; sorted by source (remote 0,1,2 -> local 5,6,7) it is one run
+    ASSERT_EQ(p->segments.size(), 1u);
+    EXPECT_EQ(p->segments[0].remote_addr, 0x100000u);
+    EXPECT_EQ(p->segments[0].local_addr, 5u * 16);
+    EXPECT_EQ(p->segments[0].bytes, 48u);
+    std::vector<BlockId> crossed = {5, 6, 7};  // remote 2,1,0 -> local 5,6,7: no run
+    p = make_plan(l, r, crossed, remote, false, {1 << 20, 1000});
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->segments.size(), 3u);
+    EXPECT_EQ(p->segments[0].local_addr, 7u * 16);
+}
+
+TEST(Plan, RefusesBadRequests) {
+    auto l = side(0, 16, 16, 10);
+    auto r = side(0, 16, 16, 10);
+    std::vector<BlockId> none, one = {1}, two = {1, 2}, out = {10}, big(11, 0);
+    EXPECT_NE(make_plan(l, r, none, none, true, {1 << 20, 100}).message().find("empty"), std::string::npos);
+    EXPECT_NE(make_plan(l, r, one, two, true, {1 << 20, 100}).message().find("mismatched"), std::string::npos);
+    EXPECT_NE(make_plan(l, r, out, one, true, {1 << 20, 100}).message().find("local block 10"), std::string::npos);
+    EXPECT_NE(make_plan(l, r, one, out, true, {1 << 20, 100}).message().find("remote block 10"), std::string::npos);
+    EXPECT_NE(make_plan(l, r, two, two, true, {16, 100}).message().find("oversize"), std::string::npos);
+    EXPECT_NE(make_plan(l, r, big, big, true, {1 << 20, 10}).message().find("oversize"), std::string::npos);
+    std::vector<BlockId> dup_dst = {1, 1};
+    EXPECT_NE(make_plan(l, r, two, dup_dst, true, {1 << 20, 100}).message().find("twice"), std::string::npos);
+    auto other = side(0, 32, 32, 10);
+    EXPECT_NE(make_plan(l, other, one, one, true, {1 << 20, 100}).message().find("block size"), std::string::npos);
+    EXPECT_EQ(make_plan(l, r, none, none, true, {1 << 20, 100}).status(), Status::Invalid);
+}
+
+TEST(LeaseTable, SweepExpiresEveryDueLeaseNotJustTheOldest) {
+    LeaseTable t;
+    auto now = Clock::now();
+    std::vector<BlockId> a = {1, 2}, b = {3}, c = {2};
+    t.lease(10, 0, 0, a, now + std::chrono::hours(1));  // oldest, long-lived
+    t.lease(11, 0, 0, b, now + std::chrono::milliseconds(5));
+    t.lease(12, 0, 0, c, now + std::chrono::milliseconds(5));
+    EXPECT_TRUE(t.is_leased(0, 2));
+    EXPECT_EQ(t.region_leases(0), 3u);
+    auto expired = t.expire(now + std::chrono::milliseconds(10));
+    EXPECT_EQ(expired, (std::vector<std::uint64_t>{11, 12}));
+    EXPECT_TRUE(t.is_leased(0, 2));  // still held by lease 10
+    EXPECT_FALSE(t.is_leased(0, 3));
+    EXPECT_TRUE(t.renew(10, now));
+    EXPECT_EQ(t.expire(now + std::chrono::milliseconds(1)), (std::vector<std::uint64_t>{10}));
+    EXPECT_FALSE(t.is_leased(0, 2));
+    EXPECT_EQ(t.region_leases(0), 0u);
+    EXPECT_FALSE(t.release(10));
+}
+
+}  // namespace
+}  // namespace pdx::detail

@@ -1,0 +1,243 @@
+/* pdx C API: the transfer core (pdx::Agent) behind opaque handles, for engines written in C or
+ * loaded through an FFI. Every call maps onto one pdx::Agent method; see docs/transfer.md.
+ *
+ * Conventions
+ * - Functions return pdx_status_t; its values equal pdx::Status (0 = PDX_OK).
+ * - On an error the message is kept per thread: pdx_last_error() returns the message of the
+ *   most recent failing call made by the calling thread (valid until that thread's next failing
+ *   call). Successful calls leave it untouched.
+ * - Handles: pdx_agent_t* (opaque), peers and transfers are uint64_t (0 = none, never reused),
+ *   regions and layouts are uint32_t.
+ * - Deadlines and TTLs are relative, in milliseconds (deadline_ms = 0: the agent's default).
+ * - Every function is thread-safe for the same agent, except pdx_agent_destroy.
+ */
+#ifndef PDX_PDX_H
+#define PDX_PDX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pdx_status {
+    PDX_OK = 0,
+    PDX_IN_PROGRESS = 1, /* transfer posted, not terminal yet */
+    PDX_PEER_GONE = 2,   /* terminal: peer died, was removed or replaced */
+    PDX_EXPIRED = 3,     /* terminal: deadline passed */
+    PDX_CANCELED = 4,    /* terminal: pdx_cancel() */
+    PDX_FAILED = 5,      /* terminal: backend error (also: C API internal error) */
+    PDX_INVALID = 6,     /* refused: empty, out of range, mismatched, bad blob, small buffer... */
+    PDX_NOT_FOUND = 7,   /* unknown or stale handle / id */
+    PDX_BUSY = 8,        /* refused: region leased or in flight */
+    PDX_UNSUPPORTED = 9  /* backend not built in */
+} pdx_status_t;
+
+typedef enum pdx_backend { PDX_BACKEND_UCX = 0, PDX_BACKEND_LOOPBACK = 1 } pdx_backend_t;
+typedef enum pdx_progress { PDX_PROGRESS_THREAD = 0, PDX_PROGRESS_EVENTFD = 1 } pdx_progress_t;
+typedef enum pdx_error_mode {
+    PDX_ERROR_MODE_AUTO = 0,
+    PDX_ERROR_MODE_PEER = 1,
+    PDX_ERROR_MODE_NONE = 2
+} pdx_error_mode_t;
+typedef enum pdx_notify_kind {
+    PDX_NOTIFY_DONE = 1,
+    PDX_NOTIFY_FAILED = 2,
+    PDX_NOTIFY_REGISTER = 3,
+    PDX_NOTIFY_HEARTBEAT = 4,
+    PDX_NOTIFY_ABORT = 5
+} pdx_notify_kind_t;
+typedef enum pdx_direction { PDX_WRITE = 0, PDX_READ = 1 } pdx_direction_t;
+
+#define PDX_MAX_NOTIFY_PAYLOAD 4096
+#define PDX_NAME_MAX 128
+
+typedef struct pdx_agent pdx_agent_t;
+
+/* Agent configuration. Fill with pdx_config_init(), then override fields. Strings are copied
+ * by pdx_agent_create; NULL means "" (UCX's own choice / environment). */
+typedef struct pdx_config {
+    const char* name;
+    pdx_backend_t backend;
+    pdx_progress_t progress;
+    const char* transports;  /* UCX_TLS for this agent, e.g. "tcp" or "posix,self" */
+    const char* net_devices; /* UCX_NET_DEVICES, e.g. "lo" */
+    pdx_error_mode_t error_mode;
+    const char* host_id; /* same-host detection key; NULL = hostname + boot id */
+    uint32_t heartbeat_interval_ms;
+    uint32_t peer_timeout_ms;
+    uint32_t default_deadline_ms;
+    uint64_t max_transfer_bytes;
+    uint32_t max_blocks_per_transfer;
+    uint64_t completed_history;
+} pdx_config_t;
+
+/* Dense when stride == 0. Block i is at region base + offset + i * stride. */
+typedef struct pdx_layout {
+    uint32_t region;
+    uint64_t offset;
+    uint64_t block_bytes;
+    uint64_t stride;
+    uint32_t count;
+} pdx_layout_t;
+
+/* A notification to send (payload is copied; at most PDX_MAX_NOTIFY_PAYLOAD bytes). */
+typedef struct pdx_notification {
+    pdx_notify_kind_t kind;
+    uint64_t transfer_id;
+    uint32_t sequence;
+    uint32_t expected;
+    pdx_status_t status;
+    const void* payload;
+    size_t payload_bytes;
+} pdx_notification_t;
+
+/* A received notification (payload copied inline). */
+typedef struct pdx_received_notification {
+    uint64_t peer; /* 0 if the sender was not added with pdx_add_peer */
+    uint64_t sender_instance;
+    char peer_name[PDX_NAME_MAX]; /* NUL-terminated, truncated */
+    pdx_notify_kind_t kind;
+    uint64_t transfer_id;
+    uint32_t sequence;
+    uint32_t expected;
+    pdx_status_t status;
+    uint32_t payload_bytes;
+    unsigned char payload[PDX_MAX_NOTIFY_PAYLOAD];
+} pdx_received_notification_t;
+
+typedef struct pdx_transfer_result {
+    uint64_t handle;
+    uint64_t transfer_id;
+    uint64_t peer;
+    pdx_direction_t direction;
+    pdx_status_t status;
+    uint64_t bytes;
+    uint32_t descriptors; /* operations after sorting and merging */
+    char message[256];    /* why, for non-OK states (NUL-terminated, truncated) */
+} pdx_transfer_result_t;
+
+typedef struct pdx_peer_info_s {
+    uint64_t handle;
+    char name[PDX_NAME_MAX];
+    uint64_t instance;
+    uint32_t generation;
+    int alive;
+    int same_host;
+    int peer_error_mode;
+    uint32_t layouts;
+    int64_t ms_since_heard; /* -1 if nothing heard yet */
+} pdx_peer_info_t;
+
+typedef struct pdx_latency {
+    uint64_t count;
+    uint64_t total_ns;
+    uint64_t max_ns;
+} pdx_latency_t;
+
+typedef struct pdx_stats_s {
+    uint64_t bytes_written;
+    uint64_t bytes_read;
+    uint64_t transfers_posted;
+    uint64_t transfers_ok;
+    uint64_t transfers_failed;
+    uint64_t transfers_expired;
+    uint64_t transfers_canceled;
+    uint64_t transfers_peer_gone;
+    uint64_t transfers_refused;
+    uint64_t transfers_in_flight;
+    uint64_t blocks_requested;
+    uint64_t descriptors_posted;
+    uint64_t notifications_sent;
+    uint64_t notifications_received;
+    uint64_t leases_active;
+    uint64_t leases_expired;
+    uint64_t peers;
+    uint64_t peers_gone;
+    pdx_latency_t post;       /* time inside write/read_blocks */
+    pdx_latency_t completion; /* post to terminal OK */
+} pdx_stats_t;
+
+/* ---- misc ------------------------------------------------------------------------------ */
+const char* pdx_status_string(pdx_status_t status); /* "ok", "peer_gone"...; never NULL */
+const char* pdx_last_error(void);                   /* "" if none on this thread */
+int pdx_ucx_available(void);                        /* 1 if built with the UCX backend */
+void pdx_config_init(pdx_config_t* config);         /* the C++ defaults; backend UCX */
+
+/* ---- agent ----------------------------------------------------------------------------- */
+pdx_status_t pdx_agent_create(const pdx_config_t* config, pdx_agent_t** agent);
+void pdx_agent_destroy(pdx_agent_t* agent); /* NULL is a no-op */
+uint64_t pdx_agent_instance(const pdx_agent_t* agent);
+
+/* ---- memory ---------------------------------------------------------------------------- */
+pdx_status_t pdx_allocate_region(pdx_agent_t* agent, size_t bytes, uint32_t* region);
+pdx_status_t pdx_register_region(pdx_agent_t* agent, void* data, size_t bytes,
+                                 uint32_t* region);
+pdx_status_t pdx_release_region(pdx_agent_t* agent, uint32_t region);
+/* Base of the region (NULL if unknown); *bytes (optional) gets its size. */
+void* pdx_region_memory(pdx_agent_t* agent, uint32_t region, size_t* bytes);
+pdx_status_t pdx_add_layout(pdx_agent_t* agent, const pdx_layout_t* layout, uint32_t* layout_id);
+/* Memory of one local block (NULL if out of range); *bytes (optional) gets its size. */
+void* pdx_block(pdx_agent_t* agent, uint32_t layout, uint32_t id, size_t* bytes);
+
+/* ---- peers ----------------------------------------------------------------------------- */
+/* Writes the descriptor blob into buf. *size always receives the blob size. buf == NULL is a
+ * size query (PDX_OK); a buffer smaller than the blob gives PDX_INVALID and writes nothing. */
+pdx_status_t pdx_descriptor(pdx_agent_t* agent, void* buf, size_t capacity, size_t* size);
+pdx_status_t pdx_add_peer(pdx_agent_t* agent, const void* blob, size_t size, uint64_t* peer);
+pdx_status_t pdx_remove_peer(pdx_agent_t* agent, uint64_t peer);
+pdx_status_t pdx_peer_info(pdx_agent_t* agent, uint64_t peer, pdx_peer_info_t* info);
+
+/* ---- transfers ------------------------------------------------------------------------- */
+/* local_ids[i] <-> remote_ids[i], count pairs. notify (writes only, may be NULL) is sent to
+ * the peer after the data is flushed; a write that fails sends Failed instead. */
+pdx_status_t pdx_write_blocks(pdx_agent_t* agent, uint64_t peer, uint32_t local_layout,
+                              const uint32_t* local_ids, uint32_t remote_layout,
+                              const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
+                              uint32_t deadline_ms, const pdx_notification_t* notify,
+                              uint64_t* handle);
+pdx_status_t pdx_read_blocks(pdx_agent_t* agent, uint64_t peer, uint32_t local_layout,
+                             const uint32_t* local_ids, uint32_t remote_layout,
+                             const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
+                             uint32_t deadline_ms, uint64_t* handle);
+/* PDX_IN_PROGRESS, a terminal state, or PDX_NOT_FOUND. */
+pdx_status_t pdx_poll(pdx_agent_t* agent, uint64_t handle);
+/* Blocks up to timeout_ms; returns the state then (PDX_IN_PROGRESS on timeout). */
+pdx_status_t pdx_wait(pdx_agent_t* agent, uint64_t handle, uint32_t timeout_ms);
+pdx_status_t pdx_cancel(pdx_agent_t* agent, uint64_t handle);
+/* Fills *result; returns PDX_OK (the transfer's own state is result->status) or NOT_FOUND. */
+pdx_status_t pdx_result(pdx_agent_t* agent, uint64_t handle, pdx_transfer_result_t* result);
+
+/* ---- notifications --------------------------------------------------------------------- */
+pdx_status_t pdx_notify(pdx_agent_t* agent, uint64_t peer, const pdx_notification_t* n);
+/* Moves up to max received notifications into out; returns how many. Those that do not fit
+ * stay queued for the next call. */
+size_t pdx_drain_notifications(pdx_agent_t* agent, pdx_received_notification_t* out,
+                               size_t max);
+
+/* ---- leases on local blocks, keyed by transfer id -------------------------------------- */
+pdx_status_t pdx_lease(pdx_agent_t* agent, uint64_t transfer_id, uint32_t layout,
+                       const uint32_t* ids, size_t count, uint32_t ttl_ms);
+pdx_status_t pdx_renew(pdx_agent_t* agent, uint64_t transfer_id, uint32_t ttl_ms);
+/* Renews every listed lease that exists; returns how many were renewed. */
+size_t pdx_renew_many(pdx_agent_t* agent, const uint64_t* transfer_ids, size_t count,
+                      uint32_t ttl_ms);
+pdx_status_t pdx_release(pdx_agent_t* agent, uint64_t transfer_id);
+int pdx_is_leased(pdx_agent_t* agent, uint32_t layout, uint32_t id);
+/* Sweeps expired leases; writes up to max transfer ids to out (the rest are kept for the next
+ * call) and returns how many were written. */
+size_t pdx_expire_leases(pdx_agent_t* agent, uint64_t* out, size_t max);
+
+/* ---- progress -------------------------------------------------------------------------- */
+int pdx_event_fd(pdx_agent_t* agent); /* -1 in thread mode */
+size_t pdx_progress(pdx_agent_t* agent);
+int pdx_arm(pdx_agent_t* agent); /* 1: safe to wait on the fd; 0: call pdx_progress again */
+
+pdx_status_t pdx_stats(pdx_agent_t* agent, pdx_stats_t* stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PDX_PDX_H */

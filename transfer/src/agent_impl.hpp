@@ -1,0 +1,124 @@
+#pragma once
+// The agent core: ids, validation, peers and generations, deadlines, heartbeats, leases,
+// notifications and stats around a Backend. One mutex guards everything; user callbacks are
+// queued and run after it is released, on the progress context.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend.hpp"
+#include "lease_table.hpp"
+#include "pdx/agent.hpp"
+
+namespace pdx {
+
+class Agent::Impl final : public detail::BackendEvents {
+public:
+    explicit Impl(const Config& config);
+    ~Impl() override;
+    Result<void> start();  // creates the backend, fds and (Thread mode) the progress thread
+
+    // BackendEvents (called with mu_ held, from inside backend calls)
+    void on_op_complete(std::uint64_t op, Status status, std::string message) override;
+    void on_message(std::span<const std::byte> message) override;
+    void on_conn_error(std::uint64_t conn, std::string message) override;
+
+    struct Region {
+        detail::LocalRegion mem;
+        bool live = false;
+        std::uint32_t ops = 0;  // backend operations still referencing it
+    };
+    enum class PeerState { Alive, Gone, Replaced };
+    struct Peer {
+        PeerHandle handle = kNoPeer;
+        std::string name;
+        std::uint64_t instance = 0;
+        std::uint32_t generation = 0;
+        std::string host_id;
+        detail::Descriptor desc;
+        std::uint64_t conn = 0;
+        PeerState state = PeerState::Alive;
+        std::string gone_reason;
+        bool same_host = false;
+        bool peer_error_mode = false;
+        bool heard = false;
+        Clock::time_point last_heard{};
+        std::unordered_set<TransferHandle> in_flight;
+    };
+    struct Xfer {
+        TransferResult res;
+        Clock::time_point posted{};
+        Clock::time_point deadline{};
+        RegionId region = 0;
+        std::uint64_t conn = 0;
+        bool backend_pending = true;
+        std::optional<Notification> notify;
+        CompletionFn on_complete;
+    };
+
+    // memory / peers (agent.cpp)
+    Result<RegionId> add_region(Result<detail::LocalRegion> r);
+    Result<Peer*> live_peer(PeerHandle h);
+    void peer_gone(Peer& p, PeerState state, const std::string& reason);
+    bool decide_peer_error_mode(bool same_host) const;
+    PeerInfo info(const Peer& p) const;
+
+    // transfers / progress (agent_transfer.cpp)
+    Result<TransferHandle> post(const TransferRequest& req, Direction dir);
+    void finish(TransferHandle h, Xfer& x, Status s, std::string message);
+    void drop_backend_op(Xfer& x);
+    Result<void> send_locked(Peer& p, const Notification& n, std::uint8_t flags);
+    std::size_t progress();
+    bool arm();
+    void tick_locked(Clock::time_point now);
+    void wake();
+    void thread_main();
+    void run_callbacks();
+
+    Config cfg_;
+    std::uint64_t instance_ = 0;
+    std::string host_id_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::unique_ptr<detail::Backend> backend_;
+
+    std::vector<Region> regions_;
+    std::vector<Layout> layouts_;  // stride normalised
+
+    std::unordered_map<PeerHandle, Peer> peers_;
+    std::unordered_map<std::uint64_t, PeerHandle> by_instance_;
+    std::unordered_map<std::string, PeerHandle> by_name_;
+    std::unordered_map<std::string, std::uint32_t> generations_;
+    std::unordered_map<std::uint64_t, PeerHandle> by_conn_;
+    PeerHandle next_peer_ = 0;
+
+    std::unordered_map<TransferHandle, Xfer> xfers_;
+    std::unordered_map<TransferHandle, TransferResult> history_;
+    std::deque<TransferHandle> history_order_;
+    TransferHandle next_xfer_ = 0;
+
+    std::vector<std::pair<CompletionFn, TransferResult>> callbacks_;
+    std::vector<ReceivedNotification> received_;   // waiting for handler dispatch
+    std::vector<ReceivedNotification> undrained_;  // no handler: kept for drain_notifications
+    NotificationFn notification_handler_;
+    std::mutex callback_mu_;  // one callback runner at a time
+
+    detail::LeaseTable leases_;
+    std::vector<std::uint64_t> expired_leases_;
+    Stats stats_;
+
+    int wake_fd_ = -1;
+    int timer_fd_ = -1;
+    int epoll_fd_ = -1;
+    std::thread thread_;
+    std::atomic<bool> stop_{false};
+    Clock::time_point next_heartbeat_{};
+    static constexpr std::chrono::milliseconds kTick{10};
+};
+
+}  // namespace pdx

@@ -1,0 +1,81 @@
+#pragma once
+// Internal seam between the agent core and a data mover (UCX or in-process loopback). The core
+// serialises every call under its own lock; events are reported synchronously from inside
+// progress() (or from inside post()/disconnect() for immediate failures).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pdx/types.hpp"
+#include "plan.hpp"
+#include "wire.hpp"
+
+namespace pdx::detail {
+
+class BackendEvents {
+public:
+    virtual ~BackendEvents() = default;
+    // A posted operation finished (writes: data flushed to the target).
+    virtual void on_op_complete(std::uint64_t op, Status status, std::string message) = 0;
+    virtual void on_message(std::span<const std::byte> message) = 0;
+    // The connection reported an error (UCX peer-failure mode, or loopback peer destroyed).
+    virtual void on_conn_error(std::uint64_t conn, std::string message) = 0;
+};
+
+struct LocalRegion {
+    std::byte* base = nullptr;
+    std::size_t size = 0;
+    std::vector<std::byte> rkey;
+    void* handle = nullptr;  // backend's memory handle
+    bool owned = false;      // allocated by the backend
+};
+
+struct ConnectParams {
+    std::span<const std::byte> address;
+    const std::vector<RemoteRegion>* regions = nullptr;
+    bool peer_error_mode = false;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual Result<LocalRegion> allocate(std::size_t bytes) = 0;
+    virtual Result<LocalRegion> register_memory(void* data, std::size_t bytes) = 0;
+    virtual void release(LocalRegion& region) = 0;
+    virtual std::vector<std::byte> address() const = 0;
+
+    // Returns a connection token (non-zero). Remote regions may be replaced later.
+    virtual Result<std::uint64_t> connect(const ConnectParams& params) = 0;
+    virtual Result<void> update_regions(std::uint64_t conn,
+                                        const std::vector<RemoteRegion>& regions) = 0;
+    // Ends the connection; pending operations on it complete with PeerGone or are dropped
+    // (the backend never touches their memory afterwards).
+    virtual void disconnect(std::uint64_t conn) = 0;
+
+    // Posts one transfer: every segment (local region handle, remote region index), then a
+    // flush; on_op_complete(op) once everything is done.
+    virtual Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion& local,
+                              std::uint32_t remote_region, std::span<const Segment> segments,
+                              std::uint64_t op) = 0;
+    virtual Result<void> send(std::uint64_t conn, std::vector<std::byte> message) = 0;
+
+    virtual std::size_t progress() = 0;
+    virtual int event_fd() const = 0;  // -1 if none
+    virtual bool arm() = 0;            // false: more work pending
+};
+
+struct BackendOptions {
+    std::uint64_t instance = 0;
+    std::string transports;
+    std::string net_devices;
+};
+
+std::unique_ptr<Backend> make_loopback_backend(const BackendOptions& options, BackendEvents& ev);
+// Null with a message in `error` if UCX is not built in or fails to initialise.
+std::unique_ptr<Backend> make_ucx_backend(const BackendOptions& options, BackendEvents& ev,
+                                          std::string& error);
+
+}  // namespace pdx::detail

@@ -1,0 +1,387 @@
+// UCX backend: ucp_put_nbx/ucp_get_nbx per merged segment, then ucp_ep_flush_nbx; the transfer
+// completes when every request and the flush are done (so a Done notification sent afterwards
+// follows data that is visible at the target). Notifications are eager active messages.
+// UCX calls happen under the agent's lock (worker in SERIALIZED mode); request callbacks only
+// record results, which progress() reports after ucp_worker_progress returns.
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "backend.hpp"
+
+namespace pdx {
+bool ucx_available() noexcept { return true; }
+}  // namespace pdx
+
+namespace pdx::detail {
+namespace {
+
+constexpr unsigned kAmId = 0x7d;
+
+std::string ucs_message(const char* what, ucs_status_t s) {
+    return std::string(what) + ": " + ucs_status_string(s);
+}
+
+class UcxBackend;
+
+Status to_status(ucs_status_t s) {
+    switch (s) {
+        case UCS_OK: return Status::Ok;
+        case UCS_ERR_ENDPOINT_TIMEOUT:
+        case UCS_ERR_CONNECTION_RESET:
+        case UCS_ERR_UNREACHABLE:
+        case UCS_ERR_REJECTED:
+        case UCS_ERR_CANCELED: return Status::PeerGone;
+        default: return Status::Failed;
+    }
+}
+
+struct Conn {
+    UcxBackend* owner = nullptr;
+    std::uint64_t token = 0;
+    ucp_ep_h ep = nullptr;
+    std::vector<ucp_rkey_h> rkeys;  // by remote region index (null: none)
+};
+
+struct Op {
+    UcxBackend* owner = nullptr;
+    std::uint64_t id = 0;
+    int pending = 0;  // outstanding UCX requests
+    bool posted = false;
+    ucs_status_t status = UCS_OK;
+};
+
+struct SendBuf {
+    std::vector<std::byte> bytes;
+};
+
+class UcxBackend final : public Backend {
+public:
+    UcxBackend(BackendEvents& ev) : ev_(ev) {}
+
+    std::string init(const BackendOptions& o) {
+        ucp_config_t* config = nullptr;
+        ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+        if (s != UCS_OK) return ucs_message("ucp_config_read", s);
+        if (!o.transports.empty()) ucp_config_modify(config, "TLS", o.transports.c_str());
+        if (!o.net_devices.empty()) ucp_config_modify(config, "NET_DEVICES", o.net_devices.c_str());
+        ucp_params_t params{};
+        params.field_mask = UCP_PARAM_FIELD_FEATURES;
+        params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+        s = ucp_init(&params, config, &context_);
+        ucp_config_release(config);
+        if (s != UCS_OK) return ucs_message("ucp_init", s);
+        ucp_worker_params_t wp{};
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+        s = ucp_worker_create(context_, &wp, &worker_);
+        if (s != UCS_OK) return ucs_message("ucp_worker_create", s);
+        s = ucp_worker_get_efd(worker_, &efd_);
+        if (s != UCS_OK) return ucs_message("ucp_worker_get_efd", s);
+        ucp_worker_attr_t attr{};
+        attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+        s = ucp_worker_query(worker_, &attr);
+        if (s != UCS_OK) return ucs_message("ucp_worker_query", s);
+        auto* a = reinterpret_cast<const std::byte*>(attr.address);
+        address_.assign(a, a + attr.address_length);
+        ucp_worker_release_address(worker_, attr.address);
+        ucp_am_handler_param_t hp{};
+        hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+        hp.id = kAmId;
+        hp.cb = &UcxBackend::am_cb;
+        hp.arg = this;
+        hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+        s = ucp_worker_set_am_recv_handler(worker_, &hp);
+        if (s != UCS_OK) return ucs_message("ucp_worker_set_am_recv_handler", s);
+        return {};
+    }
+
+    ~UcxBackend() override {
+        // Let pending wire-up traffic drain first (UCX 1.13 asserts when a worker is destroyed
+        // with a wire-up reply still queued on a tcp endpoint); bounded for dead peers.
+        drain_worker(std::chrono::milliseconds(300));
+        for (auto& [t, c] : conns_) close_conn(*c);
+        conns_.clear();
+        for (int i = 0; i < 100000 && !closing_.empty(); ++i) {
+            ucp_worker_progress(worker_);
+            reap_closing();
+        }
+        if (worker_) ucp_worker_destroy(worker_);
+        if (context_) ucp_cleanup(context_);
+    }
+
+    Result<LocalRegion> allocate(std::size_t bytes) override { return map(nullptr, bytes); }
+    Result<LocalRegion> register_memory(void* data, std::size_t bytes) override {
+        return map(data, bytes);
+    }
+    void release(LocalRegion& r) override {
+        if (r.handle) ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
+        r.handle = nullptr;
+        r.base = nullptr;
+    }
+    std::vector<std::byte> address() const override { return address_; }
+
+    Result<std::uint64_t> connect(const ConnectParams& p) override {
+        auto c = std::make_unique<Conn>();
+        c->owner = this;
+        c->token = ++next_conn_;
+        ucp_ep_params_t ep{};
+        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.address = reinterpret_cast<const ucp_address_t*>(p.address.data());
+        ep.err_mode = p.peer_error_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+        ep.err_handler.cb = &UcxBackend::ep_err_cb;
+        ep.err_handler.arg = c.get();
+        ucs_status_t s = ucp_ep_create(worker_, &ep, &c->ep);
+        if (s != UCS_OK) return {Status::Failed, ucs_message("ucp_ep_create", s)};
+        std::uint64_t token = c->token;
+        conns_[token] = std::move(c);
+        auto u = update_regions(token, *p.regions);
+        if (!u) {
+            disconnect(token);
+            return {u.status(), u.message()};
+        }
+        return token;
+    }
+
+    Result<void> update_regions(std::uint64_t conn, const std::vector<RemoteRegion>& r) override {
+        auto it = conns_.find(conn);
+        if (it == conns_.end()) return {Status::NotFound, "ucx: unknown connection"};
+        Conn& c = *it->second;
+        std::vector<ucp_rkey_h> keys(r.size(), nullptr);
+        for (std::size_t i = 0; i < r.size(); ++i) {
+            if (r[i].rkey.empty()) continue;
+            ucs_status_t s = ucp_ep_rkey_unpack(c.ep, r[i].rkey.data(), &keys[i]);
+            if (s != UCS_OK) {
+                for (auto k : keys)
+                    if (k) ucp_rkey_destroy(k);
+                return {Status::Invalid, ucs_message("ucp_ep_rkey_unpack", s)};
+            }
+        }
+        for (auto k : c.rkeys)
+            if (k) ucp_rkey_destroy(k);
+        c.rkeys = std::move(keys);
+        return {};
+    }
+
+    void disconnect(std::uint64_t conn) override {
+        auto it = conns_.find(conn);
+        if (it == conns_.end()) return;
+        close_conn(*it->second);
+        conns_.erase(it);
+    }
+
+    Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion& local,
+                      std::uint32_t remote_region, std::span<const Segment> segments,
+                      std::uint64_t op_id) override {
+        auto it = conns_.find(conn);
+        if (it == conns_.end()) return {Status::PeerGone, "ucx: connection closed"};
+        Conn& c = *it->second;
+        if (remote_region >= c.rkeys.size() || !c.rkeys[remote_region])
+            return {Status::Invalid, "ucx: no rkey for remote region"};
+        ucp_rkey_h rkey = c.rkeys[remote_region];
+        auto* op = new Op{this, op_id, 0, false, UCS_OK};
+        ucp_request_param_t rp{};
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                          UCP_OP_ATTR_FIELD_MEMH;
+        rp.cb.send = &UcxBackend::op_cb;
+        rp.user_data = op;
+        rp.memh = static_cast<ucp_mem_h>(local.handle);
+        for (const auto& s : segments) {
+            auto* buf = reinterpret_cast<void*>(s.local_addr);
+            ucs_status_ptr_t r = dir == Direction::Write
+                                     ? ucp_put_nbx(c.ep, buf, s.bytes, s.remote_addr, rkey, &rp)
+                                     : ucp_get_nbx(c.ep, buf, s.bytes, s.remote_addr, rkey, &rp);
+            if (!track(op, r)) break;
+        }
+        if (op->status == UCS_OK) {
+            ucp_request_param_t fp{};
+            fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+            fp.cb.send = &UcxBackend::op_cb;
+            fp.user_data = op;
+            track(op, ucp_ep_flush_nbx(c.ep, &fp));
+        }
+        op->posted = true;
+        maybe_done(op);
+        return {};
+    }
+
+    Result<void> send(std::uint64_t conn, std::vector<std::byte> message) override {
+        auto it = conns_.find(conn);
+        if (it == conns_.end()) return {Status::PeerGone, "ucx: connection closed"};
+        auto* sb = new SendBuf{std::move(message)};
+        ucp_request_param_t rp{};
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                          UCP_OP_ATTR_FIELD_FLAGS;
+        rp.flags = UCP_AM_SEND_FLAG_EAGER;
+        rp.cb.send = &UcxBackend::send_cb;
+        rp.user_data = sb;
+        ucs_status_ptr_t r = ucp_am_send_nbx(it->second->ep, kAmId, nullptr, 0, sb->bytes.data(),
+                                             sb->bytes.size(), &rp);
+        if (r == nullptr) {
+            delete sb;
+            return {};
+        }
+        if (UCS_PTR_IS_ERR(r)) {
+            delete sb;
+            return {Status::Failed, ucs_message("ucp_am_send_nbx", UCS_PTR_STATUS(r))};
+        }
+        return {};
+    }
+
+    std::size_t progress() override {
+        std::size_t n = 0;
+        for (int i = 0; i < 4096 && ucp_worker_progress(worker_) != 0; ++i) ++n;
+        reap_closing();
+        auto done = std::move(done_);
+        done_.clear();
+        auto errors = std::move(errors_);
+        errors_.clear();
+        // connection errors first, so operations that failed with them end as PeerGone
+        for (auto& [token, st] : errors)
+            if (conns_.count(token)) ev_.on_conn_error(token, ucs_status_string(st));
+        for (auto& [id, st] : done)
+            ev_.on_op_complete(id, to_status(st),
+                               st == UCS_OK ? std::string() : ucs_message("ucx transfer", st));
+        for (auto& m : messages_) ev_.on_message(m);
+        n += done.size() + errors.size() + messages_.size();
+        messages_.clear();
+        return n;
+    }
+    int event_fd() const override { return efd_; }
+    bool arm() override {
+        if (!done_.empty() || !errors_.empty() || !messages_.empty()) return false;
+        return ucp_worker_arm(worker_) == UCS_OK;
+    }
+
+private:
+    Result<LocalRegion> map(void* data, std::size_t bytes) {
+        ucp_mem_map_params_t mp{};
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        mp.address = data;
+        mp.length = bytes;
+        mp.flags = data ? 0 : UCP_MEM_MAP_ALLOCATE;
+        ucp_mem_h memh = nullptr;
+        ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
+        if (s != UCS_OK) return {Status::Failed, ucs_message("ucp_mem_map", s)};
+        ucp_mem_attr_t ma{};
+        ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        s = ucp_mem_query(memh, &ma);
+        void* rkey_buf = nullptr;
+        std::size_t rkey_len = 0;
+        if (s == UCS_OK) s = ucp_rkey_pack(context_, memh, &rkey_buf, &rkey_len);
+        if (s != UCS_OK) {
+            ucp_mem_unmap(context_, memh);
+            return {Status::Failed, ucs_message("ucp_mem_query/rkey_pack", s)};
+        }
+        LocalRegion r;
+        r.base = static_cast<std::byte*>(ma.address);
+        r.size = bytes;
+        auto* k = static_cast<const std::byte*>(rkey_buf);
+        r.rkey.assign(k, k + rkey_len);
+        ucp_rkey_buffer_release(rkey_buf);
+        r.handle = memh;
+        r.owned = data == nullptr;
+        if (r.owned) std::memset(r.base, 0, bytes);
+        return r;
+    }
+
+    void drain_worker(std::chrono::milliseconds limit) {
+        ucp_request_param_t fp{};
+        ucs_status_ptr_t r = ucp_worker_flush_nbx(worker_, &fp);
+        if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+        auto until = std::chrono::steady_clock::now() + limit;
+        while (ucp_request_check_status(r) == UCS_INPROGRESS &&
+               std::chrono::steady_clock::now() < until)
+            ucp_worker_progress(worker_);
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_, r);
+        ucp_request_free(r);
+    }
+
+    // Returns false if the operation failed immediately.
+    bool track(Op* op, ucs_status_ptr_t r) {
+        if (r == nullptr) return true;
+        if (UCS_PTR_IS_ERR(r)) {
+            op->status = UCS_PTR_STATUS(r);
+            return false;
+        }
+        ++op->pending;
+        return true;
+    }
+    void maybe_done(Op* op) {
+        if (!op->posted || op->pending > 0) return;
+        done_.emplace_back(op->id, op->status);
+        delete op;
+    }
+    void close_conn(Conn& c) {
+        for (auto k : c.rkeys)
+            if (k) ucp_rkey_destroy(k);
+        c.rkeys.clear();
+        ucp_request_param_t rp{};
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(c.ep, &rp);
+        if (r && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
+        c.ep = nullptr;
+    }
+    void reap_closing() {
+        std::erase_if(closing_, [](void* r) {
+            if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+            ucp_request_free(r);
+            return true;
+        });
+    }
+
+    static void op_cb(void* request, ucs_status_t status, void* user_data) {
+        auto* op = static_cast<Op*>(user_data);
+        if (status != UCS_OK && op->status == UCS_OK) op->status = status;
+        --op->pending;
+        ucp_request_free(request);
+        op->owner->maybe_done(op);
+    }
+    static void send_cb(void* request, ucs_status_t, void* user_data) {
+        delete static_cast<SendBuf*>(user_data);
+        ucp_request_free(request);
+    }
+    static void ep_err_cb(void* arg, ucp_ep_h, ucs_status_t status) {
+        auto* c = static_cast<Conn*>(arg);
+        c->owner->errors_.emplace_back(c->token, status);
+    }
+    static ucs_status_t am_cb(void* arg, const void*, size_t, void* data, size_t length,
+                              const ucp_am_recv_param_t* param) {
+        auto* self = static_cast<UcxBackend*>(arg);
+        if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_OK;  // never sent by us
+        auto* p = static_cast<const std::byte*>(data);
+        self->messages_.emplace_back(p, p + length);
+        return UCS_OK;
+    }
+
+    BackendEvents& ev_;
+    ucp_context_h context_ = nullptr;
+    ucp_worker_h worker_ = nullptr;
+    int efd_ = -1;
+    std::vector<std::byte> address_;
+    std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;
+    std::uint64_t next_conn_ = 0;
+    std::vector<void*> closing_;
+    std::vector<std::pair<std::uint64_t, ucs_status_t>> done_;
+    std::vector<std::pair<std::uint64_t, ucs_status_t>> errors_;
+    std::vector<std::vector<std::byte>> messages_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_ucx_backend(const BackendOptions& o, BackendEvents& ev,
+                                          std::string& error) {
+    auto b = std::make_unique<UcxBackend>(ev);
+    error = b->init(o);
+    if (!error.empty()) return nullptr;
+    return b;
+}
+
+}  // namespace pdx::detail

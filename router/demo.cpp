@@ -20,7 +20,9 @@ struct Demo::Impl {
 
 Demo::Demo() : impl_(std::make_unique<Impl>()) {}
 
-Demo::~Demo() { stop(); }
+Demo::~Demo() {
+    stop();
+}
 
 void Demo::start(config::Config& cfg) {
     Impl& d = *impl_;

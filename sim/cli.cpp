@@ -71,11 +71,11 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
             value = arg.substr(eq + 1);
             has_value = true;
         }
-        static constexpr std::string_view kFlags[] = {
-            "--role",           "--port",           "--host",
-            "--engine-id",      "--model",          "--kv-lease-seconds",
-            "--token-delay-ms", "--block-size-tokens", "--port-file",
-            "--log-level"};
+        static constexpr std::string_view kFlags[] = {"--role",           "--port",
+                                                      "--host",           "--engine-id",
+                                                      "--model",          "--kv-lease-seconds",
+                                                      "--token-delay-ms", "--block-size-tokens",
+                                                      "--port-file",      "--log-level"};
         bool known = false;
         for (auto f : kFlags) {
             known = known || flag == f;

@@ -8,13 +8,13 @@
 namespace pdr::sim {
 
 struct Fault {
-    int status = 0;                  // != 0: answer with this status and `body` instead
-    std::string body;                // default: an OpenAI-style error object
+    int status = 0;    // != 0: answer with this status and `body` instead
+    std::string body;  // default: an OpenAI-style error object
     bool close_before_response = false;
-    int close_after_chunks = -1;     // >= 0: close after N SSE events (non-stream: after the head)
-    int delay_ms = 0;                // wait before answering
-    bool omit_kv_params = false;     // prefill: answer without kv_transfer_params
-    int token_delay_ms = -1;         // >= 0: per-token delay instead of the configured one
+    int close_after_chunks = -1;  // >= 0: close after N SSE events (non-stream: after the head)
+    int delay_ms = 0;             // wait before answering
+    bool omit_kv_params = false;  // prefill: answer without kv_transfer_params
+    int token_delay_ms = -1;      // >= 0: per-token delay instead of the configured one
 };
 
 class FaultPlan {

@@ -9,14 +9,14 @@ namespace pdr::sim {
 namespace {
 
 constexpr std::array<std::string_view, 64> kVocab{
-    "the",    "river",  "stone",   "light",  "quiet",  "market", "window", "engine",
-    "garden", "signal", "paper",   "orange", "valley", "copper", "winter", "harbor",
-    "bridge", "forest", "silver",  "thread", "cloud",  "meadow", "lantern", "pepper",
-    "rocket", "spiral", "candle",  "island", "marble", "violet", "anchor", "basket",
-    "canyon", "desert", "ember",   "falcon", "glacier", "hollow", "ivory", "jasmine",
-    "kettle", "ladder", "mirror",  "needle", "oasis",  "pillow", "quartz", "ribbon",
-    "saddle", "tunnel", "umbrella", "velvet", "walnut", "yonder", "zephyr", "amber",
-    "beacon", "cobalt", "dune",    "echo",   "fable",  "granite", "harvest", "indigo",
+    "the",    "river",  "stone",    "light",  "quiet",   "market",  "window",  "engine",
+    "garden", "signal", "paper",    "orange", "valley",  "copper",  "winter",  "harbor",
+    "bridge", "forest", "silver",   "thread", "cloud",   "meadow",  "lantern", "pepper",
+    "rocket", "spiral", "candle",   "island", "marble",  "violet",  "anchor",  "basket",
+    "canyon", "desert", "ember",    "falcon", "glacier", "hollow",  "ivory",   "jasmine",
+    "kettle", "ladder", "mirror",   "needle", "oasis",   "pillow",  "quartz",  "ribbon",
+    "saddle", "tunnel", "umbrella", "velvet", "walnut",  "yonder",  "zephyr",  "amber",
+    "beacon", "cobalt", "dune",     "echo",   "fable",   "granite", "harvest", "indigo",
 };
 
 std::uint64_t mix64(std::uint64_t x) noexcept {
@@ -112,8 +112,8 @@ bool chat_prompt(const nlohmann::json& messages, std::string& out, std::string& 
             text = content->get<std::string>();
         } else if (content->is_array()) {
             for (const auto& part : *content) {
-                if (part.is_object() && part.value("type", "") == "text" &&
-                    part.contains("text") && part["text"].is_string()) {
+                if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+                    part["text"].is_string()) {
                     text += part["text"].get<std::string>();
                 }
             }

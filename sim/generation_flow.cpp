@@ -53,7 +53,9 @@ awaitable<bool> pause(RequestCtx& ctx, server::Exchange& x, Duration d) {
     co_return !x.client_gone();
 }
 
-int blocks_for(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
+int blocks_for(int tokens, int block_size) {
+    return (tokens + block_size - 1) / block_size;
+}
 
 std::string request_id_of(const server::Request& req) {
     auto it = req.find("X-Request-Id");
@@ -71,7 +73,7 @@ struct StreamWriter {
         x.abort();
     }
     // Sends one SSE event; false when the stream ended (client gone or injected close).
-    awaitable<bool> emit(std::string event) {
+    awaitable<bool> emit(std::string_view event) {
         auto ec = co_await x.write_chunk(event);
         if (ec) {
             co_return false;
@@ -136,21 +138,28 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
         w.close();
         co_return;
     }
-    if (g.api == Api::Chat && !co_await w.emit(sse_event(role_chunk(meta)))) {
-        co_return;
+    if (g.api == Api::Chat) {
+        const std::string ev = sse_event(role_chunk(meta));
+        if (!co_await w.emit(ev)) {
+            co_return;
+        }
     }
     for (int i = 0; i < n; ++i) {
         if (!co_await pause(ctx, x, plan.token_delay)) {
             co_return;
         }
-        if (!co_await w.emit(sse_event(token_chunk(meta, token_text(g.prompt, i), i + 1 == n)))) {
+        const std::string ev = sse_event(token_chunk(meta, token_text(g.prompt, i), i + 1 == n));
+        if (!co_await w.emit(ev)) {
             co_return;
         }
     }
-    if (g.include_usage && !co_await w.emit(sse_event(usage_chunk(meta, g.prompt_tokens, n)))) {
-        co_return;
+    if (g.include_usage) {
+        const std::string ev = sse_event(usage_chunk(meta, g.prompt_tokens, n));
+        if (!co_await w.emit(ev)) {
+            co_return;
+        }
     }
-    if (!co_await w.emit(std::string(kDoneEvent))) {
+    if (!co_await w.emit(kDoneEvent)) {
         co_return;
     }
     if (!co_await x.end_stream()) {
@@ -274,8 +283,8 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     }
 
     AnswerPlan plan;
-    plan.token_delay = fault && fault->token_delay_ms >= 0 ? Duration{fault->token_delay_ms}
-                                                            : cfg.token_delay;
+    plan.token_delay =
+        fault && fault->token_delay_ms >= 0 ? Duration{fault->token_delay_ms} : cfg.token_delay;
     plan.close_after_chunks = fault ? fault->close_after_chunks : -1;
 
     if (cfg.role == Role::Prefill) {

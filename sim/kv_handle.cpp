@@ -11,7 +11,9 @@ bool non_empty_string(const json& obj, const char* key) {
     return it != obj.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
 }
 
-bool is_int(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
+bool is_int(const json& v) {
+    return v.is_number_integer() || v.is_number_unsigned();
+}
 
 bool is_exactly_one(const json& body, const char* key) {
     auto it = body.find(key);

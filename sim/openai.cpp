@@ -158,8 +158,7 @@ std::optional<RequestError> parse_generation_request(Api api, std::string_view b
         }
         if (auto iu = it->find("include_usage"); iu != it->end() && !iu->is_null()) {
             if (!iu->is_boolean()) {
-                return fail("'stream_options.include_usage' must be a boolean",
-                            "stream_options");
+                return fail("'stream_options.include_usage' must be a boolean", "stream_options");
             }
             out.include_usage = iu->get<bool>();
         }
@@ -188,11 +187,12 @@ json full_answer(const AnswerMeta& meta, std::string_view text, int prompt_token
                  int completion_tokens) {
     json choice;
     if (meta.api == Api::Chat) {
-        choice = json{{"index", 0},
-                      {"message", {{"role", "assistant"}, {"content", text}, {"tool_calls", json::array()}}},
-                      {"logprobs", nullptr},
-                      {"finish_reason", "length"},
-                      {"stop_reason", nullptr}};
+        choice = json{
+            {"index", 0},
+            {"message", {{"role", "assistant"}, {"content", text}, {"tool_calls", json::array()}}},
+            {"logprobs", nullptr},
+            {"finish_reason", "length"},
+            {"stop_reason", nullptr}};
     } else {
         choice = json{{"index", 0},
                       {"text", text},

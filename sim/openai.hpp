@@ -14,13 +14,13 @@ enum class Api { Completions, Chat };
 
 struct GenerationRequest {
     Api api = Api::Completions;
-    nlohmann::json body;          // the parsed request object
-    std::string prompt;           // prompt text (chat: message contents joined by "\n")
+    nlohmann::json body;  // the parsed request object
+    std::string prompt;   // prompt text (chat: message contents joined by "\n")
     int prompt_tokens = 1;
-    int max_tokens = 16;          // chat: max_completion_tokens wins over max_tokens
+    int max_tokens = 16;  // chat: max_completion_tokens wins over max_tokens
     bool stream = false;
-    bool include_usage = false;   // stream_options.include_usage
-    std::string model;            // the model named in the request (may be empty)
+    bool include_usage = false;  // stream_options.include_usage
+    std::string model;           // the model named in the request (may be empty)
     // Top-level kv_transfer_params when present and not null (always an object then).
     std::optional<nlohmann::json> kv_params;
 };

@@ -75,7 +75,9 @@ awaitable<void> stop_on_strand(std::shared_ptr<SimServer::Impl> self) {
 
 }  // namespace
 
-const char* role_name(Role r) noexcept { return r == Role::Prefill ? "prefill" : "decode"; }
+const char* role_name(Role r) noexcept {
+    return r == Role::Prefill ? "prefill" : "decode";
+}
 
 std::string dump_json(const json& j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -90,7 +92,8 @@ awaitable<void> send_json(server::Exchange& x, http::status status, std::string 
 
 awaitable<void> send_error(server::Exchange& x, http::status status, std::string_view message,
                            std::string_view type, std::string_view param) {
-    co_await send_json(x, status, error_body(message, type, static_cast<int>(status), param));
+    std::string body = error_body(message, type, static_cast<int>(status), param);
+    co_await send_json(x, status, std::move(body));
 }
 
 json headers_json(const server::Request& req) {
@@ -130,15 +133,14 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         }
     }
     if (!path_known) {
-        co_await send_error(x, http::status::not_found,
-                            "no route for " + std::string(path), kInvalid);
+        const std::string msg = "no route for " + std::string(path);
+        co_await send_error(x, http::status::not_found, msg, kInvalid);
         co_return;
     }
     if (!match) {
-        co_await send_error(x, http::status::method_not_allowed,
-                            "method " + std::string(req.method_string()) + " not allowed on " +
-                                std::string(path),
-                            kInvalid);
+        const std::string msg =
+            "method " + std::string(req.method_string()) + " not allowed on " + std::string(path);
+        co_await send_error(x, http::status::method_not_allowed, msg, kInvalid);
         co_return;
     }
     if (path == "/v1/completions") {
@@ -146,11 +148,15 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
     } else if (path == "/v1/chat/completions") {
         co_await handle_generation(x, Api::Chat);
     } else if (path == "/v1/models") {
-        json model{{"id", cfg.model},     {"object", "model"}, {"created", created},
-                   {"owned_by", "pdsim"}, {"root", cfg.model}, {"parent", nullptr},
+        json model{{"id", cfg.model},
+                   {"object", "model"},
+                   {"created", created},
+                   {"owned_by", "pdsim"},
+                   {"root", cfg.model},
+                   {"parent", nullptr},
                    {"max_model_len", kMaxModelLen}};
-        co_await send_json(x, http::status::ok,
-                           dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
+        std::string body = dump_json(json{{"object", "list"}, {"data", json::array({model})}});
+        co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/health") {
         co_await send_json(x, http::status::ok, std::string());
     } else if (path == "/metrics") {
@@ -177,16 +183,14 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         }
         auto tokens = tokenize(prompt);
         const auto count = tokens.size();
-        co_await send_json(x, http::status::ok,
-                           dump_json(json{{"tokens", std::move(tokens)},
-                                          {"count", count},
-                                          {"max_model_len", kMaxModelLen}}));
+        std::string body = dump_json(
+            json{{"tokens", std::move(tokens)}, {"count", count}, {"max_model_len", kMaxModelLen}});
+        co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/internal/nixl/lease_refresh") {
         json b = parse_object(req.body());
         if (!b.is_object() || !b.contains("request_ids") || !b["request_ids"].is_array()) {
             co_await send_error(x, http::status::bad_request,
-                                "body must be {\"request_ids\": [...]}", kInvalid,
-                                "request_ids");
+                                "body must be {\"request_ids\": [...]}", kInvalid, "request_ids");
             co_return;
         }
         ++state.counters.lease_refresh_calls;
@@ -203,8 +207,8 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         }
         state.counters.lease_refreshes += refreshed;
         state.counters.lease_refresh_unknown += unknown;
-        co_await send_json(x, http::status::ok,
-                           dump_json(json{{"refreshed", refreshed}, {"unknown", unknown}}));
+        std::string body = dump_json(json{{"refreshed", refreshed}, {"unknown", unknown}});
+        co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/internal/pdsim/kv_read") {
         json b = parse_object(req.body());
         std::vector<std::int64_t> ids;
@@ -228,17 +232,15 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         const auto rid = b["request_id"].get<std::string>();
         auto r = store.read(rid, ids);
         if (r.status == BlockStore::ReadStatus::NotHeld) {
-            co_await send_error(x, http::status::not_found,
-                                "KV blocks of request " + rid + " are not held", kInvalid);
+            const std::string msg = "KV blocks of request " + rid + " are not held";
+            co_await send_error(x, http::status::not_found, msg, kInvalid);
         } else if (r.status == BlockStore::ReadStatus::BlockMismatch) {
-            co_await send_error(x, http::status::bad_request,
-                                "block_ids do not belong to request " + rid, kInvalid,
-                                "block_ids");
+            const std::string msg = "block_ids do not belong to request " + rid;
+            co_await send_error(x, http::status::bad_request, msg, kInvalid, "block_ids");
         } else {
-            co_await send_json(x, http::status::ok,
-                               dump_json(json{{"blocks", r.blocks},
-                                              {"bytes", r.bytes},
-                                              {"checksum", r.checksum}}));
+            std::string body =
+                dump_json(json{{"blocks", r.blocks}, {"bytes", r.bytes}, {"checksum", r.checksum}});
+            co_await send_json(x, http::status::ok, std::move(body));
         }
     } else if (path == "/internal/pdsim/kv_release") {
         json b = parse_object(req.body());
@@ -249,15 +251,18 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         }
         const auto rid = b["request_id"].get<std::string>();
         if (store.release(rid)) {
-            co_await send_json(x, http::status::ok, dump_json(json{{"released", rid}}));
+            std::string body = dump_json(json{{"released", rid}});
+            co_await send_json(x, http::status::ok, std::move(body));
         } else {
-            co_await send_error(x, http::status::not_found,
-                                "KV blocks of request " + rid + " are not held", kInvalid);
+            const std::string msg = "KV blocks of request " + rid + " are not held";
+            co_await send_error(x, http::status::not_found, msg, kInvalid);
         }
     } else if (path == "/debug/state") {
-        co_await send_json(x, http::status::ok, dump_json(state_json(identity, state, store)));
+        std::string body = dump_json(state_json(identity, state, store));
+        co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/debug/requests") {
-        co_await send_json(x, http::status::ok, dump_json(requests_json(state)));
+        std::string body = dump_json(requests_json(state));
+        co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/debug/faults") {
         if (auto err = faults.set(req.body())) {
             co_await send_error(x, http::status::bad_request, *err, kInvalid);
@@ -300,10 +305,12 @@ awaitable<void> SimServer::Impl::release_blocks(KvHandle h) {
     upstream::Timeouts t;
     t.connect = Duration{2000};
     t.response = Duration{5000};
-    auto res = co_await client.request(upstream::Endpoint{h.host, h.port}, std::move(req), t);
+    const upstream::Endpoint ep{h.host, h.port};
+    auto res = co_await client.request(ep, std::move(req), t);
     if (!res.ok()) {
-        PDR_WARN("pdsim", "kv_release to " + h.host + ":" + std::to_string(h.port) +
-                              " failed: " + std::string(upstream::to_string(res.failure)),
+        PDR_WARN("pdsim",
+                 "kv_release to " + h.host + ":" + std::to_string(h.port) +
+                     " failed: " + std::string(upstream::to_string(res.failure)),
                  h.request_id);
     } else {
         PDR_DEBUG("pdsim", "kv_release answered " + std::to_string(res.response.result_int()),
@@ -327,8 +334,8 @@ unsigned short SimServer::start() {
     const unsigned short port = im.server->listen(im.cfg.host, im.cfg.port);
     im.cfg.port = port;
     if (im.cfg.engine_id.empty()) {
-        im.cfg.engine_id = std::string("pdsim-") + role_name(im.cfg.role) + "-" +
-                           std::to_string(port);
+        im.cfg.engine_id =
+            std::string("pdsim-") + role_name(im.cfg.role) + "-" + std::to_string(port);
     }
     im.store.set_engine_id(im.cfg.engine_id);
     im.identity = Identity{role_name(im.cfg.role), im.cfg.engine_id, im.cfg.model, port};
@@ -344,6 +351,8 @@ awaitable<void> SimServer::stop() {
     co_await net::co_spawn(impl_->ex, stop_on_strand(impl_), net::use_awaitable);
 }
 
-const SimConfig& SimServer::config() const { return impl_->cfg; }
+const SimConfig& SimServer::config() const {
+    return impl_->cfg;
+}
 
 }  // namespace pdr::sim

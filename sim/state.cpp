@@ -19,7 +19,8 @@ void SimState::log_request(std::string_view path, json headers, std::string_view
     if (parsed.is_discarded()) {
         parsed = std::string(body);
     }
-    log_.push_back(json{{"path", path}, {"headers", std::move(headers)}, {"body", std::move(parsed)}});
+    log_.push_back(
+        json{{"path", path}, {"headers", std::move(headers)}, {"body", std::move(parsed)}});
     while (log_.size() > kMaxLoggedRequests) {
         log_.pop_front();
     }
@@ -133,8 +134,8 @@ std::string metrics_text(const Identity& id, const SimState& s, const BlockStore
            labels, 0);
     family(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
            labels, usage);
-    family(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.",
-           labels, static_cast<double>(c.completed));
+    family(out, "vllm:request_success_total", "counter",
+           "Count of successfully processed requests.", labels, static_cast<double>(c.completed));
     family(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            labels, static_cast<double>(c.prompt_tokens));
     family(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",

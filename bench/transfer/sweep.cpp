@@ -15,7 +15,8 @@ constexpr std::chrono::milliseconds kWait{30000};
 
 std::uint32_t stride_for(std::uint32_t n) {
     for (std::uint32_t k = n / 2 + 1; k < n; ++k)
-        if (std::gcd(k, n) == 1 && k != 1) return k;
+        if (std::gcd(k, n) == 1 && k != 1)
+            return k;
     return 0;
 }
 
@@ -24,7 +25,9 @@ std::uint32_t stride_for(std::uint32_t n) {
 double Cell::gbps() const {
     return seconds > 0 ? double(block_bytes) * blocks * double(iters) / seconds / 1e9 : 0;
 }
-double Cell::us_per_transfer() const { return iters ? seconds * 1e6 / double(iters) : 0; }
+double Cell::us_per_transfer() const {
+    return iters ? seconds * 1e6 / double(iters) : 0;
+}
 
 void make_ids(const std::string& pattern, std::uint32_t n, std::vector<BlockId>& local,
               std::vector<BlockId>& remote) {
@@ -74,7 +77,8 @@ bool Sweep::verify(std::string& error) {
     std::vector<BlockId> back{16, 17, 18, 19, 20, 21, 22, 23};
     for (BlockId id : src) {
         auto b = agent_.block(layouts_[si], id);
-        for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::byte(std::uint8_t(i * 31 + id));
+        for (std::size_t i = 0; i < b.size(); ++i)
+            b[i] = std::byte(std::uint8_t(i * 31 + id));
     }
     double us = 0;
     auto w = post(true, si, src, dst, us);
@@ -133,18 +137,21 @@ Cell Sweep::run_cell(const std::string& op, const std::string& pattern, std::siz
             inflight.push_back(*r);
             more = c.iters + inflight.size() < o_.max_iters;
         }
-        if (inflight.empty()) break;
+        if (inflight.empty())
+            break;
         TransferHandle h = inflight.front();
         inflight.pop_front();
         Status s = agent_.wait(h, kWait);
         if (s != Status::Ok) {
             auto res = agent_.result(h);
             c.error = std::string(to_string(s)) + (res ? ": " + res->message : "");
-            for (auto x : inflight) agent_.wait(x, kWait);
+            for (auto x : inflight)
+                agent_.wait(x, kWait);
             return c;
         }
         if (c.iters == 0) {
-            if (auto res = agent_.result(h)) c.descriptors = res->descriptors;
+            if (auto res = agent_.result(h))
+                c.descriptors = res->descriptors;
         }
         ++c.iters;
     }
@@ -180,12 +187,13 @@ double Sweep::post_ns_per_id(const std::string& pattern, std::string& error) {
 
 void print_header(const Options& o) {
     if (o.csv) {
-        std::printf("op,pattern,block_bytes,blocks,bytes_per_xfer,descriptors,iters,gbps,"
-                    "us_per_xfer,post_us,error\n");
+        std::printf(
+            "op,pattern,block_bytes,blocks,bytes_per_xfer,descriptors,iters,gbps,"
+            "us_per_xfer,post_us,error\n");
         return;
     }
-    std::printf("%-5s %-7s %9s %6s %10s %6s %6s %9s %11s %9s\n", "op", "pattern", "block",
-                "blocks", "bytes/xfer", "descs", "iters", "GB/s", "us/xfer", "post_us");
+    std::printf("%-5s %-7s %9s %6s %10s %6s %6s %9s %11s %9s\n", "op", "pattern", "block", "blocks",
+                "bytes/xfer", "descs", "iters", "GB/s", "us/xfer", "post_us");
 }
 
 void print_cell(const Options& o, const Cell& c) {
@@ -193,13 +201,13 @@ void print_cell(const Options& o, const Cell& c) {
     if (o.csv) {
         std::printf("%s,%s,%llu,%u,%llu,%u,%llu,%.4f,%.2f,%.3f,%s\n", c.op.c_str(),
                     c.pattern.c_str(), (unsigned long long)c.block_bytes, c.blocks,
-                    (unsigned long long)bytes, c.descriptors, (unsigned long long)c.iters,
-                    c.gbps(), c.us_per_transfer(), c.post_us, c.error.c_str());
+                    (unsigned long long)bytes, c.descriptors, (unsigned long long)c.iters, c.gbps(),
+                    c.us_per_transfer(), c.post_us, c.error.c_str());
     } else {
         std::printf("%-5s %-7s %9llu %6u %10llu %6u %6llu %9.3f %11.1f %9.2f %s\n", c.op.c_str(),
                     c.pattern.c_str(), (unsigned long long)c.block_bytes, c.blocks,
-                    (unsigned long long)bytes, c.descriptors, (unsigned long long)c.iters,
-                    c.gbps(), c.us_per_transfer(), c.post_us, c.error.c_str());
+                    (unsigned long long)bytes, c.descriptors, (unsigned long long)c.iters, c.gbps(),
+                    c.us_per_transfer(), c.post_us, c.error.c_str());
     }
     std::fflush(stdout);
 }

@@ -11,8 +11,7 @@ namespace pdx::bench {
 
 struct Options {
     std::string tls = "tcp";  // tcp | shm | loopback (single process, loopback backend)
-    std::vector<std::uint64_t> sizes{4096,      16384,     65536,           262144,
-                                     1u << 20,  4u << 20,  16u << 20};
+    std::vector<std::uint64_t> sizes{4096, 16384, 65536, 262144, 1u << 20, 4u << 20, 16u << 20};
     std::vector<std::uint32_t> blocks{1, 16, 64, 256, 1024};
     std::vector<std::string> patterns{"contig", "scatter"};
     std::vector<std::string> ops{"write", "read"};

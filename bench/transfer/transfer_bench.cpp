@@ -25,9 +25,12 @@ std::uint64_t parse_size(const std::string& s) {
     char* end = nullptr;
     double v = std::strtod(s.c_str(), &end);
     std::string unit = end ? end : "";
-    if (unit == "K" || unit == "KiB" || unit == "k") v *= 1024;
-    if (unit == "M" || unit == "MiB" || unit == "m") v *= 1024.0 * 1024;
-    if (unit == "G" || unit == "GiB" || unit == "g") v *= 1024.0 * 1024 * 1024;
+    if (unit == "K" || unit == "KiB" || unit == "k")
+        v *= 1024;
+    if (unit == "M" || unit == "MiB" || unit == "m")
+        v *= 1024.0 * 1024;
+    if (unit == "G" || unit == "GiB" || unit == "g")
+        v *= 1024.0 * 1024 * 1024;
     return static_cast<std::uint64_t>(v);
 }
 
@@ -35,13 +38,16 @@ std::vector<std::string> split(const std::string& s) {
     std::vector<std::string> out;
     std::stringstream ss(s);
     for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty()) out.push_back(item);
+        if (!item.empty())
+            out.push_back(item);
     return out;
 }
 
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr, "pdx_transfer_bench: %s (see the comment at the top of the source or "
-                         "docs/transfer.md)\n", why);
+    std::fprintf(stderr,
+                 "pdx_transfer_bench: %s (see the comment at the top of the source or "
+                 "docs/transfer.md)\n",
+                 why);
     std::exit(2);
 }
 
@@ -50,32 +56,58 @@ Options parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto val = [&]() -> std::string {
-            if (i + 1 >= argc) usage(("missing value for " + a).c_str());
+            if (i + 1 >= argc)
+                usage(("missing value for " + a).c_str());
             return argv[++i];
         };
-        if (a == "--tls") o.tls = val();
-        else if (a == "--sizes") { o.sizes.clear(); for (auto& s : split(val())) o.sizes.push_back(parse_size(s)); }
-        else if (a == "--blocks") { o.blocks.clear(); for (auto& s : split(val())) o.blocks.push_back(std::stoul(s)); }
-        else if (a == "--patterns") o.patterns = split(val());
-        else if (a == "--ops") o.ops = split(val());
-        else if (a == "--region-mib") o.region_bytes = parse_size(val() + "M");
-        else if (a == "--depth") o.depth = std::stoul(val());
-        else if (a == "--time-ms") o.time_ms = std::stoul(val());
-        else if (a == "--min-iters") o.min_iters = std::stoul(val());
-        else if (a == "--max-iters") o.max_iters = std::stoul(val());
-        else if (a == "--post-iters") o.post_iters = std::stoul(val());
-        else if (a == "--no-post") o.do_post = false;
-        else if (a == "--no-verify") o.do_verify = false;
-        else if (a == "--register") o.register_memory = true;
-        else if (a == "--eventfd") o.eventfd = true;
-        else if (a == "--csv") o.csv = true;
-        else usage(("unknown option " + a).c_str());
+        if (a == "--tls")
+            o.tls = val();
+        else if (a == "--sizes") {
+            o.sizes.clear();
+            for (auto& s : split(val()))
+                o.sizes.push_back(parse_size(s));
+        } else if (a == "--blocks") {
+            o.blocks.clear();
+            for (auto& s : split(val()))
+                o.blocks.push_back(std::stoul(s));
+        } else if (a == "--patterns")
+            o.patterns = split(val());
+        else if (a == "--ops")
+            o.ops = split(val());
+        else if (a == "--region-mib")
+            o.region_bytes = parse_size(val() + "M");
+        else if (a == "--depth")
+            o.depth = std::stoul(val());
+        else if (a == "--time-ms")
+            o.time_ms = std::stoul(val());
+        else if (a == "--min-iters")
+            o.min_iters = std::stoul(val());
+        else if (a == "--max-iters")
+            o.max_iters = std::stoul(val());
+        else if (a == "--post-iters")
+            o.post_iters = std::stoul(val());
+        else if (a == "--no-post")
+            o.do_post = false;
+        else if (a == "--no-verify")
+            o.do_verify = false;
+        else if (a == "--register")
+            o.register_memory = true;
+        else if (a == "--eventfd")
+            o.eventfd = true;
+        else if (a == "--csv")
+            o.csv = true;
+        else
+            usage(("unknown option " + a).c_str());
     }
-    if (o.tls != "tcp" && o.tls != "shm" && o.tls != "loopback") usage("--tls tcp|shm|loopback");
-    if (o.sizes.empty() || o.blocks.empty()) usage("empty --sizes or --blocks");
+    if (o.tls != "tcp" && o.tls != "shm" && o.tls != "loopback")
+        usage("--tls tcp|shm|loopback");
+    if (o.sizes.empty() || o.blocks.empty())
+        usage("empty --sizes or --blocks");
     for (auto s : o.sizes)
-        if (s < 4096 || s > o.region_bytes) usage("block size outside 4 KiB..region");
-    if (o.region_bytes < (96u << 10)) usage("--region-mib too small");
+        if (s < 4096 || s > o.region_bytes)
+            usage("block size outside 4 KiB..region");
+    if (o.region_bytes < (96u << 10))
+        usage("--region-mib too small");
     return o;
 }
 
@@ -96,7 +128,8 @@ bool make_side(const Options& o, const char* name, bool initiator, Side& s) {
     } else {
         cfg.transports = "posix,self";
     }
-    if (initiator && o.eventfd) cfg.progress = ProgressMode::EventFd;
+    if (initiator && o.eventfd)
+        cfg.progress = ProgressMode::EventFd;
     cfg.max_transfer_bytes = o.region_bytes;
     auto a = Agent::create(cfg);
     if (!a) {
@@ -137,11 +170,13 @@ bool send_blob(int fd, const std::vector<std::byte>& b) {
 
 bool recv_blob(int fd, std::vector<std::byte>& b) {
     std::uint32_t n = 0;
-    if (::read(fd, &n, 4) != 4 || n > (16u << 20)) return false;
+    if (::read(fd, &n, 4) != 4 || n > (16u << 20))
+        return false;
     b.resize(n);
     for (std::size_t got = 0; got < n;) {
         ssize_t r = ::read(fd, b.data() + got, n - got);
-        if (r <= 0) return false;
+        if (r <= 0)
+            return false;
         got += static_cast<std::size_t>(r);
     }
     return true;
@@ -150,17 +185,21 @@ bool recv_blob(int fd, std::vector<std::byte>& b) {
 // Sends our descriptor, adds the other side's; returns its handle (0 on failure).
 PeerHandle exchange(Side& s, int fd) {
     std::vector<std::byte> theirs;
-    if (!send_blob(fd, s.agent->descriptor()) || !recv_blob(fd, theirs)) return kNoPeer;
+    if (!send_blob(fd, s.agent->descriptor()) || !recv_blob(fd, theirs))
+        return kNoPeer;
     auto p = s.agent->add_peer(theirs);
-    if (!p) std::fprintf(stderr, "add_peer: %s\n", p.message().c_str());
+    if (!p)
+        std::fprintf(stderr, "add_peer: %s\n", p.message().c_str());
     return p ? *p : kNoPeer;
 }
 
 int run_target(const Options& o, int fd) {
     ::alarm(900);  // never outlive a stuck initiator by much
     Side s;
-    if (!make_side(o, "bench-target", false, s)) return 1;
-    if (exchange(s, fd) == kNoPeer) return 1;
+    if (!make_side(o, "bench-target", false, s))
+        return 1;
+    if (exchange(s, fd) == kNoPeer)
+        return 1;
     char c = 0;
     while (::read(fd, &c, 1) < 0) {
     }
@@ -168,7 +207,8 @@ int run_target(const Options& o, int fd) {
 }
 
 int run_initiator(const Options& o, Side& s, PeerHandle peer) {
-    if (peer == kNoPeer) return 1;
+    if (peer == kNoPeer)
+        return 1;
     Sweep sweep(*s.agent, peer, o, s.layouts);
     if (o.do_verify) {
         std::string err;
@@ -176,15 +216,21 @@ int run_initiator(const Options& o, Side& s, PeerHandle peer) {
             std::fprintf(stderr, "verify: %s\n", err.c_str());
             return 1;
         }
-        if (!o.csv) std::printf("# verify: write + read back of 8 blocks OK\n");
+        if (!o.csv)
+            std::printf("# verify: write + read back of 8 blocks OK\n");
     }
+    if (auto info = s.agent->peer_info(peer))
+        std::printf("# peer %s: same_host=%d peer_error_mode=%d (UCP_ERR_HANDLING_MODE_%s)\n",
+                    info->name.c_str(), int(info->same_host), int(info->peer_error_mode),
+                    info->peer_error_mode ? "PEER" : "NONE");
     int failures = 0;
     print_header(o);
     for (const auto& op : o.ops)
         for (const auto& pattern : o.patterns)
             for (std::size_t si = 0; si < o.sizes.size(); ++si)
                 for (auto n : o.blocks) {
-                    if (n == 0 || o.sizes[si] * n > o.region_bytes) continue;
+                    if (n == 0 || o.sizes[si] * n > o.region_bytes)
+                        continue;
                     Cell c = sweep.run_cell(op, pattern, si, n);
                     failures += !c.error.empty();
                     print_cell(o, c);
@@ -204,12 +250,11 @@ int run_initiator(const Options& o, Side& s, PeerHandle peer) {
         }
     }
     Stats st = s.agent->stats();
-    std::printf("%sstats: posted %llu ok %llu failed %llu descs/xfer %.2f post mean %.2f us\n",
-                "# ", (unsigned long long)st.transfers_posted,
-                (unsigned long long)st.transfers_ok,
-                (unsigned long long)(st.transfers_failed + st.transfers_expired +
-                                     st.transfers_peer_gone),
-                st.descriptors_per_transfer(), st.post.mean_us());
+    std::printf(
+        "%sstats: posted %llu ok %llu failed %llu descs/xfer %.2f post mean %.2f us\n", "# ",
+        (unsigned long long)st.transfers_posted, (unsigned long long)st.transfers_ok,
+        (unsigned long long)(st.transfers_failed + st.transfers_expired + st.transfers_peer_gone),
+        st.descriptors_per_transfer(), st.post.mean_us());
     return failures ? 1 : 0;
 }
 
@@ -225,7 +270,8 @@ int main(int argc, char** argv) {
             return 1;
         auto pb = a.agent->add_peer(b.agent->descriptor());
         auto pa = b.agent->add_peer(a.agent->descriptor());
-        if (!pa || !pb) return 1;
+        if (!pa || !pb)
+            return 1;
         return run_initiator(o, a, *pb);
     }
     if (!pdx::ucx_available()) {
@@ -233,10 +279,12 @@ int main(int argc, char** argv) {
         return 1;
     }
     int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return 1;
     std::fflush(stdout);
     pid_t child = ::fork();
-    if (child < 0) return 1;
+    if (child < 0)
+        return 1;
     if (child == 0) {
         ::close(sv[0]);
         _exit(run_target(o, sv[1]));
@@ -245,7 +293,8 @@ int main(int argc, char** argv) {
     int rc = 1;
     {
         Side s;
-        if (make_side(o, "bench-initiator", true, s)) rc = run_initiator(o, s, exchange(s, sv[0]));
+        if (make_side(o, "bench-initiator", true, s))
+            rc = run_initiator(o, s, exchange(s, sv[0]));
     }
     ::close(sv[0]);  // EOF tells the target to exit
     int status = 0;

@@ -132,8 +132,7 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     }
     PDR_INFO("admin", std::string(name) + " " + type_s + " " + instance_s + " -> " +
                           std::to_string(result.status));
-    co_await disagg::respond_relayed(ex, result.status, "application/json",
-                                     std::move(result.body));
+    co_await disagg::respond_relayed(ex, result.status, "application/json", std::move(result.body));
 }
 
 }  // namespace pdr::api

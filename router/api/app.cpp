@@ -47,7 +47,9 @@ awaitable<bool> App::probe_instances() {
     co_return co_await registry_.probe_all_at_startup();
 }
 
-unsigned short App::listen() { return server_->listen(cfg_.host, cfg_.port); }
+unsigned short App::listen() {
+    return server_->listen(cfg_.host, cfg_.port);
+}
 
 void App::start() {
     server_->start();
@@ -114,8 +116,8 @@ awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
         res.set(http::field::allow, route.allow);
         res.body() = openai_error_body(Errc::MethodNotAllowed,
                                        "method " + std::string(ex.request().method_string()) +
-                                           " not allowed on " + std::string(route.path) +
-                                           "; use " + std::string(route.allow));
+                                           " not allowed on " + std::string(route.path) + "; use " +
+                                           std::string(route.allow));
         co_await ex.respond(std::move(res));
         co_return;
     }

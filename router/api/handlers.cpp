@@ -63,8 +63,8 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
     GenerationSlot slot(generations_in_flight_, router_metrics_.requests_in_flight);
     const server::Request& request = ex.request();
     ParsedGeneration parsed;
-    const GenerationKind kind = id == RouteId::Completions ? GenerationKind::Completions
-                                                            : GenerationKind::ChatCompletions;
+    const GenerationKind kind =
+        id == RouteId::Completions ? GenerationKind::Completions : GenerationKind::ChatCompletions;
     ValidationError err =
         validate_generation(kind, request[http::field::content_type], request.body(), parsed);
     if (!err.ok()) {
@@ -98,8 +98,8 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
         if (!decode) {
             break;
         }
-        upstream::Request req = disagg::make_leg_request(http::verb::get, "/v1/models",
-                                                         ex.request_id(), headers, {});
+        upstream::Request req =
+            disagg::make_leg_request(http::verb::get, "/v1/models", ex.request_id(), headers, {});
         upstream::Result res = co_await client_.request(decode->endpoint, std::move(req), timeouts);
         if (res.failure == upstream::Failure::Canceled || ex.client_gone()) {
             co_return;

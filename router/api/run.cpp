@@ -40,9 +40,9 @@ awaitable<void> run_main(RunState& s) {
     try {
         port = s.app.listen();
     } catch (const std::exception& e) {
-        fail_startup(s, 1, "cannot listen on " +
-                               config::InstanceAddress{cfg.host, cfg.port}.text() + ": " +
-                               e.what());
+        fail_startup(s, 1,
+                     "cannot listen on " + config::InstanceAddress{cfg.host, cfg.port}.text() +
+                         ": " + e.what());
         co_return;
     }
     if (!cfg.port_file.empty()) {

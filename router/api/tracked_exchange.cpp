@@ -20,6 +20,8 @@ awaitable<error_code> TrackedExchange::write_chunk(std::string_view data) {
     co_return co_await inner_.write_chunk(data);
 }
 
-awaitable<error_code> TrackedExchange::end_stream() { co_return co_await inner_.end_stream(); }
+awaitable<error_code> TrackedExchange::end_stream() {
+    co_return co_await inner_.end_stream();
+}
 
 }  // namespace pdr::api

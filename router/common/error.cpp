@@ -39,18 +39,18 @@ constexpr std::array kTable{
     Entry{Errc::HeadersTooLarge, http_status::request_header_fields_too_large, kInvalid,
           "headers_too_large", "request headers too large"},
     Entry{Errc::NotFound, http_status::not_found, kInvalid, "not_found", "not found"},
-    Entry{Errc::MethodNotAllowed, http_status::method_not_allowed, kInvalid,
-          "method_not_allowed", "method not allowed"},
+    Entry{Errc::MethodNotAllowed, http_status::method_not_allowed, kInvalid, "method_not_allowed",
+          "method not allowed"},
     Entry{Errc::Unauthorized, http_status::unauthorized, "authentication_error", "unauthorized",
           "unauthorized"},
     Entry{Errc::Forbidden, http_status::forbidden, "permission_error", "forbidden", "forbidden"},
     Entry{Errc::Conflict, http_status::conflict, kInvalid, "conflict", "conflict"},
     Entry{Errc::TooManyRequests, http_status::too_many_requests, "rate_limit_error",
           "too_many_requests", "too many concurrent requests"},
-    Entry{Errc::NoPrefillInstance, http_status::service_unavailable, kServer,
-          "no_prefill_instance", "no healthy prefill instance"},
-    Entry{Errc::NoDecodeInstance, http_status::service_unavailable, kServer,
-          "no_decode_instance", "no healthy decode instance"},
+    Entry{Errc::NoPrefillInstance, http_status::service_unavailable, kServer, "no_prefill_instance",
+          "no healthy prefill instance"},
+    Entry{Errc::NoDecodeInstance, http_status::service_unavailable, kServer, "no_decode_instance",
+          "no healthy decode instance"},
     Entry{Errc::UpstreamConnect, http_status::bad_gateway, kServer, "upstream_connect_error",
           "could not connect to upstream"},
     Entry{Errc::UpstreamTimeout, http_status::gateway_timeout, kServer, "upstream_timeout",
@@ -95,14 +95,14 @@ public:
 };
 #pragma GCC diagnostic pop
 
-nlohmann::json error_object(Errc e, std::string_view message, std::string_view param) {
+nlohmann::ordered_json error_object(Errc e, std::string_view message, std::string_view param) {
     const Entry& en = entry(e);
-    nlohmann::json err = nlohmann::json::object();
+    nlohmann::ordered_json err = nlohmann::ordered_json::object();
     err["message"] = message.empty() ? en.message : message;
     err["type"] = en.type;
-    err["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
+    err["param"] = param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param);
     err["code"] = en.code;
-    nlohmann::json root = nlohmann::json::object();
+    nlohmann::ordered_json root = nlohmann::ordered_json::object();
     root["error"] = std::move(err);
     return root;
 }
@@ -125,8 +125,8 @@ ErrorInfo error_info(Errc e) noexcept {
 
 std::string openai_error_body(Errc e, std::string_view message, std::string_view param) {
     // `replace` keeps invalid UTF-8 from upstream/client text from throwing.
-    return error_object(e, message, param).dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+    return error_object(e, message, param)
+        .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string openai_error_event(Errc e, std::string_view message) {

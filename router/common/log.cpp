@@ -39,22 +39,32 @@ void append_timestamp(std::string& out) {
 
 std::string_view level_name(Level l) noexcept {
     switch (l) {
-        case Level::Debug: return "DEBUG";
-        case Level::Info: return "INFO";
-        case Level::Warn: return "WARN";
-        case Level::Error: return "ERROR";
-        case Level::Off: return "OFF";
+        case Level::Debug:
+            return "DEBUG";
+        case Level::Info:
+            return "INFO";
+        case Level::Warn:
+            return "WARN";
+        case Level::Error:
+            return "ERROR";
+        case Level::Off:
+            return "OFF";
     }
     return "?";
 }
 
 std::string_view level_lower(Level l) noexcept {
     switch (l) {
-        case Level::Debug: return "debug";
-        case Level::Info: return "info";
-        case Level::Warn: return "warn";
-        case Level::Error: return "error";
-        case Level::Off: return "off";
+        case Level::Debug:
+            return "debug";
+        case Level::Info:
+            return "info";
+        case Level::Warn:
+            return "warn";
+        case Level::Error:
+            return "error";
+        case Level::Off:
+            return "off";
     }
     return "?";
 }
@@ -84,7 +94,9 @@ void configure(Level lvl, Format format) {
     g_format.store(format, std::memory_order_relaxed);
 }
 
-Level level() noexcept { return g_level.load(std::memory_order_relaxed); }
+Level level() noexcept {
+    return g_level.load(std::memory_order_relaxed);
+}
 
 bool parse_level(std::string_view s, Level& out) noexcept {
     auto eq = [s](std::string_view w) {

@@ -32,7 +32,9 @@ public:
     }
 
 private:
-    static std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
+    static std::uint64_t rotl(std::uint64_t x, int k) noexcept {
+        return (x << k) | (x >> (64 - k));
+    }
     std::uint64_t s_[4];
 };
 
@@ -42,8 +44,8 @@ std::string make_uuid_v4() {
     thread_local Xoshiro rng;
     std::uint64_t hi = rng.next();
     std::uint64_t lo = rng.next();
-    hi = (hi & ~0xF000ULL) | 0x4000ULL;                     // version 4
-    lo = (lo & ~(0xC0ULL << 56)) | (0x80ULL << 56);         // variant 10xx
+    hi = (hi & ~0xF000ULL) | 0x4000ULL;              // version 4
+    lo = (lo & ~(0xC0ULL << 56)) | (0x80ULL << 56);  // variant 10xx
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out(36, '-');
     int pos = 0;

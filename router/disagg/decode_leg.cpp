@@ -51,8 +51,7 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
                 exclude = decode.get();
                 continue;
             }
-            co_await respond_error(req.exchange, errc_for(f),
-                                   "decode instance " + last_error);
+            co_await respond_error(req.exchange, errc_for(f), "decode instance " + last_error);
             co_return;
         }
         if (opened.stream->status() < 500) {

@@ -16,11 +16,17 @@ UpstreamCanceler::UpstreamCanceler(server::Exchange& ex) : state_(std::make_shar
     });
 }
 
-UpstreamCanceler::~UpstreamCanceler() { state_->stream = nullptr; }
+UpstreamCanceler::~UpstreamCanceler() {
+    state_->stream = nullptr;
+}
 
-void UpstreamCanceler::set(upstream::ResponseStream* stream) noexcept { state_->stream = stream; }
+void UpstreamCanceler::set(upstream::ResponseStream* stream) noexcept {
+    state_->stream = stream;
+}
 
-bool UpstreamCanceler::gone() const noexcept { return state_->gone; }
+bool UpstreamCanceler::gone() const noexcept {
+    return state_->gone;
+}
 
 Errc errc_for(upstream::Failure f) noexcept {
     using F = upstream::Failure;

@@ -32,12 +32,12 @@ struct FlowDeps {
 struct FlowRequest {
     server::Exchange& exchange;
     metrics::Route route = metrics::Route::Completions;
-    std::string target;          // upstream path, e.g. "/v1/completions"
-    std::string request_id;      // sent on both legs and back to the client
-    const std::string& raw_body; // the client's body exactly as received
-    Json body;                   // parsed client body (an object)
-    bool stream = false;         // the client asked for SSE
-    Clock::time_point started;   // when the router got the request
+    std::string target;           // upstream path, e.g. "/v1/completions"
+    std::string request_id;       // sent on both legs and back to the client
+    const std::string& raw_body;  // the client's body exactly as received
+    Json body;                    // parsed client body (an object)
+    bool stream = false;          // the client asked for SSE
+    Clock::time_point started;    // when the router got the request
     LegHeaders headers;
 };
 

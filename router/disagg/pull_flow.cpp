@@ -85,13 +85,12 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, upstream
             deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
             log_failure(req.request_id, "prefill", p->name, status_reason(status, {}));
             auto ct = result.response[http::field::content_type];
-            co_await respond_relayed(req.exchange, status, ct,
-                                     std::move(result.response.body()));
+            co_await respond_relayed(req.exchange, status, ct, std::move(result.response.body()));
             co_return PrefillEnd::Answered;
         }
         deps.registry.report_success(*p);
-        HandleStatus hs = status < 300 ? parse_kv_handle(result.response.body(), handle)
-                                       : HandleStatus::NotJson;
+        HandleStatus hs =
+            status < 300 ? parse_kv_handle(result.response.body(), handle) : HandleStatus::NotJson;
         if (hs == HandleStatus::Ok) {
             prefill = std::move(p);
             co_return PrefillEnd::Handle;
@@ -156,12 +155,11 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
         co_return;
     }
     UpstreamCanceler canceler(req.exchange);
-    upstream::Request prefill_req = make_leg_request(
-        http::verb::post, req.target, req.request_id, req.headers, make_prefill_body(req.body));
+    upstream::Request prefill_req = make_leg_request(http::verb::post, req.target, req.request_id,
+                                                     req.headers, make_prefill_body(req.body));
     KvHandle handle;
     instances::InstancePtr prefill;
-    PrefillEnd end =
-        co_await run_prefill_leg(deps, req, std::move(prefill_req), handle, prefill);
+    PrefillEnd end = co_await run_prefill_leg(deps, req, std::move(prefill_req), handle, prefill);
     if (end == PrefillEnd::Answered) {
         co_return;
     }

@@ -41,9 +41,9 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
     }
     if (f != upstream::Failure::None) {
         count_failure(deps, req, decode, f, false);
-        co_await respond_error(req.exchange, errc_for(f),
-                               std::string("decode instance failed while answering: ")
-                                   .append(upstream::to_string(f)));
+        co_await respond_error(
+            req.exchange, errc_for(f),
+            std::string("decode instance failed while answering: ").append(upstream::to_string(f)));
         co_return RelayEnd::UpstreamFailed;
     }
     unsigned status = up.status();
@@ -82,8 +82,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         if (f != upstream::Failure::None) {
             count_failure(deps, req, decode, f, true);
             std::string event = openai_error_event(
-                errc_for(f), std::string("decode instance failed mid-stream: ")
-                                 .append(upstream::to_string(f)));
+                errc_for(f),
+                std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)));
             co_await ex.write_chunk(event);
             ex.abort();
             co_return RelayEnd::UpstreamFailed;

@@ -18,7 +18,9 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
            });
 }
 
-bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_space(char c) noexcept {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 std::string_view trim(std::string_view s) noexcept {
     while (!s.empty() && is_space(s.front())) {

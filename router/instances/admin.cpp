@@ -16,10 +16,12 @@ std::string message_body(const std::string& message) {
 }
 
 std::string quoted_list(const std::vector<std::string>& models) {
-    if (models.empty()) return "no model";
+    if (models.empty())
+        return "no model";
     std::string out = models.size() == 1 ? "model " : "models ";
     for (std::size_t i = 0; i < models.size(); ++i) {
-        if (i > 0) out += ", ";
+        if (i > 0)
+            out += ", ";
         out += "'" + models[i] + "'";
     }
     return out;
@@ -27,7 +29,8 @@ std::string quoted_list(const std::vector<std::string>& models) {
 
 bool serves(const std::vector<std::string>& models, std::string_view wanted) {
     for (const auto& m : models) {
-        if (model_matches(m, wanted)) return true;
+        if (model_matches(m, wanted))
+            return true;
     }
     return false;
 }
@@ -65,7 +68,8 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
     auto alive = alive_;
     upstream::Endpoint ep{addr.host, addr.port};
     const auto probe = co_await probe_models(ep);
-    if (!*alive) co_return AdminResult{503, openai_error_body(Errc::ShuttingDown, "Shutting down.")};
+    if (!*alive)
+        co_return AdminResult{503, openai_error_body(Errc::ShuttingDown, "Shutting down.")};
     if (!probe.ok) {
         PDR_WARN(kLog, "admin add of " + type + " instance " + name + " failed: " + probe.error);
         co_return admin_result(
@@ -126,13 +130,15 @@ Registry::AdminResult Registry::remove(std::string_view type_in, std::string_vie
 }
 
 awaitable<bool> Registry::probe_all_at_startup() {
-    if (cfg_.model.empty()) co_return true;
+    if (cfg_.model.empty())
+        co_return true;
     bool ok = true;
     auto alive = alive_;
     for (auto role : {Role::Prefill, Role::Decode}) {
         for (const auto& inst : list(role)) {
             const auto probe = co_await probe_models(inst->endpoint);
-            if (!*alive) co_return false;
+            if (!*alive)
+                co_return false;
             const std::string who = std::string(to_string(role)) + " instance " + inst->name;
             if (!probe.ok) {
                 PDR_WARN(kLog, who + " not reachable at start-up (kept, tried until it fails): " +

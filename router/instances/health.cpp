@@ -19,13 +19,15 @@ std::string_view last_component(std::string_view s) noexcept {
 
 std::string describe(const upstream::Result& r) {
     std::string out(upstream::to_string(r.failure));
-    if (r.ec) out += " (" + r.ec.message() + ")";
+    if (r.ec)
+        out += " (" + r.ec.message() + ")";
     return out;
 }
 }  // namespace
 
 bool model_matches(std::string_view served, std::string_view wanted) noexcept {
-    if (served == wanted) return true;
+    if (served == wanted)
+        return true;
     const auto a = last_component(served);
     const auto b = last_component(wanted);
     return !a.empty() && a == b;
@@ -78,9 +80,11 @@ awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep) 
     auto req = make_get("/health");
     const auto timeouts = probe_timeouts();
     auto res = co_await client_.request(ep, std::move(req), timeouts);
-    if (!res.ok()) co_return ProbeOutcome{false, "GET /health failed: " + describe(res)};
+    if (!res.ok())
+        co_return ProbeOutcome{false, "GET /health failed: " + describe(res)};
     const unsigned status = res.response.result_int();
-    if (status >= 200 && status < 300) co_return ProbeOutcome{true, {}};
+    if (status >= 200 && status < 300)
+        co_return ProbeOutcome{true, {}};
     if (status == 404 || status == 405) {
         auto models = co_await probe_models(ep);
         co_return ProbeOutcome{models.ok, models.error};
@@ -89,23 +93,28 @@ awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep) 
 }
 
 void Registry::start() {
-    if (started_ || stopped_) return;
+    if (started_ || stopped_)
+        return;
     started_ = true;
     net::co_spawn(ex_, health_loop(), net::detached);
 }
 
 void Registry::stop() {
-    if (stopped_) return;
+    if (stopped_)
+        return;
     stopped_ = true;
     health_timer_.cancel();
     stop_timer_.cancel();
 }
 
 void Registry::wake_health_loop() {
-    if (started_ && !stopped_) health_timer_.cancel();
+    if (started_ && !stopped_)
+        health_timer_.cancel();
 }
 
-awaitable<void> Registry::wait_stop() { co_await stop_timer_.async_wait(); }
+awaitable<void> Registry::wait_stop() {
+    co_await stop_timer_.async_wait();
+}
 
 awaitable<void> Registry::health_loop() {
     auto alive = alive_;
@@ -115,7 +124,8 @@ awaitable<void> Registry::health_loop() {
         for (auto role : {Role::Prefill, Role::Decode}) {
             prune(role);
             for (const auto& inst : instances_[role == Role::Prefill ? 0 : 1]) {
-                if (inst->removed || inst->probing) continue;
+                if (inst->removed || inst->probing)
+                    continue;
                 if (inst->next_probe <= now) {
                     inst->probing = true;
                     net::co_spawn(ex_, run_probe(inst), net::detached);
@@ -126,7 +136,8 @@ awaitable<void> Registry::health_loop() {
         }
         health_timer_.expires_at(next);
         co_await health_timer_.async_wait();
-        if (!*alive) co_return;
+        if (!*alive)
+            co_return;
     }
 }
 
@@ -134,9 +145,11 @@ awaitable<void> Registry::run_probe(InstancePtr inst) {
     using namespace net::experimental::awaitable_operators;
     auto alive = alive_;
     auto raced = co_await (probe_health(inst->endpoint) || wait_stop());
-    if (!*alive) co_return;
+    if (!*alive)
+        co_return;
     inst->probing = false;
-    if (stopped_ || inst->removed || raced.index() != 0) co_return;
+    if (stopped_ || inst->removed || raced.index() != 0)
+        co_return;
     const auto& outcome = std::get<0>(raced);
     const auto now = Clock::now();
     if (outcome.ok) {

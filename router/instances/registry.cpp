@@ -14,10 +14,14 @@ constexpr std::string_view kLog = "instances";
 metrics::Role metrics_role(Role r) noexcept {
     return r == Role::Prefill ? metrics::Role::Prefill : metrics::Role::Decode;
 }
-std::size_t index(Role r) noexcept { return r == Role::Prefill ? 0 : 1; }
+std::size_t index(Role r) noexcept {
+    return r == Role::Prefill ? 0 : 1;
+}
 }  // namespace
 
-std::string_view to_string(Role r) noexcept { return r == Role::Prefill ? "prefill" : "decode"; }
+std::string_view to_string(Role r) noexcept {
+    return r == Role::Prefill ? "prefill" : "decode";
+}
 
 bool parse_role(std::string_view s, Role& out) noexcept {
     if (s == "prefill") {
@@ -32,11 +36,14 @@ bool parse_role(std::string_view s, Role& out) noexcept {
 }
 
 InFlight::InFlight(InstancePtr inst) : inst_(std::move(inst)) {
-    if (!inst_) return;
+    if (!inst_)
+        return;
     ++inst_->in_flight;
     ++inst_->requests;
-    if (inst_->in_flight_gauge != nullptr) inst_->in_flight_gauge->inc();
-    if (inst_->requests_counter != nullptr) inst_->requests_counter->inc();
+    if (inst_->in_flight_gauge != nullptr)
+        inst_->in_flight_gauge->inc();
+    if (inst_->requests_counter != nullptr)
+        inst_->requests_counter->inc();
 }
 
 InFlight& InFlight::operator=(InFlight&& o) noexcept {
@@ -48,9 +55,12 @@ InFlight& InFlight::operator=(InFlight&& o) noexcept {
 }
 
 void InFlight::release() noexcept {
-    if (!inst_) return;
-    if (inst_->in_flight > 0) --inst_->in_flight;
-    if (inst_->in_flight_gauge != nullptr) inst_->in_flight_gauge->dec();
+    if (!inst_)
+        return;
+    if (inst_->in_flight > 0)
+        --inst_->in_flight;
+    if (inst_->in_flight_gauge != nullptr)
+        inst_->in_flight_gauge->dec();
     inst_.reset();
 }
 
@@ -90,8 +100,8 @@ InstancePtr Registry::insert(Role role, const config::InstanceAddress& a) {
 
 void Registry::add_configured(Role role, const config::InstanceAddress& a) {
     if (find(role, a.text())) {
-        PDR_WARN(kLog, "ignoring duplicate " + std::string(to_string(role)) + " instance " +
-                           a.text());
+        PDR_WARN(kLog,
+                 "ignoring duplicate " + std::string(to_string(role)) + " instance " + a.text());
         return;
     }
     insert(role, a);
@@ -99,7 +109,8 @@ void Registry::add_configured(Role role, const config::InstanceAddress& a) {
 
 InstancePtr Registry::find(Role role, std::string_view name) const {
     for (const auto& inst : instances_[index(role)]) {
-        if (!inst->removed && inst->name == name) return inst;
+        if (!inst->removed && inst->name == name)
+            return inst;
     }
     return nullptr;
 }
@@ -120,14 +131,16 @@ void Registry::prune(Role role) {
         const bool shared = std::any_of(v.begin(), v.end(), [&](const InstancePtr& other) {
             return other->name == inst->name;
         });
-        if (!shared) metrics_.remove_instance(metrics_role(role), inst->name);
+        if (!shared)
+            metrics_.remove_instance(metrics_role(role), inst->name);
     }
 }
 
 void Registry::update_counts(Role role) {
     std::size_t up = 0, down = 0;
     for (const auto& inst : instances_[index(role)]) {
-        if (inst->removed) continue;
+        if (inst->removed)
+            continue;
         (inst->up ? up : down) += 1;
     }
     metrics_.set_instance_counts(metrics_role(role), up, down);
@@ -137,7 +150,8 @@ InstancePtr Registry::pick(Role role, const Instance* exclude) {
     prune(role);
     auto& v = instances_[index(role)];
     const std::size_t n = v.size();
-    if (n == 0) return nullptr;
+    if (n == 0)
+        return nullptr;
     std::size_t& cursor = next_[index(role)];
     for (std::size_t i = 0; i < n; ++i) {
         const std::size_t at = (cursor + i) % n;
@@ -155,7 +169,8 @@ void Registry::mark_down(Instance& inst, std::string_view reason) {
     inst.down_reason = std::string(reason);
     inst.backoff = std::clamp<Duration>(cfg_.health_backoff_max, Duration{10}, Duration{1000});
     inst.next_probe = Clock::now() + inst.backoff;
-    if (inst.up_gauge != nullptr) inst.up_gauge->set(0);
+    if (inst.up_gauge != nullptr)
+        inst.up_gauge->set(0);
     PDR_WARN(kLog, std::string(to_string(inst.role)) + " instance " + inst.name +
                        " is down: " + std::string(reason));
     update_counts(inst.role);
@@ -165,15 +180,18 @@ void Registry::mark_down(Instance& inst, std::string_view reason) {
 void Registry::report_failure(Instance& inst, std::string_view reason) {
     ++inst.failures;
     inst.last_error = std::string(reason);
-    if (inst.up && !inst.removed) mark_down(inst, reason);
+    if (inst.up && !inst.removed)
+        mark_down(inst, reason);
 }
 
 void Registry::report_success(Instance& inst) {
-    if (inst.up) return;
+    if (inst.up)
+        return;
     inst.up = true;
     inst.backoff = Duration{0};
     inst.next_probe = Clock::now() + cfg_.health_interval;
-    if (inst.up_gauge != nullptr) inst.up_gauge->set(1);
+    if (inst.up_gauge != nullptr)
+        inst.up_gauge->set(1);
     PDR_INFO(kLog, std::string(to_string(inst.role)) + " instance " + inst.name + " is up again");
     update_counts(inst.role);
 }
@@ -181,7 +199,8 @@ void Registry::report_success(Instance& inst) {
 std::size_t Registry::count(Role role, bool up_only) const {
     std::size_t n = 0;
     for (const auto& inst : instances_[index(role)]) {
-        if (!inst->removed && (!up_only || inst->up)) ++n;
+        if (!inst->removed && (!up_only || inst->up))
+            ++n;
     }
     return n;
 }
@@ -189,7 +208,8 @@ std::size_t Registry::count(Role role, bool up_only) const {
 std::vector<InstancePtr> Registry::list(Role role) const {
     std::vector<InstancePtr> out;
     for (const auto& inst : instances_[index(role)]) {
-        if (!inst->removed) out.push_back(inst);
+        if (!inst->removed)
+            out.push_back(inst);
     }
     return out;
 }
@@ -198,7 +218,8 @@ nlohmann::json Registry::to_json() const {
     auto out = nlohmann::json::array();
     for (const auto& v : instances_) {
         for (const auto& inst : v) {
-            if (inst->removed && inst->in_flight == 0) continue;
+            if (inst->removed && inst->in_flight == 0)
+                continue;
             out.push_back({{"role", to_string(inst->role)},
                            {"name", inst->name},
                            {"up", inst->up},

@@ -40,11 +40,13 @@ LeaseKeeper::Hold& LeaseKeeper::Hold::operator=(Hold&& o) noexcept {
 }
 
 void LeaseKeeper::Hold::first_byte() {
-    if (keeper_ != nullptr) keeper_->stop_refreshing(token_);
+    if (keeper_ != nullptr)
+        keeper_->stop_refreshing(token_);
 }
 
 void LeaseKeeper::Hold::reset() {
-    if (auto* k = std::exchange(keeper_, nullptr)) k->release(token_);
+    if (auto* k = std::exchange(keeper_, nullptr))
+        k->release(token_);
 }
 
 LeaseKeeper::LeaseKeeper(net::any_io_executor ex, upstream::Client& client,
@@ -64,13 +66,16 @@ LeaseKeeper::~LeaseKeeper() {
 }
 
 LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::Endpoint& prefill) {
-    if (!enabled_) return Hold{};
+    if (!enabled_)
+        return Hold{};
     const std::uint64_t token = next_token_++;
     std::string key = prefill.authority();
     auto [git, created] = groups_.try_emplace(key);
     Group& g = git->second;
-    if (created) g.endpoint = prefill;
-    if (g.refreshing.empty()) g.due = Clock::now() + period_;
+    if (created)
+        g.endpoint = prefill;
+    if (g.refreshing.empty())
+        g.due = Clock::now();
     g.refreshing.insert(token);
     ++g.holds;
     by_id_.emplace(p_request_id, token);
@@ -82,7 +87,8 @@ LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::En
 
 void LeaseKeeper::stop_refreshing(std::uint64_t token) {
     auto it = entries_.find(token);
-    if (it == entries_.end() || !it->second.refreshing) return;
+    if (it == entries_.end() || !it->second.refreshing)
+        return;
     it->second.refreshing = false;
     groups_.at(it->second.p_key).refreshing.erase(token);
     --refreshing_;
@@ -92,7 +98,8 @@ void LeaseKeeper::stop_refreshing(std::uint64_t token) {
 void LeaseKeeper::release(std::uint64_t token) {
     stop_refreshing(token);
     auto it = entries_.find(token);
-    if (it == entries_.end()) return;
+    if (it == entries_.end())
+        return;
     auto [first, last] = by_id_.equal_range(it->second.id);
     for (auto i = first; i != last; ++i) {
         if (i->second == token) {
@@ -111,7 +118,8 @@ void LeaseKeeper::release(std::uint64_t token) {
 
 void LeaseKeeper::maybe_erase_group(const std::string& key) {
     auto it = groups_.find(key);
-    if (it != groups_.end() && it->second.holds == 0 && !it->second.in_progress) groups_.erase(it);
+    if (it != groups_.end() && it->second.holds == 0 && !it->second.in_progress)
+        groups_.erase(it);
 }
 
 upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids) const {
@@ -137,32 +145,38 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
                                        ids.begin() + static_cast<std::ptrdiff_t>(end));
         auto req = make_post(batch);
         auto res = co_await client_.request(ep, std::move(req), t);
+        if (res.failure == upstream::Failure::Canceled)
+            co_return false;  // stop() / caller gone
         const unsigned status = res.ok() ? res.response.result_int() : 0;
         const bool ok = res.ok() && status >= 200 && status < 300;
         metrics_.lease_refresh_request(ok);
-        if (count_sent) metrics_.lease_refresh_sent.inc(static_cast<double>(batch.size()));
+        if (count_sent)
+            metrics_.lease_refresh_sent.inc(static_cast<double>(batch.size()));
         if (!ok) {
             all_ok = false;
             std::string why = res.ok() ? "HTTP " + std::to_string(status)
                                        : std::string(upstream::to_string(res.failure));
             PDR_WARN(kLog, "lease refresh of " + std::to_string(batch.size()) + " id(s) on " +
                                ep.authority() + " failed: " + why);
-            if (res.failure == upstream::Failure::Canceled) break;
         }
     }
     co_return all_ok;
 }
 
-awaitable<void> LeaseKeeper::wait_stop() { co_await stop_timer_.async_wait(); }
+awaitable<void> LeaseKeeper::wait_stop() {
+    co_await stop_timer_.async_wait();
+}
 
 void LeaseKeeper::start() {
-    if (started_ || stopped_ || !enabled_) return;
+    if (started_ || stopped_ || !enabled_)
+        return;
     started_ = true;
     net::co_spawn(ex_, refresh_loop(), net::detached);
 }
 
 void LeaseKeeper::stop() {
-    if (stopped_) return;
+    if (stopped_)
+        return;
     stopped_ = true;
     tick_timer_.cancel();
     stop_timer_.cancel();
@@ -174,10 +188,12 @@ awaitable<void> LeaseKeeper::refresh_loop() {
     while (!stopped_) {
         const auto now = Clock::now();
         for (auto& [key, g] : groups_) {
-            if (g.in_progress || g.refreshing.empty() || g.due > now) continue;
+            if (g.in_progress || g.refreshing.empty() || g.due > now)
+                continue;
             std::vector<std::string> ids;
             ids.reserve(g.refreshing.size());
-            for (auto token : g.refreshing) ids.push_back(entries_.at(token).id);
+            for (auto token : g.refreshing)
+                ids.push_back(entries_.at(token).id);
             std::sort(ids.begin(), ids.end());
             ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
             g.in_progress = true;
@@ -186,7 +202,8 @@ awaitable<void> LeaseKeeper::refresh_loop() {
         }
         tick_timer_.expires_after(tick);
         co_await tick_timer_.async_wait();
-        if (!*alive) co_return;
+        if (!*alive)
+            co_return;
     }
 }
 
@@ -195,9 +212,11 @@ awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::str
     auto alive = alive_;
     const upstream::Endpoint ep = groups_.at(key).endpoint;
     co_await (post_batches(ep, std::move(ids), true) || wait_stop());
-    if (!*alive) co_return;
+    if (!*alive)
+        co_return;
     auto it = groups_.find(key);
-    if (it == groups_.end()) co_return;
+    if (it == groups_.end())
+        co_return;
     it->second.in_progress = false;
     maybe_erase_group(key);
 }
@@ -205,8 +224,10 @@ awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::str
 awaitable<void> LeaseKeeper::forward_group(upstream::Endpoint ep, std::vector<std::string> ids,
                                            std::shared_ptr<Join> join) {
     using namespace net::experimental::awaitable_operators;
-    if (!stopped_) co_await (post_batches(std::move(ep), std::move(ids), false) || wait_stop());
-    if (--join->left == 0) join->timer.cancel();
+    if (!stopped_)
+        co_await (post_batches(std::move(ep), std::move(ids), false) || wait_stop());
+    if (--join->left == 0)
+        join->timer.cancel();
 }
 
 awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std::string>& ids) {
@@ -220,13 +241,15 @@ awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std
         }
         const std::string& key = entries_.at(it->second).p_key;
         auto [pit, created] = by_p.try_emplace(key);
-        if (created) pit->second.first = groups_.at(key).endpoint;
+        if (created)
+            pit->second.first = groups_.at(key).endpoint;
         pit->second.second.push_back(id);
         ++r.forwarded;
     }
     metrics_.lease_refresh_forwarded.inc(static_cast<double>(r.forwarded));
     metrics_.lease_refresh_unknown.inc(static_cast<double>(r.unknown));
-    if (by_p.empty()) co_return r;
+    if (by_p.empty())
+        co_return r;
 
     auto join = std::make_shared<Join>(ex_, by_p.size());
     for (auto& entry : by_p) {

@@ -72,7 +72,7 @@ public:
     // Unknown ids are counted (pdrouter_lease_refresh_unknown_total), not errors.
     awaitable<ForwardResult> forward(const std::vector<std::string>& ids);
 
-    std::size_t held() const noexcept { return refreshing_; }  // ids being refreshed now
+    std::size_t held() const noexcept { return refreshing_; }       // ids being refreshed now
     std::size_t known() const noexcept { return entries_.size(); }  // Holds alive
     Duration period() const noexcept { return period_; }
 

@@ -249,8 +249,8 @@ awaitable<void> linger_close(Connection& conn) {
     conn.close();
 }
 
-awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message,
-                           unsigned version, http::status status = http::status::unknown) {
+awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, unsigned version,
+                           http::status status = http::status::unknown) {
     Response res = make_error_response(e, message, version);
     if (status != http::status::unknown) {
         res.result(status);
@@ -279,8 +279,7 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
 
 }  // namespace
 
-Connection::Connection(ServerState& s, tcp::socket sock)
-    : server(s), stream(std::move(sock)) {
+Connection::Connection(ServerState& s, tcp::socket sock) : server(s), stream(std::move(sock)) {
     error_code ec;
     remote = stream.socket().remote_endpoint(ec);
     stream.socket().set_option(tcp::no_delay(true), ec);
@@ -327,8 +326,8 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         parser->header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
         parser->body_limit(limits.max_body_bytes);
         conn.stream.expires_after(limits.read_timeout);
-        auto [hec, hn] = co_await http::async_read_header(conn.stream, conn.buffer, *parser,
-                                                          use_tuple);
+        auto [hec, hn] =
+            co_await http::async_read_header(conn.stream, conn.buffer, *parser, use_tuple);
         (void)hn;
         error_code ec = hec;
         if (!ec && !parser->is_done()) {
@@ -341,8 +340,8 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
                 ec = wec;
             }
             if (!ec) {
-                auto [bec, bn] = co_await http::async_read(conn.stream, conn.buffer, *parser,
-                                                           use_tuple);
+                auto [bec, bn] =
+                    co_await http::async_read(conn.stream, conn.buffer, *parser, use_tuple);
                 (void)bn;
                 ec = bec;
             }
@@ -355,14 +354,13 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
                     co_await linger_close(conn);
                 }
             } else if (ec == http::error::header_limit) {
-                if (co_await send_error(conn, Errc::HeadersTooLarge,
-                                        "request headers too large", version)) {
+                if (co_await send_error(conn, Errc::HeadersTooLarge, "request headers too large",
+                                        version)) {
                     co_await linger_close(conn);
                 }
             } else if (is_http_error(ec) && ec != http::error::end_of_stream &&
                        ec != http::error::partial_message) {
-                if (co_await send_error(conn, Errc::BadHttp, "malformed HTTP request",
-                                        version)) {
+                if (co_await send_error(conn, Errc::BadHttp, "malformed HTTP request", version)) {
                     co_await linger_close(conn);
                 }
             }
@@ -391,7 +389,7 @@ awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socke
     conn.pos = state->connections.end();
     ++state->pending_rejects;
     if (co_await send_error(conn, Errc::TooManyRequests, "too many connections", 11,
-                              http::status::service_unavailable)) {
+                            http::status::service_unavailable)) {
         co_await linger_close(conn);
     }
     conn.close();

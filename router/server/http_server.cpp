@@ -16,8 +16,7 @@ namespace {
 awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
     for (;;) {
         auto [ec, sock] = co_await state->acceptor.async_accept();
-        if (ec == net::error::operation_aborted || !state->acceptor.is_open() ||
-            state->draining) {
+        if (ec == net::error::operation_aborted || !state->acceptor.is_open() || state->draining) {
             co_return;
         }
         if (ec) {
@@ -100,7 +99,8 @@ unsigned short HttpServer::listen(const std::string& host, unsigned short port) 
     }
     acc.set_option(net::socket_base::reuse_address(true), ec);
     if (ep.address().is_v6()) {
-        acc.set_option(net::ip::v6_only(true), ec);
+        // "::" listens on both families; a specific v6 address only on v6.
+        acc.set_option(net::ip::v6_only(!ep.address().is_unspecified()), ec);
     }
     acc.bind(ep, ec);
     if (ec) {

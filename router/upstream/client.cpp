@@ -22,15 +22,24 @@ std::string Endpoint::authority() const {
 
 std::string_view to_string(Failure f) noexcept {
     switch (f) {
-        case Failure::None: return "none";
-        case Failure::Connect: return "connect";
-        case Failure::ConnectTimeout: return "connect_timeout";
-        case Failure::Write: return "write";
-        case Failure::ResponseTimeout: return "response_timeout";
-        case Failure::IdleTimeout: return "idle_timeout";
-        case Failure::Read: return "read";
-        case Failure::Protocol: return "protocol";
-        case Failure::Canceled: return "canceled";
+        case Failure::None:
+            return "none";
+        case Failure::Connect:
+            return "connect";
+        case Failure::ConnectTimeout:
+            return "connect_timeout";
+        case Failure::Write:
+            return "write";
+        case Failure::ResponseTimeout:
+            return "response_timeout";
+        case Failure::IdleTimeout:
+            return "idle_timeout";
+        case Failure::Read:
+            return "read";
+        case Failure::Protocol:
+            return "protocol";
+        case Failure::Canceled:
+            return "canceled";
     }
     return "unknown";
 }
@@ -77,7 +86,9 @@ awaitable<Acquired> acquire(Client::Impl& impl, const Endpoint& ep, const std::s
 Client::Client(net::any_io_executor executor, PoolLimits limits)
     : impl_(std::make_shared<Impl>(std::move(executor), limits)) {}
 
-Client::~Client() { impl_->close_all(); }
+Client::~Client() {
+    impl_->close_all();
+}
 
 awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
     std::shared_ptr<Impl> impl = impl_;
@@ -159,8 +170,8 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 co_return o;
             }
             auto s = std::make_unique<detail::StreamImpl>(
-                impl, key, std::move(a.conn), t, req.keep_alive(),
-                req.method() == http::verb::head, impl->limits.max_response_body);
+                impl, key, std::move(a.conn), t, req.keep_alive(), req.method() == http::verb::head,
+                impl->limits.max_response_body);
             auto [f, ec] = co_await s->read_head();
             if (f != Failure::None) {
                 if (a.reused && !s->got_some() && detail::is_stale_error(ec)) {
@@ -181,10 +192,16 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
     co_return o;
 }
 
-void Client::close_idle() { impl_->close_all(); }
+void Client::close_idle() {
+    impl_->close_all();
+}
 
-void Client::close_idle(const Endpoint& ep) { impl_->close_key(ep.authority()); }
+void Client::close_idle(const Endpoint& ep) {
+    impl_->close_key(ep.authority());
+}
 
-std::size_t Client::idle_connections() const noexcept { return impl_->idle_count; }
+std::size_t Client::idle_connections() const noexcept {
+    return impl_->idle_count;
+}
 
 }  // namespace pdr::upstream

@@ -27,7 +27,9 @@ void close_conn(detail::Conn& c) {
 
 }  // namespace
 
-Client::Impl::~Impl() { close_all(); }
+Client::Impl::~Impl() {
+    close_all();
+}
 
 detail::ConnPtr Client::Impl::take(const std::string& key) {
     auto it = idle.find(key);
@@ -97,8 +99,7 @@ void Client::Impl::close_key(const std::string& key) {
     idle.erase(it);
 }
 
-awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c,
-                                                                const Endpoint& ep,
+awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c, const Endpoint& ep,
                                                                 const Timeouts& t) {
     error_code ec;
     auto addr = net::ip::make_address(ep.host, ec);
@@ -112,9 +113,13 @@ awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c,
         const std::string service = std::to_string(ep.port);
         auto [rec, results] = co_await resolver.async_resolve(ep.host, service);
         if (rec) {
-            co_return std::pair{rec == net::error::operation_aborted ? Failure::Canceled
-                                                                     : Failure::Connect,
-                                rec};
+            co_return std::pair{
+                rec == net::error::operation_aborted ? Failure::Canceled : Failure::Connect, rec};
+        }
+        // The resolver does not honour per-operation cancellation: check by hand.
+        auto cs = co_await net::this_coro::cancellation_state;
+        if (cs.cancelled() != net::cancellation_type::none) {
+            co_return std::pair{Failure::Canceled, error_code{net::error::operation_aborted}};
         }
         c.stream.expires_after(t.connect);
         auto [cec, endpoint] = co_await c.stream.async_connect(results, use_tuple);

@@ -55,8 +55,8 @@ class StreamImpl final : public ResponseStream {
 public:
     static constexpr std::size_t kBufferSize = 16 * 1024;
 
-    StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn,
-               const Timeouts& t, bool keep_alive, bool head_request, std::size_t max_body);
+    StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn, const Timeouts& t,
+               bool keep_alive, bool head_request, std::size_t max_body);
     ~StreamImpl() override;
 
     // Reads the response head under Timeouts::response.

@@ -5,8 +5,7 @@
 namespace pdr::upstream::detail {
 
 StreamImpl::StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn,
-                       const Timeouts& t, bool keep_alive, bool head_request,
-                       std::size_t max_body)
+                       const Timeouts& t, bool keep_alive, bool head_request, std::size_t max_body)
     : pool_(std::move(pool)),
       key_(std::move(key)),
       conn_(std::move(conn)),
@@ -21,7 +20,9 @@ StreamImpl::StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPt
     }
 }
 
-StreamImpl::~StreamImpl() { drop(); }
+StreamImpl::~StreamImpl() {
+    drop();
+}
 
 awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
     conn_->stream.expires_after(timeouts_.response);
@@ -62,8 +63,8 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             }
             const std::size_t got = kBufferSize - parser_.get().body().size;
             if (ec) {
-                Failure f = canceled_ ? Failure::Canceled
-                                      : classify_read(ec, Failure::IdleTimeout);
+                Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::IdleTimeout);
+                canceled_ = f == Failure::Canceled;
                 drop();
                 co_return f;
             }
@@ -79,6 +80,7 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
     } catch (const boost::system::system_error&) {
         // The calling coroutine was cancelled between two operations.
     }
+    canceled_ = true;
     drop();
     co_return Failure::Canceled;
 }

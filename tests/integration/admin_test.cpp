@@ -36,10 +36,10 @@ json find_instance(const Server& router, const std::string& name) {
 }
 
 TEST_F(AdminTest, AdminDisabledWithoutKey) {
-    auto& pd = start({});
+    auto& pd = start(PdOptions{});
     for (const Headers& auth : {Headers{}, Headers{{"X-API-Key", "anything"}}}) {
-        auto r = admin_post(*pd.router, "add", {{"type", "decode"}, {"instance", "127.0.0.1:1"}},
-                            auth);
+        auto r =
+            admin_post(*pd.router, "add", {{"type", "decode"}, {"instance", "127.0.0.1:1"}}, auth);
         EXPECT_EQ(r.status, 403) << r.describe();
         std::string msg;
         EXPECT_TRUE(is_openai_error(r.body, &msg)) << r.body;
@@ -52,7 +52,7 @@ TEST_F(AdminTest, AdminDisabledWithoutKey) {
 }
 
 TEST_F(AdminTest, AddListRemoveWithAuthRules) {
-    auto& pd = start({.router_args = {"--admin-api-key", kKey, "--model", kModel}});
+    auto& pd = start(PdOptions{}.router({"--admin-api-key", kKey, "--model", kModel}));
     Cluster& extra = new_cluster();
     Server& d2 = extra.start_pdsim("decode");
     const json add_d2{{"type", "decode"}, {"instance", d2.address()}};
@@ -70,13 +70,14 @@ TEST_F(AdminTest, AddListRemoveWithAuthRules) {
     EXPECT_EQ(ok.status, 200) << ok.describe();
     EXPECT_EQ(ok.json().value("message", ""), "Added " + d2.address() + " to decode_instances.")
         << ok.body;
-    auto dup = admin_post(*pd.router, "add", add_d2, {{"Authorization", std::string("Bearer ") + kKey}});
+    auto dup =
+        admin_post(*pd.router, "add", add_d2, {{"Authorization", std::string("Bearer ") + kKey}});
     EXPECT_EQ(dup.status, 409) << dup.describe();
     EXPECT_TRUE(is_openai_error(dup.body)) << dup.body;
 
     auto listed = find_instance(*pd.router, d2.address());
-    ASSERT_FALSE(listed.is_null()) << http_get(pd.router->port, "/instances",
-                                               {{"X-API-Key", kKey}}).body;
+    ASSERT_FALSE(listed.is_null())
+        << http_get(pd.router->port, "/instances", {{"X-API-Key", kKey}}).body;
     EXPECT_EQ(listed.value("role", ""), "decode") << listed.dump();
     for (const char* key : {"up", "in_flight", "requests", "failures"}) {
         EXPECT_TRUE(listed.contains(key)) << key << " missing in " << listed.dump();
@@ -114,18 +115,20 @@ TEST_F(AdminTest, AddListRemoveWithAuthRules) {
                                {{"X-API-Key", kKey}});
     EXPECT_EQ(bad_addr.status, 400) << bad_addr.describe();
     DeadPort dead;
-    auto unreachable = admin_post(*pd.router, "add", {{"type", "prefill"}, {"instance", dead.address()}},
-                                  {{"X-API-Key", kKey}});
+    auto unreachable =
+        admin_post(*pd.router, "add", {{"type", "prefill"}, {"instance", dead.address()}},
+                   {{"X-API-Key", kKey}});
     EXPECT_GE(unreachable.status, 400) << unreachable.describe();
     EXPECT_NE(unreachable.status, 409);
     EXPECT_TRUE(find_instance(*pd.router, dead.address()).is_null());
 
     // A model mismatch is refused.
-    Server& other = extra.start("pdsim-other-model", pdsim_path(),
-                                {"--role", "prefill", "--host", "127.0.0.1", "--port", "0",
-                                 "--model", "some-other-model"});
-    auto mismatch = admin_post(*pd.router, "add", {{"type", "prefill"}, {"instance", other.address()}},
-                               {{"X-API-Key", kKey}});
+    Server& other = extra.start(
+        "pdsim-other-model", pdsim_path(),
+        {"--role", "prefill", "--host", "127.0.0.1", "--port", "0", "--model", "some-other-model"});
+    auto mismatch =
+        admin_post(*pd.router, "add", {{"type", "prefill"}, {"instance", other.address()}},
+                   {{"X-API-Key", kKey}});
     EXPECT_GE(mismatch.status, 400) << mismatch.describe();
     EXPECT_NE(mismatch.status, 409);
     std::string msg;
@@ -144,10 +147,8 @@ TEST_F(AdminTest, AddListRemoveWithAuthRules) {
 }
 
 TEST_F(AdminTest, StatusHealthModels) {
-    auto& pd = start({.prefills = 2,
-                      .decodes = 1,
-                      .router_args = {"--health-interval-ms", "200", "--health-backoff-max-ms",
-                                      "400"}});
+    auto& pd = start(PdOptions{}.p(2).d(1).router(
+        {"--health-interval-ms", "200", "--health-backoff-max-ms", "400"}));
     auto st = http_get(pd.router->port, "/status");
     ASSERT_EQ(st.status, 200) << st.describe();
     auto s = st.json();

@@ -76,9 +76,9 @@ TEST_F(CliTest, VersionAndHelpExitZero) {
 
 TEST_F(CliTest, DemoServesItsPrintedCurlRequest) {
     Cluster& c = new_cluster();
-    Server& demo = c.start("pdrouter-demo", pdrouter_path(),
-                           {"--demo", "--host", "127.0.0.1", "--port", "0",
-                            "--demo-token-delay-ms", "1"});
+    Server& demo =
+        c.start("pdrouter-demo", pdrouter_path(),
+                {"--demo", "--host", "127.0.0.1", "--port", "0", "--demo-token-delay-ms", "1"});
     // The log has the listening line and the curl line once the port file exists; allow a beat
     // for stdout to be flushed after the rename.
     std::string curl;
@@ -110,15 +110,15 @@ TEST_F(CliTest, DemoServesItsPrintedCurlRequest) {
     auto r = http_post(demo.port, url[2], data[1].str());
     EXPECT_EQ(r.status, 200) << r.describe();
     std::string error;
-    std::string text = answer_text(r.body, body.value("stream", false),
-                                   body.contains("messages"), error);
+    std::string text =
+        answer_text(r.body, body.value("stream", false), body.contains("messages"), error);
     EXPECT_TRUE(error.empty()) << error;
     EXPECT_EQ(text, expected_text(body)) << r.body;
     EXPECT_EQ(demo.proc.stop().code, 0) << "demo did not exit 0 on SIGTERM";
 }
 
 TEST_F(CliTest, ListeningLineAndGracefulDrainOnSigterm) {
-    auto& pd = start({});
+    auto& pd = start(PdOptions{});
     EXPECT_NE(pd.router->proc.log().find("pdrouter listening on 127.0.0.1:" +
                                          std::to_string(pd.router->port)),
               std::string::npos)
@@ -127,13 +127,13 @@ TEST_F(CliTest, ListeningLineAndGracefulDrainOnSigterm) {
     json body = completion_body("drain me", 8, true);
     TimedResponse t;
     std::thread client([&] {
-        t = http_request_timed(pd.router->port,
-                               {"POST", "/v1/completions", {{"Content-Type", "application/json"}},
-                                body.dump()},
-                               Ms{10000});
+        t = http_request_timed(
+            pd.router->port,
+            {"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
+            Ms{10000});
     });
-    ASSERT_TRUE(wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; },
-                           Ms{3000}));
+    ASSERT_TRUE(
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; }, Ms{3000}));
     pd.router->proc.signal(SIGTERM);
     // New connections are refused (or answered 503) while draining.
     bool stopped_accepting = wait_until(
@@ -152,9 +152,7 @@ TEST_F(CliTest, ListeningLineAndGracefulDrainOnSigterm) {
 }
 
 TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
-    auto& pd = start({.prefills = 2,
-                      .decodes = 1,
-                      .router_args = {"--kv-lease-timeout-ms", "600"}});
+    auto& pd = start(PdOptions{}.p(2).d(1).router({"--kv-lease-timeout-ms", "600"}));
     sim_fault(*pd.decode[0], {{"delay_ms", 500}});  // a refresh period passes before decode
     for (int i = 0; i < 4; ++i) {
         json body = i % 2 ? chat_body("metrics " + std::to_string(i), 3, i > 1)
@@ -171,7 +169,8 @@ TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
     TempDir dir;
     const std::string file = dir.file("metrics.txt");
     std::ofstream(file) << text;
-    ASSERT_EQ(::access("/usr/bin/promtool", X_OK) == 0 || std::system("command -v promtool >/dev/null") == 0,
+    ASSERT_EQ(::access("/usr/bin/promtool", X_OK) == 0 ||
+                  std::system("command -v promtool >/dev/null") == 0,
               true)
         << "promtool is missing (Debian package 'prometheus')";
     const std::string out_file = dir.file("promtool.out");
@@ -188,10 +187,12 @@ TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
             EXPECT_GE(*v, at_least) << name;
         }
     };
-    expect_series("pdrouter_requests_total", {{"route", "completions"}, {"status_class", "2xx"}}, 2);
+    expect_series("pdrouter_requests_total", {{"route", "completions"}, {"status_class", "2xx"}},
+                  2);
     expect_series("pdrouter_requests_total",
                   {{"route", "chat_completions"}, {"status_class", "2xx"}}, 2);
-    expect_series("pdrouter_requests_total", {{"route", "completions"}, {"status_class", "5xx"}}, 1);
+    expect_series("pdrouter_requests_total", {{"route", "completions"}, {"status_class", "5xx"}},
+                  1);
     expect_series("pdrouter_request_duration_seconds_count", {{"route", "completions"}}, 3);
     expect_series("pdrouter_leg_duration_seconds_count", {{"leg", "prefill"}}, 4);
     expect_series("pdrouter_leg_duration_seconds_count", {{"leg", "decode"}}, 4);
@@ -201,8 +202,8 @@ TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
                   2);
     expect_series("pdrouter_retries_total", {{"leg", "prefill"}}, 1);
     for (auto* p : pd.prefill) {
-        expect_series("pdrouter_instance_in_flight", {{"role", "prefill"}, {"instance", p->address()}},
-                      0);
+        expect_series("pdrouter_instance_in_flight",
+                      {{"role", "prefill"}, {"instance", p->address()}}, 0);
         expect_series("pdrouter_instance_requests_total",
                       {{"role", "prefill"}, {"instance", p->address()}}, 1);
     }

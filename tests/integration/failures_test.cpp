@@ -19,7 +19,7 @@ class FailureTest : public ClusterTest {};
 // Fast-failing settings shared by the failure tests. Health probes are slow so that an instance
 // killed after start-up is still believed up when the request reaches it.
 std::vector<std::string> fast_router(std::vector<std::string> extra = {}) {
-    std::vector<std::string> a{"--kv-lease-timeout-ms", "600", "--connect-timeout-ms", "500",
+    std::vector<std::string> a{"--kv-lease-timeout-ms", "600",  "--connect-timeout-ms", "500",
                                "--health-interval-ms",  "60000"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
@@ -38,7 +38,7 @@ double upstream_errors(const Server& router, const std::string& leg) {
 }
 
 TEST_F(FailureTest, Prefill4xxIsRelayedAndDecodeNotCalled) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     const std::string err =
         R"({"error":{"message":"prompt too long for pdsim","type":"BadRequestError","param":null,"code":400}})";
     sim_fault(*pd.prefill[0], {{"status", 400}, {"body", err}});
@@ -59,7 +59,7 @@ TEST_F(FailureTest, Prefill4xxIsRelayedAndDecodeNotCalled) {
 }
 
 TEST_F(FailureTest, Prefill5xxRetriesOnTheOtherPrefill) {
-    auto& pd = start({.prefills = 2, .sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.p(2).sim(kFastSim).router(fast_router()));
     sim_fault(*pd.prefill[0], {{"status", 500}, {"count", -1}});
     // Round robin: one of two requests picks the failing P first.
     for (int i = 0; i < 2; ++i) {
@@ -70,16 +70,17 @@ TEST_F(FailureTest, Prefill5xxRetriesOnTheOtherPrefill) {
     EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 2);
     auto m = metrics_text(*pd.router);
     EXPECT_GE(metric(m, "pdrouter_retries_total", {{"leg", "prefill"}}).value_or(0), 1.0) << m;
-    EXPECT_GE(metric(m, "pdrouter_upstream_errors_total", {{"leg", "prefill"}, {"kind", "status_5xx"}})
-                  .value_or(0),
-              1.0)
+    EXPECT_GE(
+        metric(m, "pdrouter_upstream_errors_total", {{"leg", "prefill"}, {"kind", "status_5xx"}})
+            .value_or(0),
+        1.0)
         << m;
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
     EXPECT_TRUE(no_violations(pd));
 }
 
 TEST_F(FailureTest, Prefill5xxWithOnePrefillIs502AndDecodeNotCalled) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.prefill[0], {{"status", 503}, {"count", -1}});
     auto r = send_generation(*pd.router, completion_body("no luck", 4, false));
     EXPECT_EQ(r.status, 502) << r.describe();
@@ -89,7 +90,7 @@ TEST_F(FailureTest, Prefill5xxWithOnePrefillIs502AndDecodeNotCalled) {
 }
 
 TEST_F(FailureTest, PrefillConnectFailureRetriesThenFails) {
-    auto& pd = start({.prefills = 2, .sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.p(2).sim(kFastSim).router(fast_router()));
     // Kill one P after the router saw it up: its port refuses connections from now on.
     pd.prefill[1]->proc.kill_now();
     for (int i = 0; i < 2; ++i) {
@@ -114,8 +115,8 @@ TEST_F(FailureTest, PrefillConnectFailureRetriesThenFails) {
 }
 
 TEST_F(FailureTest, PrefillTimeoutIs504) {
-    auto& pd = start({.sim_args = kFastSim,
-                      .router_args = fast_router({"--prefill-timeout-ms", "400"})});
+    auto& pd =
+        start(PdOptions{}.sim(kFastSim).router(fast_router({"--prefill-timeout-ms", "400"})));
     sim_fault(*pd.prefill[0], {{"delay_ms", 2000}, {"count", -1}});
     auto t0 = Clock::now();
     auto r = send_generation(*pd.router, chat_body("slow prefill", 3, true));
@@ -134,7 +135,7 @@ TEST_F(FailureTest, PrefillTimeoutIs504) {
 }
 
 TEST_F(FailureTest, PrefillWithoutKvParamsIs502NamingThem) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.prefill[0], {{"omit_kv_params", true}});
     auto r = send_generation(*pd.router, completion_body("no handle", 3, false));
     EXPECT_EQ(r.status, 502) << r.describe();
@@ -149,8 +150,8 @@ TEST_F(FailureTest, PrefillWithoutKvParamsIs502NamingThem) {
 }
 
 TEST_F(FailureTest, PrefillWithoutKvParamsRecomputesWhenConfigured) {
-    auto& pd = start({.sim_args = kFastSim,
-                      .router_args = fast_router({"--on-missing-kv-params", "recompute"})});
+    auto& pd = start(
+        PdOptions{}.sim(kFastSim).router(fast_router({"--on-missing-kv-params", "recompute"})));
     sim_fault(*pd.prefill[0], {{"omit_kv_params", true}});
     json body = chat_body("recompute me", 7, true);
     auto r = send_generation(*pd.router, body, {{"X-Request-Id", "recompute-1"}});
@@ -167,7 +168,7 @@ TEST_F(FailureTest, PrefillWithoutKvParamsRecomputesWhenConfigured) {
 }
 
 TEST_F(FailureTest, DecodeConnectFailureRetriesOtherDecodeWithSameHandle) {
-    auto& pd = start({.decodes = 2, .sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.d(2).sim(kFastSim).router(fast_router()));
     pd.decode[1]->proc.kill_now();
     for (int i = 0; i < 2; ++i) {
         json body = completion_body("dead D " + std::to_string(i), 4, i == 1);
@@ -188,7 +189,7 @@ TEST_F(FailureTest, DecodeConnectFailureRetriesOtherDecodeWithSameHandle) {
 }
 
 TEST_F(FailureTest, DecodeErrorsAreRelayed) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     const std::string err4 =
         R"({"error":{"message":"decode says no","type":"BadRequestError","param":null,"code":400}})";
     sim_fault(*pd.decode[0], {{"status", 400}, {"body", err4}});
@@ -211,7 +212,7 @@ TEST_F(FailureTest, DecodeErrorsAreRelayed) {
 }
 
 TEST_F(FailureTest, DecodeFailsMidStreamErrorEventNoDone) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.decode[0], {{"close_after_chunks", 3}});
     json body = completion_body("break mid stream", 10, true);
     auto t = http_request_timed(
@@ -242,9 +243,10 @@ double disconnect_and_measure(const Server& router, const Server& server, const 
     Connection c;
     std::string error;
     if (!c.connect(router.port, error) ||
-        !c.write_all(serialize({"POST", route_of(body), {{"Content-Type", "application/json"}},
-                                body.dump()}),
-                     error)) {
+        !c.write_all(
+            serialize(
+                {"POST", route_of(body), {{"Content-Type", "application/json"}}, body.dump()}),
+            error)) {
         ADD_FAILURE() << error;
         return -1;
     }
@@ -256,15 +258,14 @@ double disconnect_and_measure(const Server& router, const Server& server, const 
     auto t0 = Clock::now();
     c.close(/*abort=*/true);
     bool seen = wait_until(
-        [&] { return counter(sim_state(server), "client_disconnects") > before; }, Ms{3000},
-        Ms{5});
+        [&] { return counter(sim_state(server), "client_disconnects") > before; }, Ms{3000}, Ms{5});
     double ms = ms_between(t0, Clock::now());
     EXPECT_TRUE(seen) << server.name << " never saw the upstream connection close";
     return ms;
 }
 
 TEST_F(FailureTest, ClientDisconnectDuringPrefillAbortsPrefill) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.prefill[0], {{"delay_ms", 5000}});
     json body = completion_body("bye during prefill", 5, true);
     double ms = disconnect_and_measure(*pd.router, *pd.prefill[0], body, [&](Connection&) {
@@ -291,7 +292,7 @@ TEST_F(FailureTest, ClientDisconnectDuringPrefillAbortsPrefill) {
 }
 
 TEST_F(FailureTest, ClientDisconnectDuringDecodeStreamAbortsDecode) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.decode[0], {{"token_delay_ms", 200}});
     json body = chat_body("bye during decode", 30, true);
     double ms = disconnect_and_measure(*pd.router, *pd.decode[0], body, [&](Connection& c) {
@@ -333,7 +334,7 @@ struct BadInput {
 };
 
 TEST_F(FailureTest, BadInputGetsOpenAiErrorsAndCostsNothing) {
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router({"--max-body-bytes", "4096"})});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router({"--max-body-bytes", "4096"})));
     auto post = [](const std::string& target, const std::string& ct, const std::string& body) {
         return serialize({"POST", target, {{"Content-Type", ct}}, body});
     };
@@ -348,7 +349,8 @@ TEST_F(FailureTest, BadInputGetsOpenAiErrorsAndCostsNothing) {
               "{" + model + ",\"prompt\":\"" + std::string(5000, 'a') + "\"}"),
          413},
         {"huge header",
-         serialize({"POST", "/v1/completions",
+         serialize({"POST",
+                    "/v1/completions",
                     {{"Content-Type", "application/json"}, {"X-Big", std::string(20000, 'h')}},
                     "{" + model + ",\"prompt\":\"x\"}"}),
          431},
@@ -379,7 +381,7 @@ TEST_F(FailureTest, BadInputGetsOpenAiErrorsAndCostsNothing) {
 
 TEST_F(FailureTest, UndeliveredHandleIsFreedOneLeaseAfterTheLastRefresh) {
     // D never takes the request (both Ds dead after start-up): P's blocks must not be stranded.
-    auto& pd = start({.sim_args = kFastSim, .router_args = fast_router()});
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     pd.decode[0]->proc.kill_now();
     auto r = send_generation(*pd.router, completion_body("nobody decodes", 4, false));
     EXPECT_TRUE(r.status == 502 || r.status == 503) << r.describe();

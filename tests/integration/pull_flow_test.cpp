@@ -26,7 +26,7 @@ json expected_prefill_body(json original) {
     }
     original.erase("min_tokens");
     original.erase("min_completion_tokens");
-    original["kv_transfer_params"] = {{"do_remote_decode", true},   {"do_remote_prefill", false},
+    original["kv_transfer_params"] = {{"do_remote_decode", true},    {"do_remote_prefill", false},
                                       {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
                                       {"remote_host", nullptr},      {"remote_port", nullptr}};
     return original;
@@ -40,8 +40,8 @@ struct Case {
 // One request through 1P1D with every field the rewrite touches; checks both legs' bodies and
 // headers, the answer bytes and the request id.
 void check_one_flow(PdCluster& pd, const Case& c, int n) {
-    const std::string id = "client-req-" + std::to_string(n) + (c.chat ? "-chat" : "-cmpl") +
-                           (c.stream ? "-s" : "-n");
+    const std::string id =
+        "client-req-" + std::to_string(n) + (c.chat ? "-chat" : "-cmpl") + (c.stream ? "-s" : "-n");
     json body = c.chat ? chat_body("Tell me about rivers number " + std::to_string(n), 12, c.stream)
                        : completion_body("Once upon a time " + std::to_string(n), 12, c.stream);
     body["temperature"] = 0.5;
@@ -86,8 +86,8 @@ void check_one_flow(PdCluster& pd, const Case& c, int n) {
     EXPECT_EQ(handle.value("transfer_mode", ""), "pull") << handle.dump();
     for (const char* key : {"remote_block_ids", "remote_engine_id", "remote_host", "tp_size",
                             "pp_size", "remote_num_tokens"}) {
-        EXPECT_TRUE(handle.contains(key) && !handle[key].is_null()) << key << " in "
-                                                                    << handle.dump();
+        EXPECT_TRUE(handle.contains(key) && !handle[key].is_null())
+            << key << " in " << handle.dump();
     }
 
     for (const auto* leg : {&p, &d}) {
@@ -100,7 +100,7 @@ void check_one_flow(PdCluster& pd, const Case& c, int n) {
 }
 
 TEST_F(PullFlowTest, OneByOneAllShapesRewriteAndHeaders) {
-    auto& pd = start({.prefills = 1, .decodes = 1});
+    auto& pd = start(PdOptions{}.p(1).d(1));
     int n = 0;
     for (Case c : {Case{false, false}, Case{false, true}, Case{true, false}, Case{true, true}}) {
         SCOPED_TRACE(std::string(c.chat ? "chat" : "completions") +
@@ -120,7 +120,7 @@ TEST_F(PullFlowTest, OneByOneAllShapesRewriteAndHeaders) {
 }
 
 TEST_F(PullFlowTest, FreshUuidRequestIdWhenClientSendsNone) {
-    auto& pd = start({.prefills = 1, .decodes = 1});
+    auto& pd = start(PdOptions{}.p(1).d(1));
     std::set<std::string> ids;
     for (bool stream : {false, true}) {
         json body = completion_body("no id here", 5, stream);
@@ -140,7 +140,7 @@ TEST_F(PullFlowTest, FreshUuidRequestIdWhenClientSendsNone) {
 }
 
 TEST_F(PullFlowTest, UpstreamApiKeyReplacesClientAuthorization) {
-    auto& pd = start({.prefills = 1, .decodes = 1, .router_args = {"--upstream-api-key", "up-key"}});
+    auto& pd = start(PdOptions{}.p(1).d(1).router({"--upstream-api-key", "up-key"}));
     json body = chat_body("keys", 4, false);
     auto r = send_generation(*pd.router, body,
                              {{"X-Request-Id", "auth-1"}, {"Authorization", "Bearer client-key"}});
@@ -153,7 +153,7 @@ TEST_F(PullFlowTest, UpstreamApiKeyReplacesClientAuthorization) {
 }
 
 TEST_F(PullFlowTest, RoundRobinSpreadsOver2P2D) {
-    auto& pd = start({.prefills = 2, .decodes = 2});
+    auto& pd = start(PdOptions{}.p(2).d(2));
     for (int i = 0; i < 8; ++i) {
         json body = i % 2 ? chat_body("rr " + std::to_string(i), 3, i % 3 == 0)
                           : completion_body("rr " + std::to_string(i), 3, i % 3 == 0);
@@ -171,7 +171,7 @@ TEST_F(PullFlowTest, RoundRobinSpreadsOver2P2D) {
 }
 
 TEST_F(PullFlowTest, SixtyFourConcurrentMixedRequestsByteExact) {
-    auto& pd = start({.prefills = 2, .decodes = 2});
+    auto& pd = start(PdOptions{}.p(2).d(2));
     constexpr int kN = 64;
     std::vector<json> bodies;
     for (int i = 0; i < kN; ++i) {
@@ -186,9 +186,8 @@ TEST_F(PullFlowTest, SixtyFourConcurrentMixedRequestsByteExact) {
     auto t0 = Clock::now();
     for (int i = 0; i < kN; ++i) {
         threads.emplace_back([&, i] {
-            answers[i] = send_generation(*pd.router, bodies[i],
-                                         {{"X-Request-Id", "conc-" + std::to_string(i)}},
-                                         Ms{30000});
+            answers[i] = send_generation(
+                *pd.router, bodies[i], {{"X-Request-Id", "conc-" + std::to_string(i)}}, Ms{30000});
         });
     }
     for (auto& t : threads) {
@@ -215,11 +214,10 @@ TEST_F(PullFlowTest, SixtyFourConcurrentMixedRequestsByteExact) {
 }
 
 TEST_F(PullFlowTest, FirstSseEventArrivesBeforeDecodeFinishes) {
-    auto& pd = start({.prefills = 1, .decodes = 1});
+    auto& pd = start(PdOptions{}.p(1).d(1));
     sim_fault(*pd.decode[0], {{"token_delay_ms", 100}, {"count", 1}});
     json body = completion_body("stream me slowly", 10, true);
-    HttpRequest req{"POST", "/v1/completions", {{"Content-Type", "application/json"}},
-                    body.dump()};
+    HttpRequest req{"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()};
     auto t = http_request_timed(pd.router->port, req, Ms{15000});
     EXPECT_TRUE(answer_ok(t.response, body));
     ASSERT_TRUE(t.saw_first_event) << t.response.describe();
@@ -236,10 +234,11 @@ TEST_F(PullFlowTest, FirstSseEventArrivesBeforeDecodeFinishes) {
 TEST_F(PullFlowTest, LeaseKeptAliveWhileDecodeIsDelayed) {
     // pdsim's lease is 1 s; decode waits 2.5 s before touching the KV. Only the router's
     // refreshes (every 600/3 ms) keep P's blocks alive.
-    auto& pd = start({.prefills = 1,
-                      .decodes = 1,
-                      .sim_args = {"--kv-lease-seconds", "1"},
-                      .router_args = {"--kv-lease-timeout-ms", "600"}});
+    auto& pd = start(PdOptions{}
+                         .p(1)
+                         .d(1)
+                         .sim({"--kv-lease-seconds", "1"})
+                         .router({"--kv-lease-timeout-ms", "600"}));
     sim_fault(*pd.decode[0], {{"delay_ms", 2500}, {"count", 1}});
     json body = chat_body("keep my blocks", 6, true);
     auto r = send_generation(*pd.router, body, {{"X-Request-Id", "lease-1"}});
@@ -261,7 +260,7 @@ TEST_F(PullFlowTest, LeaseKeptAliveWhileDecodeIsDelayed) {
 }
 
 TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
-    auto& pd = start({.prefills = 2, .decodes = 1, .router_args = {"--kv-lease-timeout-ms", "60000"}});
+    auto& pd = start(PdOptions{}.p(2).d(1).router({"--kv-lease-timeout-ms", "60000"}));
     sim_fault(*pd.decode[0], {{"delay_ms", 2000}, {"count", 1}});
     json body = completion_body("forward my refresh", 4, false);
     HttpResponse r;
@@ -269,8 +268,8 @@ TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
         r = send_generation(*pd.router, body, {{"X-Request-Id", "fwd-1"}}, Ms{10000});
     });
     // Wait until the decode leg is pending (P answered, D received the request).
-    bool pending = wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; },
-                              Ms{3000});
+    bool pending =
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; }, Ms{3000});
     Server* holder = nullptr;
     for (auto* p : pd.prefill) {
         if (!requests_with_id(*p, "fwd-1").empty()) {

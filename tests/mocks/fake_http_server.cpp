@@ -1,5 +1,6 @@
 #include "tests/mocks/fake_http_server.hpp"
 
+#include <algorithm>
 #include <list>
 
 namespace pdr::test {
@@ -22,17 +23,22 @@ awaitable<void> serve(std::shared_ptr<FakeHttpServer::State> st, std::shared_ptr
     for (;;) {
         http::request<http::string_body> req;
         auto [ec, n] = co_await http::async_read(*sock, buf, req, use_tuple);
-        if (ec || st->stopped) break;
+        if (ec || st->stopped)
+            break;
         RecordedRequest rec{req.method(), std::string(req.target()), req.body(),
                             std::string(req[http::field::authorization]), Clock::now()};
         st->requests.push_back(std::move(rec));
         FakeReply reply = st->handler ? st->handler(req) : FakeReply{404, "{}"};
-        if (reply.delay.count() > 0) {
+        // Delay in short slices so stop() ends the wait promptly.
+        const auto answer_at = Clock::now() + reply.delay;
+        while (!st->stopped && Clock::now() < answer_at) {
             Timer t(st->executor);
-            t.expires_after(reply.delay);
+            t.expires_after(std::min<Duration>(
+                Duration{10}, std::chrono::duration_cast<Duration>(answer_at - Clock::now())));
             co_await t.async_wait();
-            if (st->stopped) break;
         }
+        if (st->stopped)
+            break;
         http::response<http::string_body> res{static_cast<http::status>(reply.status),
                                               req.version()};
         res.set(http::field::content_type, reply.content_type);
@@ -40,7 +46,8 @@ awaitable<void> serve(std::shared_ptr<FakeHttpServer::State> st, std::shared_ptr
         res.body() = std::move(reply.body);
         res.prepare_payload();
         auto [wec, wn] = co_await http::async_write(*sock, res, use_tuple);
-        if (wec || !res.keep_alive()) break;
+        if (wec || !res.keep_alive())
+            break;
     }
     error_code ignored;
     sock->shutdown(tcp::socket::shutdown_both, ignored);
@@ -50,7 +57,8 @@ awaitable<void> serve(std::shared_ptr<FakeHttpServer::State> st, std::shared_ptr
 awaitable<void> accept_loop(std::shared_ptr<FakeHttpServer::State> st) {
     while (!st->stopped) {
         auto [ec, raw] = co_await st->acceptor.async_accept(use_tuple);
-        if (ec || st->stopped) break;
+        if (ec || st->stopped)
+            break;
         auto sock = std::make_shared<Socket>(std::move(raw));
         st->sockets.remove_if([](const std::weak_ptr<Socket>& w) { return w.expired(); });
         st->sockets.push_back(sock);
@@ -65,7 +73,9 @@ FakeHttpServer::FakeHttpServer(net::any_io_executor ex, Handler handler)
     state_->handler = std::move(handler);
 }
 
-FakeHttpServer::~FakeHttpServer() { stop(); }
+FakeHttpServer::~FakeHttpServer() {
+    stop();
+}
 
 unsigned short FakeHttpServer::start() {
     tcp::endpoint ep(net::ip::make_address("127.0.0.1"), 0);
@@ -79,28 +89,37 @@ unsigned short FakeHttpServer::start() {
 }
 
 void FakeHttpServer::stop() {
-    if (state_->stopped) return;
+    if (state_->stopped)
+        return;
     state_->stopped = true;
     error_code ignored;
     state_->acceptor.close(ignored);
     for (auto& w : state_->sockets) {
-        if (auto s = w.lock()) s->close(ignored);
+        if (auto s = w.lock())
+            s->close(ignored);
     }
 }
 
-unsigned short FakeHttpServer::port() const { return state_->port; }
+unsigned short FakeHttpServer::port() const {
+    return state_->port;
+}
 
-const std::vector<RecordedRequest>& FakeHttpServer::requests() const { return state_->requests; }
+const std::vector<RecordedRequest>& FakeHttpServer::requests() const {
+    return state_->requests;
+}
 
 std::size_t FakeHttpServer::count(std::string_view target) const {
     std::size_t n = 0;
     for (const auto& r : state_->requests) {
-        if (r.target == target) ++n;
+        if (r.target == target)
+            ++n;
     }
     return n;
 }
 
-void FakeHttpServer::set_handler(Handler handler) { state_->handler = std::move(handler); }
+void FakeHttpServer::set_handler(Handler handler) {
+    state_->handler = std::move(handler);
+}
 
 unsigned short unused_port() {
     net::io_context ioc;

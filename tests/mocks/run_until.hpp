@@ -14,10 +14,12 @@ template <class Pred>
 bool run_until(net::io_context& ioc, Pred pred, Duration limit) {
     const auto deadline = Clock::now() + limit;
     while (!pred()) {
-        if (Clock::now() >= deadline) return false;
+        if (Clock::now() >= deadline)
+            return false;
         ioc.restart();
         ioc.run_for(Duration{5});
-        if (ioc.stopped()) std::this_thread::sleep_for(Duration{1});  // no work: don't spin
+        if (ioc.stopped())
+            std::this_thread::sleep_for(Duration{1});  // no work: don't spin
     }
     return true;
 }
@@ -28,7 +30,8 @@ inline void run_for(net::io_context& ioc, Duration d) {
     while (Clock::now() < deadline) {
         ioc.restart();
         ioc.run_for(Duration{5});
-        if (ioc.stopped()) std::this_thread::sleep_for(Duration{1});
+        if (ioc.stopped())
+            std::this_thread::sleep_for(Duration{1});
     }
 }
 
@@ -44,8 +47,10 @@ std::optional<T> run_task(net::io_context& ioc, awaitable<T> task, Duration limi
             *out = std::move(v);
         }
     });
-    run_until(ioc, [&] { return out->has_value() || *error; }, limit);
-    if (*error) std::rethrow_exception(*error);
+    run_until(
+        ioc, [&] { return out->has_value() || *error; }, limit);
+    if (*error)
+        std::rethrow_exception(*error);
     return *out;
 }
 

@@ -24,8 +24,7 @@ std::vector<std::string> error_events(const std::string& body) {
     const bool stream = body.value("stream", false);
     const bool chat = body.contains("messages");
     if (r.status != 200 || !r.complete) {
-        return ::testing::AssertionFailure()
-               << "expected a complete 200, got " << r.describe();
+        return ::testing::AssertionFailure() << "expected a complete 200, got " << r.describe();
     }
     const std::string ct = r.header("content-type");
     if (stream && ct.find("text/event-stream") == std::string::npos) {
@@ -48,11 +47,12 @@ std::vector<std::string> error_events(const std::string& body) {
     if (stream) {
         auto events = sse_data(r.body);
         if (events.empty() || events.back() != "[DONE]") {
-            return ::testing::AssertionFailure() << "stream does not end with [DONE]: "
-                                                 << r.body.substr(0, 800);
+            return ::testing::AssertionFailure()
+                   << "stream does not end with [DONE]: " << r.body.substr(0, 800);
         }
         if (r.body.size() < 14 || r.body.compare(r.body.size() - 14, 14, "data: [DONE]\n\n") != 0) {
-            return ::testing::AssertionFailure() << "stream bytes do not end with 'data: [DONE]\\n\\n'";
+            return ::testing::AssertionFailure()
+                   << "stream bytes do not end with 'data: [DONE]\\n\\n'";
         }
         if (!error_events(r.body).empty()) {
             return ::testing::AssertionFailure() << "stream carries an error event: " << r.body;
@@ -76,8 +76,8 @@ std::vector<std::string> error_events(const std::string& body) {
 
 ::testing::AssertionResult kv_freed(const PdCluster& pd, Ms bound) {
     auto start = Clock::now();
-    bool ok = wait_until([&] { return sum_counter(pd.prefill, "blocks_held") == 0; }, bound,
-                         Ms{25});
+    bool ok =
+        wait_until([&] { return sum_counter(pd.prefill, "blocks_held") == 0; }, bound, Ms{25});
     if (ok) {
         return ::testing::AssertionSuccess();
     }

@@ -40,10 +40,10 @@ Server& Cluster::start(const std::string& name, const std::string& exe,
         bool alive = server->proc.running();
         auto st = server->proc.stop(Ms{1000});
         throw std::runtime_error(
-            name + (alive ? " wrote no port file within " + std::to_string(port_timeout.count()) +
-                                " ms"
-                          : " exited (code " + std::to_string(st.code) + ", signal " +
-                                std::to_string(st.signal) + ") before writing its port file") +
+            name +
+            (alive ? " wrote no port file within " + std::to_string(port_timeout.count()) + " ms"
+                   : " exited (code " + std::to_string(st.code) + ", signal " +
+                         std::to_string(st.signal) + ") before writing its port file") +
             "\n$ " + server->proc.command_line() + "\n" + server->proc.log());
     }
     servers_.push_back(std::move(server));
@@ -51,8 +51,8 @@ Server& Cluster::start(const std::string& name, const std::string& exe,
 }
 
 Server& Cluster::start_pdsim(const std::string& role, const std::vector<std::string>& extra) {
-    std::vector<std::string> args{"--role", role, "--host", "127.0.0.1", "--port", "0",
-                                  "--model", kModel};
+    std::vector<std::string> args{"--role", role, "--host",  "127.0.0.1",
+                                  "--port", "0",  "--model", kModel};
     args.insert(args.end(), extra.begin(), extra.end());
     return start("pdsim-" + role, pdsim_path(), args);
 }
@@ -94,8 +94,6 @@ PdCluster start_pd(const PdOptions& o) {
         pd.decode.push_back(&pd.cluster->start_pdsim("decode", o.sim_args));
         ds.push_back(pd.decode.back()->address());
     }
-    ps.insert(ps.end(), o.extra_prefill_addresses.begin(), o.extra_prefill_addresses.end());
-    ds.insert(ds.end(), o.extra_decode_addresses.begin(), o.extra_decode_addresses.end());
     pd.router = &pd.cluster->start_router(ps, ds, o.router_args);
     return pd;
 }
@@ -138,7 +136,9 @@ nlohmann::json get_json(const Server& s, const std::string& target) {
 }
 }  // namespace
 
-nlohmann::json sim_state(const Server& s) { return get_json(s, "/debug/state"); }
+nlohmann::json sim_state(const Server& s) {
+    return get_json(s, "/debug/state");
+}
 
 nlohmann::json sim_requests(const Server& s) {
     auto j = get_json(s, "/debug/requests");
@@ -320,7 +320,8 @@ bool wait_until(const std::function<bool()>& pred, Ms timeout, Ms poll) {
 }
 
 bool is_uuid_v4(const std::string& s) {
-    static const std::regex re("^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$");
+    static const std::regex re(
+        "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$");
     return std::regex_match(s, re);
 }
 

@@ -65,8 +65,24 @@ struct PdOptions {
     int decodes = 1;
     std::vector<std::string> sim_args;     // both roles
     std::vector<std::string> router_args;  // appended to the router's command line
-    std::vector<std::string> extra_prefill_addresses;  // e.g. a dead address
-    std::vector<std::string> extra_decode_addresses;
+
+    // Fluent setters: start(PdOptions{}.p(2).d(2).router({"--flag", "v"})).
+    PdOptions& p(int n) {
+        prefills = n;
+        return *this;
+    }
+    PdOptions& d(int n) {
+        decodes = n;
+        return *this;
+    }
+    PdOptions& sim(std::vector<std::string> a) {
+        sim_args = std::move(a);
+        return *this;
+    }
+    PdOptions& router(std::vector<std::string> a) {
+        router_args = std::move(a);
+        return *this;
+    }
 };
 PdCluster start_pd(const PdOptions& o);
 

@@ -49,7 +49,9 @@ bool HttpResponse::has_header(std::string_view name) const {
     return std::any_of(headers.begin(), headers.end(), [&](const auto& h) { return h.first == n; });
 }
 
-nlohmann::json HttpResponse::json() const { return nlohmann::json::parse(body, nullptr, false); }
+nlohmann::json HttpResponse::json() const {
+    return nlohmann::json::parse(body, nullptr, false);
+}
 
 std::string HttpResponse::describe() const {
     std::string s = "status=" + std::to_string(status);
@@ -103,8 +105,8 @@ bool ResponseParser::parse_head() {
     response_.status = std::atoi(status_line.c_str() + 9);
     while (pos != std::string::npos) {
         std::size_t next = head.find("\r\n", pos + 2);
-        std::string line = head.substr(pos + 2, next == std::string::npos ? std::string::npos
-                                                                           : next - pos - 2);
+        std::string line =
+            head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
         pos = next;
         auto colon = line.find(':');
         if (colon == std::string::npos) {
@@ -200,7 +202,9 @@ bool ResponseParser::parse_body() {
 
 // ---- Connection -------------------------------------------------------------------------------
 
-Connection::~Connection() { close(); }
+Connection::~Connection() {
+    close();
+}
 
 Connection& Connection::operator=(Connection&& o) noexcept {
     if (this != &o) {
@@ -433,16 +437,16 @@ std::vector<std::string> sse_data(const std::string& body) {
     std::size_t pos = 0;
     while (pos < body.size()) {
         auto end = body.find("\n\n", pos);
-        std::string event = body.substr(pos, end == std::string::npos ? std::string::npos
-                                                                       : end - pos);
+        std::string event =
+            body.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
         pos = end == std::string::npos ? body.size() : end + 2;
         std::size_t lp = 0;
         std::string data;
         bool any = false;
         while (lp <= event.size()) {
             auto le = event.find('\n', lp);
-            std::string line = event.substr(lp, le == std::string::npos ? std::string::npos
-                                                                         : le - lp);
+            std::string line =
+                event.substr(lp, le == std::string::npos ? std::string::npos : le - lp);
             lp = le == std::string::npos ? event.size() + 1 : le + 1;
             if (!line.empty() && line.back() == '\r') {
                 line.pop_back();
@@ -477,9 +481,8 @@ std::string answer_text(const std::string& body, bool stream, bool chat, std::st
             v = c.contains("delta") && c["delta"].contains("content") ? &c["delta"]["content"]
                                                                       : nullptr;
         } else {
-            v = c.contains("message") && c["message"].contains("content")
-                    ? &c["message"]["content"]
-                    : nullptr;
+            v = c.contains("message") && c["message"].contains("content") ? &c["message"]["content"]
+                                                                          : nullptr;
         }
         return v && v->is_string() ? v->get<std::string>() : std::string();
     };

@@ -16,16 +16,16 @@ using Clock = std::chrono::steady_clock;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpResponse {
-    int status = 0;           // 0: no response (see error)
-    std::string error;        // transport/parse problem, empty when the response is complete
-    Headers headers;          // names lower-cased, in arrival order
-    std::string body;         // de-chunked
+    int status = 0;     // 0: no response (see error)
+    std::string error;  // transport/parse problem, empty when the response is complete
+    Headers headers;    // names lower-cased, in arrival order
+    std::string body;   // de-chunked
     bool chunked = false;
-    bool complete = false;    // framing finished (or EOF for close-delimited bodies)
+    bool complete = false;  // framing finished (or EOF for close-delimited bodies)
 
     std::string header(std::string_view name) const;  // "" when absent
     bool has_header(std::string_view name) const;
-    nlohmann::json json() const;  // discarded (is_discarded()) when not JSON
+    nlohmann::json json() const;   // discarded (is_discarded()) when not JSON
     std::string describe() const;  // status + body (truncated), for assertion messages
 };
 
@@ -78,7 +78,7 @@ private:
 struct HttpRequest {
     std::string method = "GET";
     std::string target = "/";
-    Headers headers;       // sent as given; Host/Content-Length/Connection added when absent
+    Headers headers;  // sent as given; Host/Content-Length/Connection added when absent
     std::string body;
 };
 

@@ -24,8 +24,12 @@ std::string build_dir() {
     return d ? std::string(d) : std::string();
 }
 
-std::string pdrouter_path() { return build_dir() + "/router/pdrouter"; }
-std::string pdsim_path() { return build_dir() + "/sim/pdsim"; }
+std::string pdrouter_path() {
+    return build_dir() + "/router/pdrouter";
+}
+std::string pdsim_path() {
+    return build_dir() + "/sim/pdsim";
+}
 
 TempDir::TempDir() {
     const char* base = std::getenv("TMPDIR");
@@ -60,8 +64,8 @@ std::optional<Process> Process::spawn(const std::string& exe, const std::vector<
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
     if (stderr_path.empty()) {
         posix_spawn_file_actions_adddup2(&actions, 1, 2);
     } else {
@@ -114,7 +118,9 @@ Process& Process::operator=(Process&& other) noexcept {
     return *this;
 }
 
-Process::~Process() { stop(); }
+Process::~Process() {
+    stop();
+}
 
 namespace {
 ExitStatus decode_status(int st) {
@@ -188,7 +194,9 @@ ExitStatus Process::stop(Ms grace) {
     return status_ ? *status_ : ExitStatus{true, -1, 0};
 }
 
-std::string Process::log() const { return read_file(log_path_); }
+std::string Process::log() const {
+    return read_file(log_path_);
+}
 
 unsigned short wait_port_file(const std::string& path, Process& proc, Ms timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;

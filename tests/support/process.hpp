@@ -42,7 +42,8 @@ public:
     // Starts `exe args...` with stdin from /dev/null and stdout+stderr appended to `log_path`
     // (stderr to `stderr_path` instead when that is given).
     // Returns nullopt (and sets `error`) when the spawn itself fails.
-    static std::optional<Process> spawn(const std::string& exe, const std::vector<std::string>& args,
+    static std::optional<Process> spawn(const std::string& exe,
+                                        const std::vector<std::string>& args,
                                         const std::string& log_path, std::string& error,
                                         const std::string& stderr_path = {});
 

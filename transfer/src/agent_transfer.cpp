@@ -264,6 +264,11 @@ std::size_t Agent::Impl::progress() {
         if (timer_fd_ >= 0)
             while (::read(timer_fd_, &v, sizeof v) > 0) {
             }
+        if (cfg_.progress == ProgressMode::EventFd) {
+            // refresh the epoll fd's ready list, so an outer (edge-triggered) loop sees edges
+            epoll_event ev[8];
+            ::epoll_wait(epoll_fd_, ev, 8, 0);
+        }
         n += backend_->progress();
         tick_locked(Clock::now());
         n += callbacks_.size() + received_.size();
@@ -273,7 +278,14 @@ std::size_t Agent::Impl::progress() {
 }
 
 void Agent::Impl::run_callbacks() {
+    // A callback that drives progress() itself must not run callbacks re-entrantly.
+    thread_local const Impl* running = nullptr;
+    if (running == this) return;
     std::lock_guard run(callback_mu_);
+    running = this;
+    struct Reset {
+        ~Reset() { running = nullptr; }
+    } reset;
     std::vector<std::pair<CompletionFn, TransferResult>> cbs;
     std::vector<ReceivedNotification> notes;
     NotificationFn handler;

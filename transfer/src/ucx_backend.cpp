@@ -44,6 +44,7 @@ struct Conn {
     std::uint64_t token = 0;
     ucp_ep_h ep = nullptr;
     std::vector<ucp_rkey_h> rkeys;  // by remote region index (null: none)
+    std::vector<ucp_rkey_h> retired;
 };
 
 struct Op {
@@ -162,8 +163,9 @@ public:
                 return {Status::Invalid, ucs_message("ucp_ep_rkey_unpack", s)};
             }
         }
+        // operations in flight may still use the old keys: retire them until the close
         for (auto k : c.rkeys)
-            if (k) ucp_rkey_destroy(k);
+            if (k) c.retired.push_back(k);
         c.rkeys = std::move(keys);
         return {};
     }
@@ -321,7 +323,9 @@ private:
     void close_conn(Conn& c) {
         for (auto k : c.rkeys)
             if (k) ucp_rkey_destroy(k);
+        for (auto k : c.retired) ucp_rkey_destroy(k);
         c.rkeys.clear();
+        c.retired.clear();
         ucp_request_param_t rp{};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         rp.flags = UCP_EP_CLOSE_FLAG_FORCE;

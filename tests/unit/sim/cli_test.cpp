@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <vector>
 
 namespace pdr::sim {
@@ -24,8 +24,7 @@ struct Args {
     std::vector<char*> ptrs;
 };
 
-int parse(std::vector<std::string> a, SimConfig& cfg, std::string& port_file,
-          std::string& level) {
+int parse(std::vector<std::string> a, SimConfig& cfg, std::string& port_file, std::string& level) {
     Args args(std::move(a));
     return parse_args(args.argc(), args.argv(), cfg, port_file, level);
 }
@@ -34,10 +33,9 @@ TEST(Cli, AllFlags) {
     SimConfig cfg;
     std::string pf;
     std::string lvl;
-    ASSERT_EQ(parse({"--role", "prefill", "--port", "8100", "--host", "::1", "--engine-id",
-                     "eng", "--model", "m", "--kv-lease-seconds", "2.5", "--token-delay-ms",
-                     "7", "--block-size-tokens=32", "--port-file", "/tmp/x", "--log-level",
-                     "debug"},
+    ASSERT_EQ(parse({"--role", "prefill", "--port", "8100", "--host", "::1", "--engine-id", "eng",
+                     "--model", "m", "--kv-lease-seconds", "2.5", "--token-delay-ms", "7",
+                     "--block-size-tokens=32", "--port-file", "/tmp/x", "--log-level", "debug"},
                     cfg, pf, lvl),
               0);
     EXPECT_EQ(cfg.role, Role::Prefill);
@@ -65,10 +63,18 @@ TEST(Cli, Defaults) {
 
 TEST(Cli, BadValuesReturnTwo) {
     const std::vector<std::vector<std::string>> bad = {
-        {"--role", "middle"},       {"--port", "70000"},         {"--port", "12x"},
-        {"--port"},                 {"--kv-lease-seconds", "0"}, {"--kv-lease-seconds", "abc"},
-        {"--token-delay-ms", "-1"}, {"--block-size-tokens", "0"}, {"--log-level", "loud"},
-        {"--frobnicate"},           {"positional"},              {"--model", ""},
+        {"--role", "middle"},
+        {"--port", "70000"},
+        {"--port", "12x"},
+        {"--port"},
+        {"--kv-lease-seconds", "0"},
+        {"--kv-lease-seconds", "abc"},
+        {"--token-delay-ms", "-1"},
+        {"--block-size-tokens", "0"},
+        {"--log-level", "loud"},
+        {"--frobnicate"},
+        {"positional"},
+        {"--model", ""},
     };
     for (const auto& a : bad) {
         SimConfig cfg;
@@ -87,13 +93,12 @@ TEST(Cli, HelpReturnsOne) {
     std::string lvl;
     testing::internal::CaptureStdout();
     EXPECT_EQ(parse({"--help"}, cfg, pf, lvl), 1);
-    EXPECT_NE(testing::internal::GetCapturedStdout().find("--kv-lease-seconds"),
-              std::string::npos);
+    EXPECT_NE(testing::internal::GetCapturedStdout().find("--kv-lease-seconds"), std::string::npos);
 }
 
 TEST(Cli, PortFileIsWritten) {
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("pdsim_port_" + std::to_string(::getpid()));
+    const auto path =
+        std::filesystem::temp_directory_path() / ("pdsim_port_" + std::to_string(::getpid()));
     write_port_file(path.string(), 4321);
     std::ifstream in(path);
     int port = 0;

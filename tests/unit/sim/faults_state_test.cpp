@@ -105,12 +105,27 @@ TEST(SimState, StateJsonHasEveryKey) {
     s.counters.requests = 7;
     s.add_violation("bad");
     auto j = state_json(Identity{"prefill", "e", "m", 1234}, s, store);
-    for (const char* key :
-         {"role", "engine_id", "port", "requests", "completed", "protocol_violations",
-          "violations", "blocks_held", "requests_held", "freed_by_read", "freed_by_expiry",
-          "freed_by_abort", "lease_refreshes", "lease_refresh_calls", "lease_refresh_unknown",
-          "kv_reads", "kv_read_failures", "local_prefills", "client_disconnects", "in_flight",
-          "faults_applied"}) {
+    for (const char* key : {"role",
+                            "engine_id",
+                            "port",
+                            "requests",
+                            "completed",
+                            "protocol_violations",
+                            "violations",
+                            "blocks_held",
+                            "requests_held",
+                            "freed_by_read",
+                            "freed_by_expiry",
+                            "freed_by_abort",
+                            "lease_refreshes",
+                            "lease_refresh_calls",
+                            "lease_refresh_unknown",
+                            "kv_reads",
+                            "kv_read_failures",
+                            "local_prefills",
+                            "client_disconnects",
+                            "in_flight",
+                            "faults_applied"}) {
         EXPECT_TRUE(j.contains(key)) << key;
     }
     EXPECT_EQ(j["role"], "prefill");

@@ -105,7 +105,10 @@ TEST(PrefillRules, EachBreachIsReported) {
         {"max_tokens 16", [](json& b) { b["max_tokens"] = 16; }, "max_tokens"},
         {"max_tokens missing", [](json& b) { b.erase("max_tokens"); }, "max_tokens"},
         {"mct 5", [](json& b) { b["max_completion_tokens"] = 5; }, "max_completion_tokens"},
-        {"stream_options", [](json& b) { b["stream_options"] = {{"include_usage", true}}; },
+        {"stream_options",
+         [](json& b) {
+             b["stream_options"] = {{"include_usage", true}};
+         },
          "stream_options"},
         {"min_tokens", [](json& b) { b["min_tokens"] = 2; }, "min_tokens"},
         {"min_completion_tokens", [](json& b) { b["min_completion_tokens"] = 2; },

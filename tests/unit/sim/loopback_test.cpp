@@ -1,1 +1,456 @@
+// pdsim alone over loopback: a prefill and a decode SimServer in-process, driven by libcurl
+// through a full pull-mode handover, the debug API, and a few injected faults.
+#include "sim/generation.hpp"
+#include "sim/kv_store.hpp"
+#include "sim/sim_server.hpp"
+
+#include <curl/curl.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <future>
+#include <thread>
+
+namespace pdr::sim {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+struct Reply {
+    long status = 0;
+    std::string body;
+    CURLcode code = CURLE_OK;
+    std::string content_type;
+};
+
+struct Sink {
+    std::string* out;
+    std::size_t abort_after_events;  // 0: never
+};
+
+std::size_t on_data(char* data, std::size_t size, std::size_t n, void* user) {
+    auto* sink = static_cast<Sink*>(user);
+    sink->out->append(data, size * n);
+    if (sink->abort_after_events > 0) {
+        std::size_t events = 0;
+        for (std::size_t p = sink->out->find("\n\n"); p != std::string::npos;
+             p = sink->out->find("\n\n", p + 2)) {
+            ++events;
+        }
+        if (events >= sink->abort_after_events) {
+            return 0;  // makes curl abort the transfer and close the connection
+        }
+    }
+    return size * n;
+}
+
+Reply call(const std::string& method, unsigned short port, const std::string& path,
+           const std::string& body = {}, const std::vector<std::string>& headers = {},
+           std::size_t abort_after_events = 0, long timeout_ms = 10'000) {
+    Reply r;
+    CURL* c = curl_easy_init();
+    const std::string url = "http://127.0.0.1:" + std::to_string(port) + path;
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+    curl_slist* list = nullptr;
+    for (const auto& h : headers) {
+        list = curl_slist_append(list, h.c_str());
+    }
+    if (method == "POST") {
+        list = curl_slist_append(list, "Content-Type: application/json");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
+    Sink sink{&r.body, abort_after_events};
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    r.code = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    char* ct = nullptr;
+    if (curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct) {
+        r.content_type = ct;
+    }
+    curl_slist_free_all(list);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+// Splits an SSE body into the payloads of its `data:` events.
+std::vector<std::string> sse_payloads(const std::string& body) {
+    std::vector<std::string> out;
+    std::size_t pos = 0;
+    for (std::size_t end = body.find("\n\n"); end != std::string::npos;
+         end = body.find("\n\n", pos)) {
+        std::string ev = body.substr(pos, end - pos);
+        EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+        out.push_back(ev.substr(6));
+        pos = end + 2;
+    }
+    EXPECT_EQ(pos, body.size()) << "trailing bytes after the last event";
+    return out;
+}
+
+template <class Pred>
+bool wait_until(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (pred()) {
+            return true;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    return pred();
+}
+
+json prefill_body(const std::string& prompt) {
+    return json{{"model", "pdsim-model"},
+                {"prompt", prompt},
+                {"max_tokens", 1},
+                {"stream", false},
+                {"kv_transfer_params",
+                 {{"do_remote_decode", true},
+                  {"do_remote_prefill", false},
+                  {"remote_engine_id", nullptr},
+                  {"remote_block_ids", nullptr},
+                  {"remote_host", nullptr},
+                  {"remote_port", nullptr}}}};
+}
+
+class Loopback : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() { curl_global_init(CURL_GLOBAL_ALL); }
+
+    void SetUp() override {
+        SimConfig p;
+        p.role = Role::Prefill;
+        p.block_size_tokens = 4;
+        prefill_ = std::make_unique<SimServer>(ioc_.get_executor(), p);
+        pport_ = prefill_->start();
+        SimConfig sp = p;
+        sp.kv_lease_seconds = 0.6;
+        short_prefill_ = std::make_unique<SimServer>(ioc_.get_executor(), sp);
+        sport_ = short_prefill_->start();
+        SimConfig d;
+        d.role = Role::Decode;
+        decode_ = std::make_unique<SimServer>(ioc_.get_executor(), d);
+        dport_ = decode_->start();
+        thread_ = std::thread([this] { ioc_.run(); });
+    }
+
+    void TearDown() override {
+        for (auto* s : {prefill_.get(), short_prefill_.get(), decode_.get()}) {
+            auto done = net::co_spawn(ioc_, s->stop(), net::use_future);
+            EXPECT_EQ(done.wait_for(10s), std::future_status::ready);
+        }
+        work_.reset();
+        ioc_.stop();
+        thread_.join();
+        decode_.reset();
+        short_prefill_.reset();
+        prefill_.reset();
+    }
+
+    json state(unsigned short port) {
+        auto r = call("GET", port, "/debug/state");
+        EXPECT_EQ(r.status, 200);
+        return json::parse(r.body);
+    }
+
+    // Runs the prefill leg by hand; returns P's kv_transfer_params.
+    json prefill(unsigned short port, const std::string& prompt, const std::string& rid) {
+        auto r = call("POST", port, "/v1/completions", prefill_body(prompt).dump(),
+                      {"X-Request-Id: " + rid});
+        EXPECT_EQ(r.status, 200) << r.body;
+        auto j = json::parse(r.body);
+        EXPECT_EQ(j["choices"][0]["text"], token_text(prompt, 0));
+        EXPECT_EQ(j["usage"]["completion_tokens"], 1);
+        return j["kv_transfer_params"];
+    }
+
+    net::io_context ioc_;
+    net::executor_work_guard<net::io_context::executor_type> work_{ioc_.get_executor()};
+    std::unique_ptr<SimServer> prefill_, short_prefill_, decode_;
+    unsigned short pport_ = 0, sport_ = 0, dport_ = 0;
+    std::thread thread_;
+};
+
+TEST_F(Loopback, PullHandoverStreamsAndFreesPrefillBlocks) {
+    const std::string prompt = "one two three four five six seven eight nine";  // 9 words
+    auto kv = prefill(pport_, prompt, "req-handover");
+    ASSERT_TRUE(kv.is_object());
+    EXPECT_EQ(kv["do_remote_prefill"], true);
+    EXPECT_EQ(kv["do_remote_decode"], false);
+    EXPECT_EQ(kv["remote_request_id"], "req-handover");
+    EXPECT_EQ(kv["remote_engine_id"], prefill_->config().engine_id);
+    EXPECT_EQ(kv["remote_engine_id"], "pdsim-prefill-" + std::to_string(pport_));
+    EXPECT_EQ(kv["remote_host"], "127.0.0.1");
+    EXPECT_EQ(kv["remote_port"], pport_);
+    EXPECT_EQ(kv["remote_num_tokens"], 9);
+    EXPECT_EQ(kv["transfer_mode"], "pull");
+    ASSERT_EQ(kv["remote_block_ids"].size(), 3u);  // ceil(9 / 4)
+
+    auto ps = state(pport_);
+    EXPECT_EQ(ps["blocks_held"], 3);
+    EXPECT_EQ(ps["requests_held"], 1);
+    EXPECT_EQ(ps["protocol_violations"], 0) << ps["violations"];
+
+    json d{{"model", "pdsim-model"},
+           {"prompt", prompt},
+           {"max_tokens", 12},
+           {"stream", true},
+           {"kv_transfer_params", kv}};
+    auto r = call("POST", dport_, "/v1/completions", d.dump(), {"X-Request-Id: req-handover"});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.content_type, "text/event-stream");
+    auto events = sse_payloads(r.body);
+    ASSERT_EQ(events.size(), 13u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    std::string text;
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+        auto c = json::parse(events[i]);
+        EXPECT_EQ(c["object"], "text_completion");
+        text += c["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(text, generate_text(prompt, 12));
+    EXPECT_EQ(json::parse(events[11])["choices"][0]["finish_reason"], "length");
+
+    ps = state(pport_);
+    EXPECT_EQ(ps["blocks_held"], 0);
+    EXPECT_EQ(ps["freed_by_read"], 1);
+    auto ds = state(dport_);
+    EXPECT_EQ(ds["kv_reads"], 1);
+    EXPECT_EQ(ds["local_prefills"], 0);
+    EXPECT_EQ(ds["completed"], 1);
+    EXPECT_EQ(ds["protocol_violations"], 0);
+}
+
+TEST_F(Loopback, ChatHandoverAndLocalChatStreamWithUsage) {
+    json msgs = json::array({json{{"role", "user"}, {"content", "tell me a story"}}});
+    json pb{{"messages", msgs},
+            {"max_tokens", 1},
+            {"max_completion_tokens", 1},
+            {"stream", false},
+            {"kv_transfer_params", prefill_body("x")["kv_transfer_params"]}};
+    auto pr = call("POST", pport_, "/v1/chat/completions", pb.dump(), {"X-Request-Id: chat-1"});
+    ASSERT_EQ(pr.status, 200) << pr.body;
+    auto pj = json::parse(pr.body);
+    EXPECT_EQ(pj["object"], "chat.completion");
+    EXPECT_EQ(pj["choices"][0]["message"]["content"], token_text("tell me a story", 0));
+
+    json db{{"messages", msgs},
+            {"max_completion_tokens", 5},
+            {"kv_transfer_params", pj["kv_transfer_params"]}};
+    auto dr = call("POST", dport_, "/v1/chat/completions", db.dump());
+    ASSERT_EQ(dr.status, 200) << dr.body;
+    auto dj = json::parse(dr.body);
+    EXPECT_EQ(dj["choices"][0]["message"]["content"], generate_text("tell me a story", 5));
+    EXPECT_EQ(dj["usage"]["prompt_tokens"], 4);
+    EXPECT_EQ(state(pport_)["freed_by_read"], 1);
+
+    // Direct to decode (no handle): served locally, streamed with a usage chunk.
+    json lb{{"messages", msgs},
+            {"max_tokens", 3},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}}};
+    auto lr = call("POST", dport_, "/v1/chat/completions", lb.dump());
+    ASSERT_EQ(lr.status, 200);
+    auto events = sse_payloads(lr.body);
+    ASSERT_EQ(events.size(), 6u);  // role, 3 tokens, usage, [DONE]
+    auto first = json::parse(events[0]);
+    EXPECT_EQ(first["object"], "chat.completion.chunk");
+    EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+    std::string text;
+    for (int i = 1; i <= 3; ++i) {
+        text += json::parse(events[i])["choices"][0]["delta"]["content"].get<std::string>();
+    }
+    EXPECT_EQ(text, generate_text("tell me a story", 3));
+    auto usage = json::parse(events[4]);
+    EXPECT_TRUE(usage["choices"].empty());
+    EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+    EXPECT_EQ(events[5], "[DONE]");
+    EXPECT_EQ(state(dport_)["local_prefills"], 1);
+}
+
+TEST_F(Loopback, PrefillCountsRewriteViolationsButAnswers) {
+    json b{{"prompt", "p q"},
+           {"max_tokens", 8},
+           {"stream", true},
+           {"kv_transfer_params", {{"do_remote_decode", true}}}};
+    auto r = call("POST", pport_, "/v1/completions", b.dump());  // no X-Request-Id either
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto j = json::parse(r.body);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 1);
+    EXPECT_TRUE(j["kv_transfer_params"].is_object());
+    EXPECT_EQ(j["kv_transfer_params"]["remote_request_id"].get<std::string>().size(), 36u);
+    auto s = state(pport_);
+    EXPECT_EQ(s["protocol_violations"], 3);
+    EXPECT_EQ(s["violations"].size(), 3u);
+
+    // Without kv_transfer_params there is no handle and nothing is held.
+    auto plain = call("POST", pport_, "/v1/completions", R"({"prompt":"p q","max_tokens":1})");
+    ASSERT_EQ(plain.status, 200);
+    EXPECT_TRUE(json::parse(plain.body)["kv_transfer_params"].is_null());
+    EXPECT_EQ(state(pport_)["requests_held"], 1);
+}
+
+TEST_F(Loopback, DecodeRejectsInvalidHandle) {
+    json b{{"prompt", "p"}, {"kv_transfer_params", {{"do_remote_prefill", true}}}};
+    auto r = call("POST", dport_, "/v1/completions", b.dump());
+    EXPECT_EQ(r.status, 400);
+    EXPECT_EQ(json::parse(r.body)["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(state(dport_)["protocol_violations"], 1);
+}
+
+TEST_F(Loopback, DecodeFaultStatusReleasesPrefillBlocks) {
+    auto kv = prefill(pport_, "release me please", "req-503");
+    auto f = call("POST", dport_, "/debug/faults", R"({"status":503})");
+    ASSERT_EQ(f.status, 200);
+    json d{{"prompt", "release me please"}, {"kv_transfer_params", kv}};
+    auto r = call("POST", dport_, "/v1/completions", d.dump());
+    EXPECT_EQ(r.status, 503);
+    EXPECT_EQ(json::parse(r.body)["error"]["code"], 503);
+    EXPECT_TRUE(wait_until([&] { return state(pport_)["freed_by_abort"] == 1; }));
+    EXPECT_EQ(state(pport_)["blocks_held"], 0);
+    EXPECT_EQ(state(dport_)["faults_applied"], 1);
+    // The fault applied once: the next request is answered.
+    EXPECT_EQ(call("POST", dport_, "/v1/completions", R"({"prompt":"x"})").status, 200);
+}
+
+TEST_F(Loopback, ExpiredLeaseFailsTheDecodeRead) {
+    auto kv = prefill(sport_, "short lease prompt", "req-expire");
+    EXPECT_EQ(state(sport_)["blocks_held"], 1);
+    EXPECT_TRUE(wait_until([&] { return state(sport_)["freed_by_expiry"] == 1; }));
+    EXPECT_EQ(state(sport_)["blocks_held"], 0);
+    json d{{"prompt", "short lease prompt"}, {"kv_transfer_params", kv}};
+    auto r = call("POST", dport_, "/v1/completions", d.dump());
+    EXPECT_EQ(r.status, 500);
+    auto err = json::parse(r.body)["error"];
+    EXPECT_EQ(err["message"], "KV blocks no longer held by prefill");
+    EXPECT_EQ(err["type"], "server_error");
+    EXPECT_EQ(state(dport_)["kv_read_failures"], 1);
+}
+
+TEST_F(Loopback, LeaseRefreshKeepsBlocksAlive) {
+    prefill(sport_, "refresh me", "req-refresh");
+    // Refresh well inside the 600 ms lease for 1.5 s: the blocks must survive.
+    const auto until = std::chrono::steady_clock::now() + 1500ms;
+    int calls = 0;
+    while (std::chrono::steady_clock::now() < until) {
+        auto r = call("POST", sport_, "/internal/nixl/lease_refresh",
+                      R"({"request_ids":["req-refresh","nobody"]})");
+        ASSERT_EQ(r.status, 200);
+        auto j = json::parse(r.body);
+        ASSERT_EQ(j["refreshed"], 1) << "blocks expired despite refreshes";
+        EXPECT_EQ(j["unknown"], 1);
+        ++calls;
+        std::this_thread::sleep_for(50ms);
+    }
+    auto s = state(sport_);
+    EXPECT_EQ(s["freed_by_expiry"], 0);
+    EXPECT_EQ(s["lease_refresh_calls"], calls);
+    EXPECT_EQ(s["lease_refreshes"], calls);
+    EXPECT_EQ(s["lease_refresh_unknown"], calls);
+    // Once refreshes stop, the lease runs out.
+    EXPECT_TRUE(wait_until([&] { return state(sport_)["freed_by_expiry"] == 1; }));
+}
+
+TEST_F(Loopback, ClientDisconnectMidStreamIsCounted) {
+    ASSERT_EQ(call("POST", dport_, "/debug/faults", R"({"token_delay_ms":50})").status, 200);
+    json b{{"prompt", "slow stream"}, {"max_tokens", 100}, {"stream", true}};
+    auto r = call("POST", dport_, "/v1/completions", b.dump(), {}, 2);
+    EXPECT_EQ(r.code, CURLE_WRITE_ERROR);
+    EXPECT_TRUE(wait_until([&] {
+        auto s = state(dport_);
+        return s["client_disconnects"] == 1 && s["in_flight"] == 0;
+    }));
+    EXPECT_EQ(state(dport_)["completed"], 0);
+}
+
+TEST_F(Loopback, ClientGoneDuringDelayReleasesPrefillBlocks) {
+    auto kv = prefill(pport_, "abandon me", "req-gone");
+    ASSERT_EQ(call("POST", dport_, "/debug/faults", R"({"delay_ms":5000})").status, 200);
+    json d{{"prompt", "abandon me"}, {"kv_transfer_params", kv}};
+    auto r = call("POST", dport_, "/v1/completions", d.dump(), {}, 0, 300);
+    EXPECT_EQ(r.code, CURLE_OPERATION_TIMEDOUT);
+    EXPECT_TRUE(wait_until([&] { return state(pport_)["freed_by_abort"] == 1; }, 3000ms));
+    EXPECT_TRUE(wait_until([&] { return state(dport_)["client_disconnects"] == 1; }, 3000ms));
+    EXPECT_EQ(state(dport_)["kv_reads"], 0);
+}
+
+TEST_F(Loopback, CloseAfterChunksTruncatesTheStream) {
+    ASSERT_EQ(call("POST", dport_, "/debug/faults", R"({"close_after_chunks":2})").status, 200);
+    json b{{"prompt", "cut"}, {"max_tokens", 10}, {"stream", true}};
+    auto r = call("POST", dport_, "/v1/completions", b.dump());
+    EXPECT_NE(r.code, CURLE_OK);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body.find("[DONE]"), std::string::npos);
+    auto events = sse_payloads(r.body);
+    EXPECT_EQ(events.size(), 2u);
+    auto s = state(dport_);
+    EXPECT_EQ(s["client_disconnects"], 0);
+    EXPECT_EQ(s["completed"], 0);
+}
+
+TEST_F(Loopback, CloseBeforeResponseAndOmitKvParams) {
+    ASSERT_EQ(call("POST", dport_, "/debug/faults", R"({"close_before_response":true})").status,
+              200);
+    auto r = call("POST", dport_, "/v1/completions", R"({"prompt":"x"})");
+    EXPECT_EQ(r.code, CURLE_GOT_NOTHING);
+
+    ASSERT_EQ(call("POST", pport_, "/debug/faults", R"({"omit_kv_params":true})").status, 200);
+    auto p = call("POST", pport_, "/v1/completions", prefill_body("no handle").dump(),
+                  {"X-Request-Id: r-omit"});
+    ASSERT_EQ(p.status, 200);
+    EXPECT_TRUE(json::parse(p.body)["kv_transfer_params"].is_null());
+    EXPECT_EQ(state(pport_)["blocks_held"], 0);
+}
+
+TEST_F(Loopback, InfoEndpointsAndDebugApi) {
+    auto m = call("GET", dport_, "/v1/models");
+    ASSERT_EQ(m.status, 200);
+    auto mj = json::parse(m.body);
+    EXPECT_EQ(mj["object"], "list");
+    EXPECT_EQ(mj["data"][0]["id"], "pdsim-model");
+    EXPECT_EQ(mj["data"][0]["owned_by"], "pdsim");
+    EXPECT_EQ(mj["data"][0]["max_model_len"], kMaxModelLen);
+    EXPECT_EQ(call("GET", dport_, "/health").status, 200);
+    auto met = call("GET", dport_, "/metrics");
+    EXPECT_EQ(met.status, 200);
+    EXPECT_NE(met.body.find("vllm:num_requests_running{model_name=\"pdsim-model\"}"),
+              std::string::npos);
+    auto t = call("POST", dport_, "/tokenize", R"({"prompt":"a b c"})");
+    ASSERT_EQ(t.status, 200);
+    EXPECT_EQ(json::parse(t.body)["count"], 3);
+    EXPECT_EQ(call("GET", dport_, "/nope").status, 404);
+    EXPECT_EQ(call("GET", dport_, "/v1/completions").status, 405);
+    auto bad = call("POST", dport_, "/v1/completions", "{broken");
+    EXPECT_EQ(bad.status, 400);
+    EXPECT_EQ(json::parse(bad.body)["error"]["type"], "invalid_request_error");
+
+    call("POST", dport_, "/v1/completions", R"({"prompt":"logged","max_tokens":2})",
+         {"X-Request-Id: log-1", "Authorization: Bearer k"});
+    auto reqs = json::parse(call("GET", dport_, "/debug/requests").body)["requests"];
+    ASSERT_EQ(reqs.size(), 2u);  // the bad one and this one
+    EXPECT_EQ(reqs[0]["body"], "{broken");
+    EXPECT_EQ(reqs[1]["path"], "/v1/completions");
+    EXPECT_EQ(reqs[1]["headers"]["x-request-id"], "log-1");
+    EXPECT_EQ(reqs[1]["headers"]["authorization"], "Bearer k");
+    EXPECT_EQ(reqs[1]["body"]["max_tokens"], 2);
+
+    auto s = state(dport_);
+    EXPECT_EQ(s["role"], "decode");
+    EXPECT_EQ(s["port"], dport_);
+    EXPECT_EQ(s["requests"], 2);
+    EXPECT_EQ(s["completed"], 1);
+    ASSERT_EQ(call("POST", dport_, "/debug/reset", "{}").status, 200);
+    s = state(dport_);
+    EXPECT_EQ(s["requests"], 0);
+    EXPECT_TRUE(json::parse(call("GET", dport_, "/debug/requests").body)["requests"].empty());
+}
+
+}  // namespace
+}  // namespace pdr::sim

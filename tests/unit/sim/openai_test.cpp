@@ -1,5 +1,5 @@
-#include "sim/generation.hpp"
 #include "sim/openai.hpp"
+#include "sim/generation.hpp"
 
 #include <gtest/gtest.h>
 
@@ -71,8 +71,7 @@ TEST(OpenAiParse, BadInput) {
     EXPECT_FALSE(parse_bad(Api::Completions, "{not json").message.empty());
     parse_bad(Api::Completions, "[1,2]");
     EXPECT_EQ(parse_bad(Api::Completions, R"({"model":"m"})").param, "prompt");
-    EXPECT_EQ(parse_bad(Api::Completions, R"({"prompt":"p","max_tokens":0})").param,
-              "max_tokens");
+    EXPECT_EQ(parse_bad(Api::Completions, R"({"prompt":"p","max_tokens":0})").param, "max_tokens");
     EXPECT_EQ(parse_bad(Api::Completions, R"({"prompt":"p","max_tokens":"3"})").param,
               "max_tokens");
     EXPECT_EQ(parse_bad(Api::Completions, R"({"prompt":"p","max_tokens":9000})").param,

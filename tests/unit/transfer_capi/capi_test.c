@@ -14,24 +14,23 @@
 
 static int g_failures = 0;
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, \
-                    __LINE__, #cond, pdx_last_error());                               \
-            ++g_failures;                                                              \
-        }                                                                              \
+#define CHECK(cond)                                                                           \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, \
+                    #cond, pdx_last_error());                                                 \
+            ++g_failures;                                                                     \
+        }                                                                                     \
     } while (0)
 
-#define CHECK_STATUS(expr, want)                                                          \
-    do {                                                                                  \
-        pdx_status_t got_ = (expr);                                                       \
-        if (got_ != (want)) {                                                             \
-            fprintf(stderr, "%s:%d: %s = %s, want %s (last error: %s)\n", __FILE__,      \
-                    __LINE__, #expr, pdx_status_string(got_), pdx_status_string(want),    \
-                    pdx_last_error());                                                    \
-            ++g_failures;                                                                 \
-        }                                                                                 \
+#define CHECK_STATUS(expr, want)                                                                \
+    do {                                                                                        \
+        pdx_status_t got_ = (expr);                                                             \
+        if (got_ != (want)) {                                                                   \
+            fprintf(stderr, "%s:%d: %s = %s, want %s (last error: %s)\n", __FILE__, __LINE__,   \
+                    #expr, pdx_status_string(got_), pdx_status_string(want), pdx_last_error()); \
+            ++g_failures;                                                                       \
+        }                                                                                       \
     } while (0)
 
 enum { kBlocks = 16, kBlockBytes = 4096 };
@@ -67,8 +66,10 @@ static void fill(side_t* s, uint32_t id, unsigned char seed) {
     size_t n = 0;
     unsigned char* p = pdx_block(s->agent, s->layout, id, &n);
     CHECK(p != NULL && n == kBlockBytes);
-    if (!p) return;
-    for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)(seed + i * 7u + id);
+    if (!p)
+        return;
+    for (size_t i = 0; i < n; ++i)
+        p[i] = (unsigned char)(seed + i * 7u + id);
 }
 
 static int same(side_t* a, uint32_t ida, side_t* b, uint32_t idb) {
@@ -102,12 +103,13 @@ static uint64_t add_peer_of(side_t* to, side_t* of) {
 static void data_path(side_t* a, side_t* b, uint64_t peer_b) {
     const uint32_t src[] = {9, 3, 1, 2};
     const uint32_t dst[] = {0, 7, 5, 6};
-    for (int i = 0; i < 4; ++i) fill(a, src[i], 11);
+    for (int i = 0; i < 4; ++i)
+        fill(a, src[i], 11);
     pdx_notification_t done = {PDX_NOTIFY_DONE, 42, 0, 1, PDX_OK, "hi", 2};
     uint64_t h = 0;
-    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, src, b->layout, dst, 4, 42, 5000,
-                                  &done, &h),
-                 PDX_OK);
+    CHECK_STATUS(
+        pdx_write_blocks(a->agent, peer_b, a->layout, src, b->layout, dst, 4, 42, 5000, &done, &h),
+        PDX_OK);
     CHECK(h != 0);
     CHECK_STATUS(pdx_wait(a->agent, h, 10000), PDX_OK);
     CHECK_STATUS(pdx_poll(a->agent, h), PDX_OK);
@@ -118,7 +120,8 @@ static void data_path(side_t* a, side_t* b, uint64_t peer_b) {
     /* pairs sorted by source: 1->5, 2->6, 3->7 merge into one; 9->0 is another */
     CHECK(res.descriptors == 2);
     if (b->agent) /* same process: check the target bytes directly */
-        for (int i = 0; i < 4; ++i) CHECK(same(a, src[i], b, dst[i]));
+        for (int i = 0; i < 4; ++i)
+            CHECK(same(a, src[i], b, dst[i]));
 
     const uint32_t rl[] = {12, 13};
     const uint32_t rr[] = {5, 6};
@@ -133,22 +136,22 @@ static void errors(side_t* a, side_t* b, uint64_t peer_b) {
     const uint32_t ok_ids[] = {0, 1};
     const uint32_t far_ids[] = {0, kBlocks};
     uint64_t h = 0;
-    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, ok_ids, 0, 1, 0,
-                                  NULL, &h),
-                 PDX_INVALID);
+    CHECK_STATUS(
+        pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, ok_ids, 0, 1, 0, NULL, &h),
+        PDX_INVALID);
     CHECK(strlen(pdx_last_error()) > 0);
-    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, far_ids, 2, 2,
-                                  0, NULL, &h),
-                 PDX_INVALID);
-    CHECK_STATUS(pdx_read_blocks(a->agent, peer_b, a->layout, far_ids, b->layout, ok_ids, 2, 3, 0,
-                                 &h),
-                 PDX_INVALID);
-    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, 99, ok_ids, 2, 4, 0, NULL,
-                                  &h),
-                 PDX_INVALID);
-    CHECK_STATUS(pdx_write_blocks(a->agent, 12345, a->layout, ok_ids, b->layout, ok_ids, 2, 5, 0,
+    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, far_ids, 2, 2, 0,
                                   NULL, &h),
-                 PDX_NOT_FOUND);
+                 PDX_INVALID);
+    CHECK_STATUS(
+        pdx_read_blocks(a->agent, peer_b, a->layout, far_ids, b->layout, ok_ids, 2, 3, 0, &h),
+        PDX_INVALID);
+    CHECK_STATUS(
+        pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, 99, ok_ids, 2, 4, 0, NULL, &h),
+        PDX_INVALID);
+    CHECK_STATUS(
+        pdx_write_blocks(a->agent, 12345, a->layout, ok_ids, b->layout, ok_ids, 2, 5, 0, NULL, &h),
+        PDX_NOT_FOUND);
     CHECK_STATUS(pdx_poll(a->agent, 987654), PDX_NOT_FOUND);
     pdx_transfer_result_t res;
     CHECK_STATUS(pdx_result(a->agent, 987654, &res), PDX_NOT_FOUND);
@@ -169,7 +172,8 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     size_t n = 0;
     for (int i = 0; i < 500 && n == 0; ++i) {
         n = pdx_drain_notifications(b->agent, got, 4);
-        if (n == 0) usleep(2000);
+        if (n == 0)
+            usleep(2000);
     }
     CHECK(n == 1);
     if (n == 1) {
@@ -183,7 +187,8 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     n = 0;
     for (int i = 0; i < 500 && n == 0; ++i) {
         n = pdx_drain_notifications(b->agent, got, 4);
-        if (n == 0) usleep(2000);
+        if (n == 0)
+            usleep(2000);
     }
     CHECK(n == 1 && got[0].kind == PDX_NOTIFY_REGISTER && got[0].sequence == 3);
     pdx_notification_t bad = {(pdx_notify_kind_t)9, 1, 0, 0, PDX_OK, NULL, 0};
@@ -203,7 +208,8 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     size_t e = 0;
     for (int i = 0; i < 500; ++i) { /* lease 500 (20 ms) must expire; 501 must not */
         e += pdx_expire_leases(b->agent, expired + e, 8 - e);
-        if (e > 0) break;
+        if (e > 0)
+            break;
         usleep(2000);
     }
     CHECK(e == 1 && expired[0] == 500);
@@ -221,22 +227,62 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     CHECK(info.alive && strcmp(info.name, "capi-b") == 0 && info.generation == 1);
     CHECK_STATUS(pdx_remove_peer(a->agent, peer_b), PDX_OK);
     uint64_t h = 0;
-    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ids, b->layout, ids, 2, 6, 0, NULL,
-                                  &h),
-                 PDX_NOT_FOUND);
+    CHECK_STATUS(
+        pdx_write_blocks(a->agent, peer_b, a->layout, ids, b->layout, ids, 2, 6, 0, NULL, &h),
+        PDX_NOT_FOUND);
+}
+
+/* An initiator in event-fd mode: the caller drives progress (pdx_wait does it too). */
+static void eventfd_mode(side_t* b) {
+    pdx_config_t cfg;
+    pdx_config_init(&cfg);
+    cfg.name = "capi-c";
+    cfg.backend = PDX_BACKEND_LOOPBACK;
+    cfg.progress = PDX_PROGRESS_EVENTFD;
+    side_t c = {0};
+    CHECK_STATUS(pdx_agent_create(&cfg, &c.agent), PDX_OK);
+    if (!c.agent)
+        return;
+    CHECK(pdx_event_fd(c.agent) >= 0);
+    CHECK_STATUS(pdx_allocate_region(c.agent, kBlocks * kBlockBytes, &c.region), PDX_OK);
+    pdx_layout_t l = {c.region, 0, kBlockBytes, 0, kBlocks};
+    CHECK_STATUS(pdx_add_layout(c.agent, &l, &c.layout), PDX_OK);
+    uint64_t peer_b = add_peer_of(&c, b);
+    (void)add_peer_of(b, &c);
+    const uint32_t src[] = {2}, dst[] = {11};
+    fill(&c, 2, 99);
+    uint64_t h = 0;
+    CHECK_STATUS(
+        pdx_write_blocks(c.agent, peer_b, c.layout, src, b->layout, dst, 1, 7, 0, NULL, &h),
+        PDX_OK);
+    pdx_status_t s = PDX_IN_PROGRESS;
+    for (int i = 0; i < 2000 && s == PDX_IN_PROGRESS; ++i) {
+        pdx_progress(c.agent);
+        s = pdx_poll(c.agent, h);
+        if (s == PDX_IN_PROGRESS && pdx_arm(c.agent))
+            usleep(1000);
+    }
+    CHECK_STATUS(s, PDX_OK);
+    CHECK(same(&c, 2, b, 11));
+    CHECK_STATUS(pdx_cancel(c.agent, h), PDX_OK); /* already terminal: no-op */
+    CHECK_STATUS(pdx_poll(c.agent, h), PDX_OK);
+    CHECK_STATUS(pdx_cancel(c.agent, 424242), PDX_NOT_FOUND);
+    pdx_agent_destroy(c.agent);
 }
 
 static int run_loopback(void) {
     side_t a = {0}, b = {0};
     CHECK(make_side("capi-a", PDX_BACKEND_LOOPBACK, NULL, &a));
     CHECK(make_side("capi-b", PDX_BACKEND_LOOPBACK, NULL, &b));
-    if (!a.agent || !b.agent) return 1;
+    if (!a.agent || !b.agent)
+        return 1;
     CHECK(pdx_event_fd(a.agent) == -1); /* thread mode */
     uint64_t peer_b = add_peer_of(&a, &b);
     (void)add_peer_of(&b, &a);
     data_path(&a, &b, peer_b);
     errors(&a, &b, peer_b);
     notifications_and_leases(&a, &b, peer_b);
+    eventfd_mode(&b);
     pdx_agent_destroy(a.agent);
     pdx_agent_destroy(b.agent);
     pdx_agent_destroy(NULL);
@@ -256,7 +302,8 @@ static int send_blob(int fd, const void* p, uint32_t n) {
 }
 
 static unsigned char* recv_blob(int fd, uint32_t* n) {
-    if (read(fd, n, 4) != 4 || *n > (16u << 20)) return NULL;
+    if (read(fd, n, 4) != 4 || *n > (16u << 20))
+        return NULL;
     unsigned char* p = malloc(*n ? *n : 1);
     uint32_t got = 0;
     while (got < *n) {
@@ -281,7 +328,8 @@ static uint64_t exchange(side_t* s, int fd) {
     unsigned char* theirs = recv_blob(fd, &n);
     uint64_t peer = 0;
     CHECK(theirs != NULL);
-    if (theirs) CHECK_STATUS(pdx_add_peer(s->agent, theirs, n, &peer), PDX_OK);
+    if (theirs)
+        CHECK_STATUS(pdx_add_peer(s->agent, theirs, n, &peer), PDX_OK);
     free(theirs);
     return peer;
 }
@@ -292,16 +340,19 @@ static int run_ucx(const char* tls) {
         return 0;
     }
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return 1;
     pid_t child = fork();
     if (child == 0) { /* target: serve until the initiator says it is done */
         close(sv[0]);
         alarm(30);
         side_t b = {0};
-        if (!make_side("capi-b", PDX_BACKEND_UCX, tls, &b)) _exit(2);
+        if (!make_side("capi-b", PDX_BACKEND_UCX, tls, &b))
+            _exit(2);
         exchange(&b, sv[1]);
         char c = 0;
-        if (read(sv[1], &c, 1) != 1) c = 0;
+        if (read(sv[1], &c, 1) != 1)
+            c = 0;
         pdx_agent_destroy(b.agent);
         _exit(g_failures ? 1 : 0);
     }
@@ -318,7 +369,8 @@ static int run_ucx(const char* tls) {
         rc = 1;
     }
     char c = 1;
-    if (write(sv[0], &c, 1) != 1) rc = 1;
+    if (write(sv[0], &c, 1) != 1)
+        rc = 1;
     int status = 0;
     waitpid(child, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

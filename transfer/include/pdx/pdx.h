@@ -172,8 +172,7 @@ uint64_t pdx_agent_instance(const pdx_agent_t* agent);
 
 /* ---- memory ---------------------------------------------------------------------------- */
 pdx_status_t pdx_allocate_region(pdx_agent_t* agent, size_t bytes, uint32_t* region);
-pdx_status_t pdx_register_region(pdx_agent_t* agent, void* data, size_t bytes,
-                                 uint32_t* region);
+pdx_status_t pdx_register_region(pdx_agent_t* agent, void* data, size_t bytes, uint32_t* region);
 pdx_status_t pdx_release_region(pdx_agent_t* agent, uint32_t region);
 /* Base of the region (NULL if unknown); *bytes (optional) gets its size. */
 void* pdx_region_memory(pdx_agent_t* agent, uint32_t region, size_t* bytes);
@@ -213,8 +212,7 @@ pdx_status_t pdx_result(pdx_agent_t* agent, uint64_t handle, pdx_transfer_result
 pdx_status_t pdx_notify(pdx_agent_t* agent, uint64_t peer, const pdx_notification_t* n);
 /* Moves up to max received notifications into out; returns how many. Those that do not fit
  * stay queued for the next call. */
-size_t pdx_drain_notifications(pdx_agent_t* agent, pdx_received_notification_t* out,
-                               size_t max);
+size_t pdx_drain_notifications(pdx_agent_t* agent, pdx_received_notification_t* out, size_t max);
 
 /* ---- leases on local blocks, keyed by transfer id -------------------------------------- */
 pdx_status_t pdx_lease(pdx_agent_t* agent, uint64_t transfer_id, uint32_t layout,

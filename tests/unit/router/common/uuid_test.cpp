@@ -9,7 +9,9 @@
 namespace pdr {
 namespace {
 
-bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+bool is_hex(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
 
 TEST(UuidTest, FormatIsVersion4) {
     for (int i = 0; i < 1000; ++i) {

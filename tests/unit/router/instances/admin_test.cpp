@@ -10,8 +10,7 @@ using test::FakeReply;
 FakeHttpServer::Handler serving(std::string model) {
     return [model](const FakeHttpServer::Request& req) {
         if (req.target() == "/v1/models") {
-            nlohmann::json j{{"object", "list"},
-                             {"data", {{{"id", model}, {"object", "model"}}}}};
+            nlohmann::json j{{"object", "list"}, {"data", {{{"id", model}, {"object", "model"}}}}};
             return FakeReply{200, j.dump()};
         }
         return FakeReply{404, "{}"};
@@ -27,7 +26,8 @@ protected:
     }
     static std::string error_message(const Registry::AdminResult& r) {
         auto j = nlohmann::json::parse(r.body, nullptr, false);
-        if (!j.is_object() || !j.contains("error")) return "<not an error body: " + r.body + ">";
+        if (!j.is_object() || !j.contains("error"))
+            return "<not an error body: " + r.body + ">";
         return j["error"]["message"].get<std::string>();
     }
     double admin_count(std::string action, std::string result) {
@@ -84,8 +84,9 @@ TEST_F(AdminTest, AddFailsWhenTheProbeFails) {
     EXPECT_EQ(r.status, 502u);
     EXPECT_EQ(error_message(r).rfind("Instance validation failed: ", 0), 0u) << r.body;
 
-    FakeHttpServer broken(ioc.get_executor(),
-                          [](const FakeHttpServer::Request&) { return FakeReply{500, "oops"}; });
+    FakeHttpServer broken(ioc.get_executor(), [](const FakeHttpServer::Request&) {
+        return FakeReply{500, "oops"};
+    });
     r = add("prefill", "127.0.0.1:" + std::to_string(broken.start()));
     EXPECT_EQ(r.status, 502u);
     EXPECT_NE(error_message(r).find("500"), std::string::npos) << r.body;

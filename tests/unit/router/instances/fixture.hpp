@@ -23,12 +23,14 @@ protected:
         cfg.health_backoff_max = Duration{200};
     }
     ~RegistryTest() override {
-        if (registry) registry->stop();
+        if (registry)
+            registry->stop();
         test::run_for(ioc, Duration{20});
     }
 
     Registry& reg() {
-        if (!registry) registry = std::make_unique<Registry>(ioc.get_executor(), client, rm, cfg);
+        if (!registry)
+            registry = std::make_unique<Registry>(ioc.get_executor(), client, rm, cfg);
         return *registry;
     }
 

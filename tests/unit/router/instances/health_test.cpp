@@ -12,7 +12,8 @@ using test::FakeReply;
 TEST_F(RegistryTest, DownInstanceIsReprobedAndRecovers) {
     bool healthy = false;
     FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request& req) {
-        if (req.target() == "/health") return healthy ? FakeReply{200, ""} : FakeReply{503, "no"};
+        if (req.target() == "/health")
+            return healthy ? FakeReply{200, ""} : FakeReply{503, "no"};
         return FakeReply{404, "{}"};
     });
     const auto port = server.start();
@@ -26,12 +27,14 @@ TEST_F(RegistryTest, DownInstanceIsReprobedAndRecovers) {
     EXPECT_EQ(reg().pick(Role::Prefill), nullptr);
 
     // Probes keep failing (backoff capped at 200 ms): at least two re-probes, still down.
-    ASSERT_TRUE(test::run_until(ioc, [&] { return server.count("/health") >= 2; }, Duration{3000}));
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return server.count("/health") >= 2; }, Duration{3000}));
     EXPECT_FALSE(p->up);
     EXPECT_NE(p->last_error.find("503"), std::string::npos);
 
     healthy = true;
-    ASSERT_TRUE(test::run_until(ioc, [&] { return p->up; }, Duration{3000}));
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return p->up; }, Duration{3000}));
     EXPECT_EQ(reg().pick(Role::Prefill), p);
     EXPECT_EQ(p->up_gauge->value(), 1);
     EXPECT_EQ(instances_gauge(mreg, "prefill", "up"), 1);
@@ -40,8 +43,9 @@ TEST_F(RegistryTest, DownInstanceIsReprobedAndRecovers) {
 
 TEST_F(RegistryTest, BackoffGrowsWhileDown) {
     cfg.health_backoff_max = Duration{10'000};
-    FakeHttpServer server(ioc.get_executor(),
-                          [&](const FakeHttpServer::Request&) { return FakeReply{500, "x"}; });
+    FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request&) {
+        return FakeReply{500, "x"};
+    });
     const auto port = server.start();
     reg().add_configured(Role::Decode, addr("127.0.0.1", port));
     auto d = reg().pick(Role::Decode);
@@ -50,7 +54,8 @@ TEST_F(RegistryTest, BackoffGrowsWhileDown) {
     // Re-probes at ~1 s then ~3 s after the failure: exactly one probe in the first 2.2 s.
     test::run_for(ioc, Duration{700});
     EXPECT_EQ(server.count("/health"), 0u);
-    ASSERT_TRUE(test::run_until(ioc, [&] { return server.count("/health") >= 1; }, Duration{1500}));
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return server.count("/health") >= 1; }, Duration{1500}));
     test::run_for(ioc, Duration{1000});
     EXPECT_EQ(server.count("/health"), 1u);
     EXPECT_EQ(d->backoff, Duration{2000});
@@ -58,13 +63,15 @@ TEST_F(RegistryTest, BackoffGrowsWhileDown) {
 }
 
 TEST_F(RegistryTest, UpInstanceFailingHealthCheckGoesDown) {
-    FakeHttpServer server(ioc.get_executor(),
-                          [&](const FakeHttpServer::Request&) { return FakeReply{500, "x"}; });
+    FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request&) {
+        return FakeReply{500, "x"};
+    });
     const auto port = server.start();
     reg().add_configured(Role::Decode, addr("127.0.0.1", port));
     auto d = reg().pick(Role::Decode);
     reg().start();
-    ASSERT_TRUE(test::run_until(ioc, [&] { return !d->up; }, Duration{3000}));
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return !d->up; }, Duration{3000}));
     EXPECT_GE(server.count("/health"), 1u);
     EXPECT_EQ(d->failures, 0u);  // probe failures are not request failures
     EXPECT_EQ(instances_gauge(mreg, "decode", "down"), 1);
@@ -72,7 +79,8 @@ TEST_F(RegistryTest, UpInstanceFailingHealthCheckGoesDown) {
 
 TEST_F(RegistryTest, HealthFallsBackToModelsWhenHealthIsMissing) {
     FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request& req) {
-        if (req.target() == "/v1/models") return FakeReply{200, R"({"data":[{"id":"m"}]})"};
+        if (req.target() == "/v1/models")
+            return FakeReply{200, R"({"data":[{"id":"m"}]})"};
         return FakeReply{404, "{}"};
     });
     const auto port = server.start();
@@ -80,7 +88,8 @@ TEST_F(RegistryTest, HealthFallsBackToModelsWhenHealthIsMissing) {
     auto d = reg().pick(Role::Decode);
     reg().start();
     reg().report_failure(*d, "timeout");
-    ASSERT_TRUE(test::run_until(ioc, [&] { return d->up; }, Duration{3000}));
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return d->up; }, Duration{3000}));
     EXPECT_GE(server.count("/health"), 1u);
     EXPECT_GE(server.count("/v1/models"), 1u);
 }

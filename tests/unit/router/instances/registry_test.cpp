@@ -73,8 +73,8 @@ TEST_F(RegistryTest, PickSkipsDownInstancesAndExclude) {
     EXPECT_EQ(reg().count(Role::Prefill, false), 3u);
 
     const auto names = pick_names(reg(), Role::Prefill, 4);
-    EXPECT_EQ(names, (std::vector<std::string>{"127.0.0.1:8001", "127.0.0.1:8003",
-                                               "127.0.0.1:8001", "127.0.0.1:8003"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"127.0.0.1:8001", "127.0.0.1:8003", "127.0.0.1:8001",
+                                               "127.0.0.1:8003"}));
 
     auto a = reg().find(Role::Prefill, "127.0.0.1:8001");
     EXPECT_EQ(pick_names(reg(), Role::Prefill, 3, a.get()),

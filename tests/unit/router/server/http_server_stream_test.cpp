@@ -49,8 +49,9 @@ TEST_F(StreamTest, ChunksArriveOneByOne) {
     run([&]() -> awaitable<void> {
         auto s = co_await connect_raw(port_);
         beast::flat_buffer buf;
-        co_await write_raw(s, "POST /v1/completions HTTP/1.1\r\nHost: a\r\n"
-                              "Content-Length: 2\r\n\r\n{}");
+        co_await write_raw(s,
+                           "POST /v1/completions HTTP/1.1\r\nHost: a\r\n"
+                           "Content-Length: 2\r\n\r\n{}");
         http::response_parser<http::buffer_body> p;
         s.expires_after(Duration{3000});
         auto [hec, hn] = co_await http::async_read_header(s, buf, p, use_tuple);

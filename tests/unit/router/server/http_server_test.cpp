@@ -29,8 +29,8 @@ protected:
     }
     void run(awaitable<void> body) { run_test(ioc_, std::move(body)); }
 
-    static void expect_openai_error(const http::response<http::string_body>& res,
-                                    unsigned status, std::string_view code) {
+    static void expect_openai_error(const http::response<http::string_body>& res, unsigned status,
+                                    std::string_view code) {
         EXPECT_EQ(res.result_int(), status);
         EXPECT_FALSE(res.keep_alive());
         auto j = nlohmann::json::parse(res.body(), nullptr, false);
@@ -80,8 +80,8 @@ TEST_F(ServerTest, BodyOverLimitGets413) {
     run([this]() -> awaitable<void> {
         auto s = co_await connect_raw(port_);
         beast::flat_buffer buf;
-        std::string req = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" +
-                          std::string(5000, 'x');
+        std::string req =
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'x');
         co_await write_raw(s, req);
         auto r = co_await read_response(s, buf);
         EXPECT_FALSE(r.ec) << r.ec.message();
@@ -115,8 +115,8 @@ TEST_F(ServerTest, HeadersOverLimitGet431) {
     run([this]() -> awaitable<void> {
         auto s = co_await connect_raw(port_);
         beast::flat_buffer buf;
-        std::string req = "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(4000, 'h') +
-                          "\r\n\r\n";
+        std::string req =
+            "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(4000, 'h') + "\r\n\r\n";
         co_await write_raw(s, req);
         auto r = co_await read_response(s, buf);
         EXPECT_FALSE(r.ec) << r.ec.message();
@@ -156,8 +156,9 @@ TEST_F(ServerTest, ExpectContinueGets100BeforeBody) {
         auto s = co_await connect_raw(port_);
         beast::flat_buffer buf;
         const std::string body(4096, 'b');
-        co_await write_raw(s, "POST /e HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
-                              "Content-Length: 4096\r\n\r\n");
+        co_await write_raw(s,
+                           "POST /e HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                           "Content-Length: 4096\r\n\r\n");
         // The interim answer arrives without the body having been sent.
         http::response_parser<http::empty_body> interim;
         s.expires_after(Duration{1000});

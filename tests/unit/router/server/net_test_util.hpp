@@ -75,8 +75,8 @@ inline awaitable<beast::tcp_stream> connect_raw(unsigned short port,
                                                 const char* addr = "127.0.0.1") {
     beast::tcp_stream s(co_await net::this_coro::executor);
     s.expires_after(Duration{2000});
-    auto [ec] = co_await s.async_connect(tcp::endpoint(net::ip::make_address(addr), port),
-                                         use_tuple);
+    auto [ec] =
+        co_await s.async_connect(tcp::endpoint(net::ip::make_address(addr), port), use_tuple);
     EXPECT_FALSE(ec) << ec.message();
     co_return s;
 }

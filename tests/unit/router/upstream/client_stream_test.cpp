@@ -12,7 +12,9 @@ namespace {
 using namespace pdr::testing;
 
 // Named, not a braced temporary inside `co_await` (GCC 12 destroys those twice).
-Request make_req(http::verb v, std::string_view target) { return Request{v, target, 11}; }
+Request make_req(http::verb v, std::string_view target) {
+    return Request{v, target, 11};
+}
 
 Timeouts quick() {
     Timeouts t;
@@ -171,6 +173,61 @@ TEST_F(StreamClientTest, CoroutineCancellationEndsPendingRead) {
         co_await (reader() || sleep_for(Duration{50}));
         EXPECT_LT(Clock::now() - t0, Duration{1000});
         EXPECT_EQ(f, Failure::Canceled);
+    }());
+}
+
+// The router's shape: a front server whose handler relays an upstream stream. When the
+// front client disconnects, the relay's pending upstream read ends with Canceled and the
+// upstream server sees its client go away, both within 100 ms.
+TEST_F(StreamClientTest, FrontDisconnectCancelsUpstreamLeg) {
+    Client client(ioc_.get_executor());
+    Event relaying(ioc_.get_executor());
+    Event relay_done(ioc_.get_executor());
+    Failure relay_failure = Failure::None;
+    Clock::time_point relay_end{};
+    const Endpoint up{"127.0.0.1", port_};
+    server::HttpServer front(
+        ioc_.get_executor(), server::Limits{}, [&](server::Exchange& ex) -> awaitable<void> {
+            auto o = co_await client.open(up, make_req(http::verb::get, "/stall"), quick());
+            if (!o.stream) {
+                co_return;
+            }
+            ResponseStream* stream = o.stream.get();
+            ex.on_client_gone([stream] { stream->cancel(); });
+            http::response<http::empty_body> head{http::status::ok, 11};
+            co_await ex.begin_stream(std::move(head));
+            std::string piece;
+            while (!o.stream->done()) {
+                piece.clear();
+                Failure f = co_await o.stream->read_some(piece);
+                if (f != Failure::None) {
+                    relay_failure = f;
+                    break;
+                }
+                co_await ex.write_chunk(piece);
+                relaying.set();
+            }
+            relay_end = Clock::now();
+            relay_done.set();
+        });
+    const unsigned short front_port = front.listen("127.0.0.1", 0);
+    front.start();
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(front_port);
+        co_await write_raw(s, "GET /relay HTTP/1.1\r\nHost: a\r\n\r\n");
+        EXPECT_TRUE(co_await relaying.wait(Duration{3000}));
+        const auto closed_at = Clock::now();
+        s.close();
+        EXPECT_TRUE(co_await relay_done.wait(Duration{3000}));
+        EXPECT_EQ(relay_failure, Failure::Canceled);
+        EXPECT_LT(relay_end - closed_at, Duration{100});
+        // The upstream server notices its client (the relay) is gone.
+        for (int i = 0; i < 20 && server_->active_connections() > 0; ++i) {
+            co_await sleep_for(Duration{5});
+        }
+        EXPECT_EQ(server_->active_connections(), 0u);
+        EXPECT_LT(Clock::now() - closed_at, Duration{100});
+        co_await front.drain(Duration{100});
     }());
 }
 

@@ -1,0 +1,312 @@
+// Two processes over UCX (tcp on 127.0.0.1 and shared memory): this process runs an agent in
+// Thread mode; pdx_test_peer (fork+exec) runs the other one and obeys commands on a socketpair.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "pdx/agent.hpp"
+#include "tests/transfer/peer_proto.hpp"
+
+#ifndef PDX_PEER_EXE
+#error "PDX_PEER_EXE must name the pdx_test_peer executable"
+#endif
+
+namespace pdx {
+namespace {
+
+using namespace std::chrono_literals;
+using test::LineChannel;
+
+struct Transport {
+    const char* label;
+    const char* tls;
+    const char* dev;
+    ErrorMode mode;
+    bool one_sided;  // data moves without the target progressing (shm)
+};
+
+constexpr std::uint32_t kBlocks = 16;
+constexpr std::uint64_t kBlockBytes = 1 << 20;
+
+class Child {
+public:
+    Child(const Transport& t, const std::string& name) {
+        int sv[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return;
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            int fd = ::dup(sv[1]);  // without CLOEXEC
+            std::vector<std::string> args = {
+                PDX_PEER_EXE, "--fd=" + std::to_string(fd), "--name=" + name,
+                std::string("--tls=") + t.tls, std::string("--dev=") + t.dev,
+                "--errmode=" + std::to_string(static_cast<int>(t.mode)),
+                "--blocks=" + std::to_string(kBlocks), "--bytes=" + std::to_string(kBlockBytes),
+                "--hb=200", "--dead=1000"};
+            std::vector<char*> argv;
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::execv(PDX_PEER_EXE, argv.data());
+            ::_exit(127);
+        }
+        ::close(sv[1]);
+        ch_ = std::make_unique<LineChannel>(sv[0]);
+        auto line = ch_->recv(10s);
+        if (line && line->rfind("DESC ", 0) == 0) desc_ = test::from_hex(line->substr(5));
+        else std::cerr << "child start failed: " << (line ? *line : "<no answer>") << "\n";
+    }
+    ~Child() {
+        if (pid_ > 0) {
+            kill_now();
+        }
+        if (ch_) ::close(ch_->fd());
+    }
+    std::string cmd(const std::string& line, std::chrono::milliseconds t = 10s) {
+        if (!ch_->send(line)) return "<send failed>";
+        auto r = ch_->recv(t);
+        return r ? *r : "<no answer>";
+    }
+    void kill_now() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+    }
+    const std::vector<std::byte>& descriptor() const { return desc_; }
+
+private:
+    pid_t pid_ = -1;
+    std::unique_ptr<LineChannel> ch_;
+    std::vector<std::byte> desc_;
+};
+
+class MultiProcess : public ::testing::TestWithParam<Transport> {
+protected:
+    void SetUp() override {
+        if (!ucx_available()) GTEST_SKIP() << "built without UCX";
+        Config c;
+        c.name = "parent";
+        c.transports = GetParam().tls;
+        c.net_devices = GetParam().dev;
+        c.error_mode = GetParam().mode;
+        c.heartbeat_interval = 200ms;
+        c.peer_timeout = 1000ms;
+        auto a = Agent::create(c);
+        ASSERT_TRUE(a) << a.message();
+        agent_ = std::move(*a);
+        auto r = agent_->allocate_region(kBlocks * kBlockBytes);
+        ASSERT_TRUE(r) << r.message();
+        layout_ = *agent_->add_layout({*r, 0, kBlockBytes, 0, kBlocks});
+    }
+    // Starts a child, adds it, and has it add us; waits until each side has heard the other.
+    PeerHandle start(std::unique_ptr<Child>& child, const std::string& name = "child") {
+        child = std::make_unique<Child>(GetParam(), name);
+        EXPECT_FALSE(child->descriptor().empty());
+        auto h = agent_->add_peer(child->descriptor());
+        EXPECT_TRUE(h) << h.message();
+        if (!h) return kNoPeer;
+        EXPECT_EQ(child->cmd("PEER " + test::to_hex(agent_->descriptor())).rfind("OK", 0), 0u);
+        auto until = Clock::now() + 5s;
+        while (agent_->peer_info(*h)->ms_since_heard < 0 && Clock::now() < until)
+            std::this_thread::sleep_for(5ms);
+        EXPECT_GE(agent_->peer_info(*h)->ms_since_heard, 0);
+        return *h;
+    }
+    TransferRequest req(PeerHandle p, std::span<const BlockId> l, std::span<const BlockId> r,
+                        std::uint64_t id, std::chrono::milliseconds deadline = 10s) {
+        TransferRequest q;
+        q.peer = p;
+        q.local_layout = layout_;
+        q.local_ids = l;
+        q.remote_layout = 0;
+        q.remote_ids = r;
+        q.transfer_id = id;
+        q.deadline = Clock::now() + deadline;
+        return q;
+    }
+    void fill_local(std::uint32_t seed) {
+        for (BlockId i = 0; i < kBlocks; ++i) test::fill_block(agent_->block(layout_, i), seed, i);
+    }
+    std::unique_ptr<Agent> agent_;
+    LayoutId layout_ = 0;
+};
+
+TEST_P(MultiProcess, WritesAndReadsUnorderedDuplicateIdsByteForByte) {
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    fill_local(11);
+    std::vector<BlockId> src = {3, 1, 2, 0, 0, 7, 15}, dst = {11, 9, 10, 8, 8, 5, 0};
+    TransferRequest w = req(p, src, dst, 1);
+    w.notify = Notification{NotifyKind::Done, 1, 0, 1, Status::Ok, "done-1"};
+    auto h = agent_->write_blocks(w);
+    ASSERT_TRUE(h) << h.message();
+    ASSERT_EQ(agent_->wait(*h, 10s), Status::Ok);
+    EXPECT_EQ(agent_->result(*h)->descriptors, 3u);  // 0..3->8..11 (given unordered), 7->5, 15->0
+    EXPECT_EQ(child->cmd("WAITNOTE 1 1 5000"), "OK done-1");
+    EXPECT_EQ(child->cmd("VERIFY 11 11:3 9:1 10:2 8:0 5:7 0:15"), "OK");
+
+    ASSERT_EQ(child->cmd("FILL 22"), "OK");
+    std::vector<BlockId> local = {4, 6, 5, 6}, remote = {1, 3, 2, 3};
+    auto r = agent_->read_blocks(req(p, local, remote, 2));
+    ASSERT_TRUE(r) << r.message();
+    ASSERT_EQ(agent_->wait(*r, 10s), Status::Ok);
+    EXPECT_EQ(agent_->result(*r)->descriptors, 1u);
+    for (std::size_t i = 0; i < local.size(); ++i)
+        EXPECT_EQ(test::check_block(agent_->block(layout_, local[i]), 22, remote[i]), -1);
+}
+
+TEST_P(MultiProcess, RefusesEmptyOutOfRangeAndOversize) {
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    std::vector<BlockId> none, one = {1}, out = {kBlocks}, many(kBlocks + 1, 0);
+    EXPECT_EQ(agent_->write_blocks(req(p, none, none, 1)).status(), Status::Invalid);
+    EXPECT_EQ(agent_->write_blocks(req(p, one, out, 1)).status(), Status::Invalid);
+    EXPECT_EQ(agent_->read_blocks(req(p, out, one, 1)).status(), Status::Invalid);
+    std::vector<BlockId> seq(kBlocks);
+    for (BlockId i = 0; i < kBlocks; ++i) seq[i] = i;
+    Config small;  // a second agent with a small byte limit refuses the same request
+    small.name = "small";
+    small.transports = GetParam().tls;
+    small.net_devices = GetParam().dev;
+    small.max_transfer_bytes = 4 * kBlockBytes;
+    auto s = Agent::create(small);
+    ASSERT_TRUE(s);
+    auto sr = (*s)->allocate_region(kBlocks * kBlockBytes);
+    auto sl = (*s)->add_layout({*sr, 0, kBlockBytes, 0, kBlocks});
+    auto sp = (*s)->add_peer(child->descriptor());
+    ASSERT_TRUE(sp);
+    TransferRequest big = req(*sp, seq, seq, 3);
+    big.local_layout = *sl;
+    auto refused = (*s)->write_blocks(big);
+    EXPECT_EQ(refused.status(), Status::Invalid);
+    EXPECT_NE(refused.message().find("oversize"), std::string::npos) << refused.message();
+    EXPECT_EQ(agent_->stats().transfers_posted, 0u);
+}
+
+TEST_P(MultiProcess, DeadlineExpiresAndCancelEndsWhileTargetIsStalled) {
+    if (GetParam().one_sided) GTEST_SKIP() << "shared-memory puts do not need the target";
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    ASSERT_EQ(child->cmd("FREEZE 700"), "OK");
+    std::vector<BlockId> ids = {1, 2, 3};
+    auto e = agent_->write_blocks(req(p, ids, ids, 5, 150ms));
+    ASSERT_TRUE(e);
+    std::vector<BlockId> ids2 = {8};
+    auto c = agent_->read_blocks(req(p, ids2, ids2, 6));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(agent_->wait(*e, 5s), Status::Expired);
+    EXPECT_EQ(agent_->poll(*c), Status::InProgress);
+    ASSERT_TRUE(agent_->cancel(*c));
+    EXPECT_EQ(agent_->poll(*c), Status::Canceled);
+    // the peer recovers and is still usable
+    fill_local(33);
+    auto ok = agent_->write_blocks(req(p, ids, ids, 7));
+    ASSERT_TRUE(ok) << ok.message();
+    EXPECT_EQ(agent_->wait(*ok, 10s), Status::Ok);
+    EXPECT_EQ(child->cmd("VERIFY 33 1:1 2:2 3:3"), "OK");
+    EXPECT_EQ(agent_->poll(*e), Status::Expired);
+    EXPECT_EQ(agent_->poll(*c), Status::Canceled);
+}
+
+TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    ASSERT_EQ(child->cmd("FREEZE 30000"), "OK");
+    std::vector<TransferHandle> hs;
+    std::vector<std::vector<BlockId>> idlists;
+    for (BlockId i = 0; i < 8; ++i) idlists.push_back({i});
+    for (BlockId i = 0; i < 8; ++i) {
+        auto h = (i % 2) ? agent_->read_blocks(req(p, idlists[i], idlists[i], i, 30s))
+                         : agent_->write_blocks(req(p, idlists[i], idlists[i], i, 30s));
+        ASSERT_TRUE(h) << h.message();
+        hs.push_back(*h);
+    }
+    auto t0 = Clock::now();
+    child->kill_now();
+    for (auto h : hs) {
+        Status s = agent_->wait(h, 6s);
+        if (GetParam().one_sided)
+            EXPECT_TRUE(s == Status::Ok || s == Status::PeerGone) << to_string(s);
+        else
+            EXPECT_EQ(s, Status::PeerGone);
+    }
+    auto took = Clock::now() - t0;
+    EXPECT_LT(took, 5s);
+    auto until = Clock::now() + 5s;
+    while (agent_->peer_info(p)->alive && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    EXPECT_FALSE(agent_->peer_info(p)->alive);
+    EXPECT_EQ(agent_->write_blocks(req(p, idlists[0], idlists[0], 9)).status(), Status::PeerGone);
+    std::cout << "[pdx] " << GetParam().label << ": in-flight transfers ended "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+              << " ms after SIGKILL\n";
+}
+
+TEST_P(MultiProcess, RestartedPeerIsANewGenerationAndStaleHandleIsRefused) {
+    std::unique_ptr<Child> first;
+    PeerHandle h1 = start(first, "decode-0");
+    EXPECT_EQ(agent_->peer_info(h1)->generation, 1u);
+    first->kill_now();
+    std::unique_ptr<Child> second;
+    PeerHandle h2 = start(second, "decode-0");
+    ASSERT_NE(h2, kNoPeer);
+    EXPECT_NE(h1, h2);
+    EXPECT_EQ(agent_->peer_info(h2)->generation, 2u);
+    std::vector<BlockId> ids = {4};
+    auto stale = agent_->write_blocks(req(h1, ids, ids, 1));
+    EXPECT_EQ(stale.status(), Status::NotFound);
+    EXPECT_NE(stale.message().find("stale"), std::string::npos) << stale.message();
+    fill_local(44);
+    auto ok = agent_->write_blocks(req(h2, ids, ids, 2));
+    ASSERT_TRUE(ok) << ok.message();
+    EXPECT_EQ(agent_->wait(*ok, 10s), Status::Ok);
+    EXPECT_EQ(second->cmd("VERIFY 44 4:4"), "OK");
+}
+
+// A sanity bandwidth number for 1 MiB blocks (non-contiguous, so one put per block).
+TEST_P(MultiProcess, ReportsWriteBandwidthFor1MiBBlocks) {
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    fill_local(55);
+    std::vector<BlockId> src, dst;
+    for (BlockId i = 0; i < kBlocks; i += 2) {  // 8 blocks, every other one: 8 operations
+        src.push_back(i);
+        dst.push_back(kBlocks - 1 - i);
+    }
+    auto warm = agent_->write_blocks(req(p, src, dst, 1));
+    ASSERT_TRUE(warm);
+    ASSERT_EQ(agent_->wait(*warm, 10s), Status::Ok);
+    int iters = 0;
+    std::uint64_t bytes = 0;
+    auto t0 = Clock::now();
+    while (Clock::now() - t0 < 500ms && iters < 2000) {
+        auto h = agent_->write_blocks(req(p, src, dst, 100 + iters));
+        ASSERT_TRUE(h);
+        ASSERT_EQ(agent_->wait(*h, 10s), Status::Ok);
+        bytes += src.size() * kBlockBytes;
+        ++iters;
+    }
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    double gbps = double(bytes) / secs / 1e9;
+    std::cout << "[pdx] " << GetParam().label << ": write 1 MiB blocks x" << src.size()
+              << " per transfer: " << gbps << " GB/s over " << iters << " transfers, mean post "
+              << agent_->stats().post.mean_us() << " us\n";
+    RecordProperty("gbps_1mib_write", std::to_string(gbps));
+    std::ostringstream pairs;
+    for (std::size_t i = 0; i < src.size(); ++i) pairs << " " << dst[i] << ":" << src[i];
+    EXPECT_EQ(child->cmd("VERIFY 55" + pairs.str()), "OK");
+    EXPECT_GT(gbps, 0.01);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ucx, MultiProcess,
+    ::testing::Values(Transport{"tcp", "tcp", "lo", ErrorMode::Auto, false},
+                      Transport{"tcp_mode_none", "tcp", "lo", ErrorMode::None, false},
+                      Transport{"shm", "posix,self", "", ErrorMode::Auto, true}),
+    [](const auto& tp) { return std::string(tp.param.label); });
+
+}  // namespace
+}  // namespace pdx

@@ -1,0 +1,98 @@
+// Input validation of the generation routes: a table of bodies and content types → error.
+#include "router/api/validate.hpp"
+
+#include <gtest/gtest.h>
+
+namespace pdr::api {
+namespace {
+
+constexpr auto kCmpl = GenerationKind::Completions;
+constexpr auto kChat = GenerationKind::ChatCompletions;
+constexpr std::string_view kJson = "application/json";
+
+struct Row {
+    const char* name;
+    GenerationKind kind;
+    std::string_view content_type;
+    std::string_view body;
+    Errc errc;
+    std::string_view param;
+    unsigned http_status;
+};
+
+const Row kRows[] = {
+    {"ok completions", kCmpl, kJson, R"({"model":"m","prompt":"p"})", Errc::Ok, "", 200},
+    {"ok chat", kChat, kJson, R"({"model":"m","messages":[]})", Errc::Ok, "", 200},
+    {"ok charset param", kCmpl, "application/json; charset=utf-8",
+     R"({"model":"m","prompt":["a","b"]})", Errc::Ok, "", 200},
+    {"no content type", kCmpl, "", R"({"model":"m","prompt":"p"})", Errc::UnsupportedMediaType, "",
+     415},
+    {"form content type", kCmpl, "application/x-www-form-urlencoded",
+     R"({"model":"m","prompt":"p"})", Errc::UnsupportedMediaType, "", 415},
+    {"text content type", kChat, "text/plain", R"({"model":"m","messages":[]})",
+     Errc::UnsupportedMediaType, "", 415},
+    {"not json", kCmpl, kJson, "{model: m}", Errc::BadJson, "", 400},
+    {"truncated json", kCmpl, kJson, R"({"model":"m","prompt":"p")", Errc::BadJson, "", 400},
+    {"empty body", kCmpl, kJson, "", Errc::BadJson, "", 400},
+    {"array body", kCmpl, kJson, R"([{"model":"m"}])", Errc::NotAnObject, "", 400},
+    {"string body", kChat, kJson, R"("hello")", Errc::NotAnObject, "", 400},
+    {"missing model", kCmpl, kJson, R"({"prompt":"p"})", Errc::MissingField, "model", 400},
+    {"null model", kChat, kJson, R"({"model":null,"messages":[]})", Errc::MissingField, "model",
+     400},
+    {"numeric model", kCmpl, kJson, R"({"model":3,"prompt":"p"})", Errc::InvalidField, "model",
+     400},
+    {"missing prompt", kCmpl, kJson, R"({"model":"m"})", Errc::MissingField, "prompt", 400},
+    {"missing messages", kChat, kJson, R"({"model":"m","prompt":"p"})", Errc::MissingField,
+     "messages", 400},
+    {"messages not array", kChat, kJson, R"({"model":"m","messages":"hi"})", Errc::InvalidField,
+     "messages", 400},
+    {"stream not bool", kCmpl, kJson, R"({"model":"m","prompt":"p","stream":"yes"})",
+     Errc::InvalidField, "stream", 400},
+};
+
+TEST(ValidateGeneration, Table) {
+    for (const Row& row : kRows) {
+        SCOPED_TRACE(row.name);
+        ParsedGeneration out;
+        ValidationError err = validate_generation(row.kind, row.content_type, row.body, out);
+        EXPECT_EQ(err.errc, row.errc) << err.message;
+        EXPECT_EQ(err.param, row.param);
+        if (row.errc == Errc::Ok) {
+            EXPECT_TRUE(err.ok());
+            EXPECT_TRUE(out.body.is_object());
+        } else {
+            EXPECT_FALSE(err.message.empty());
+            EXPECT_EQ(static_cast<unsigned>(error_info(err.errc).status), row.http_status);
+        }
+    }
+}
+
+TEST(ValidateGeneration, StreamFlag) {
+    ParsedGeneration out;
+    ASSERT_TRUE(
+        validate_generation(kCmpl, kJson, R"({"model":"m","prompt":"p","stream":true})", out).ok());
+    EXPECT_TRUE(out.stream);
+    ASSERT_TRUE(
+        validate_generation(kCmpl, kJson, R"({"model":"m","prompt":"p","stream":null})", out).ok());
+    EXPECT_FALSE(out.stream);
+    ASSERT_TRUE(validate_generation(kChat, kJson, R"({"model":"m","messages":[]})", out).ok());
+    EXPECT_FALSE(out.stream);
+}
+
+TEST(ValidateGeneration, KeepsKeyOrderOfTheClientBody) {
+    ParsedGeneration out;
+    ASSERT_TRUE(
+        validate_generation(kCmpl, kJson, R"({"prompt":"p","z":1,"model":"m","a":2})", out).ok());
+    EXPECT_EQ(out.body.dump(), R"({"prompt":"p","z":1,"model":"m","a":2})");
+}
+
+TEST(ParseObject, RejectsNonObjects) {
+    disagg::Json j;
+    EXPECT_TRUE(parse_object(R"({"request_ids":[]})", j).ok());
+    EXPECT_EQ(parse_object("[]", j).errc, Errc::NotAnObject);
+    EXPECT_EQ(parse_object("{", j).errc, Errc::BadJson);
+    EXPECT_EQ(parse_object("", j).errc, Errc::BadJson);
+}
+
+}  // namespace
+}  // namespace pdr::api

@@ -1,0 +1,207 @@
+// Rewrite rules of the pull flow (PROTOCOLS.md §1–2): prefill body, decode body, KV handle,
+// request id and the headers both legs carry.
+#include "router/disagg/rewrite.hpp"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+namespace pdr::disagg {
+namespace {
+
+Json parse(std::string_view s) {
+    return Json::parse(s);
+}
+
+TEST(PrefillBody, RewritesExactlyTheDocumentedFields) {
+    Json body = parse(R"({"model":"m","prompt":"hi","stream":true,
+        "stream_options":{"include_usage":true},"max_tokens":50,"max_completion_tokens":40,
+        "min_tokens":3,"min_completion_tokens":2,"temperature":0.5,"n":1})");
+    const std::string out = make_prefill_body(body);
+    EXPECT_EQ(out, R"({"model":"m","prompt":"hi","stream":false,"max_tokens":1,)"
+                   R"("max_completion_tokens":1,"temperature":0.5,"n":1,)"
+                   R"("kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,)"
+                   R"("remote_engine_id":null,"remote_block_ids":null,"remote_host":null,)"
+                   R"("remote_port":null}})");
+}
+
+TEST(PrefillBody, AddsStreamAndMaxTokensButNotMaxCompletionTokens) {
+    Json body = parse(R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+    Json out = parse(make_prefill_body(body));
+    EXPECT_EQ(out["stream"], false);
+    EXPECT_EQ(out["max_tokens"], 1);
+    EXPECT_FALSE(out.contains("max_completion_tokens"));
+    EXPECT_FALSE(out.contains("stream_options"));
+    EXPECT_EQ(out["messages"], parse(R"([{"role":"user","content":"x"}])"));
+}
+
+TEST(PrefillBody, KvRequestHasExactKeysWithExplicitNulls) {
+    Json kv = prefill_kv_request();
+    ASSERT_TRUE(kv.is_object());
+    EXPECT_EQ(kv.size(), 6u);
+    EXPECT_EQ(kv["do_remote_decode"], true);
+    EXPECT_EQ(kv["do_remote_prefill"], false);
+    for (const char* k : {"remote_engine_id", "remote_block_ids", "remote_host", "remote_port"}) {
+        ASSERT_TRUE(kv.contains(k)) << k;
+        EXPECT_TRUE(kv[k].is_null()) << k;
+    }
+}
+
+TEST(PrefillBody, ReplacesAClientKvTransferParams) {
+    Json body = parse(R"({"model":"m","prompt":"p","kv_transfer_params":{"x":1}})");
+    Json out = parse(make_prefill_body(body));
+    EXPECT_EQ(out["kv_transfer_params"], parse(prefill_kv_request().dump()));
+}
+
+constexpr std::string_view kPrefillAnswer =
+    R"({"id":"cmpl-1","choices":[{"text":"a"}],"kv_transfer_params":{"remote_request_id":"rid-7",)"
+    R"("do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2],[3]],)"
+    R"("remote_engine_id":"eng","remote_host":"10.0.0.1","remote_port":5600,"tp_size":1,)"
+    R"("remote_blocks_expiry_time":1.5,"transfer_mode":"pull"}})";
+constexpr std::string_view kHandleText =
+    R"({"remote_request_id":"rid-7","do_remote_prefill":true,"do_remote_decode":false,)"
+    R"("remote_block_ids":[[1,2],[3]],"remote_engine_id":"eng","remote_host":"10.0.0.1",)"
+    R"("remote_port":5600,"tp_size":1,"remote_blocks_expiry_time":1.5,"transfer_mode":"pull"})";
+
+TEST(KvHandle, ParsesTheObjectVerbatim) {
+    KvHandle h;
+    ASSERT_EQ(parse_kv_handle(kPrefillAnswer, h), HandleStatus::Ok);
+    EXPECT_EQ(h.remote_request_id, "rid-7");
+    EXPECT_EQ(dump(h.params), kHandleText);  // same keys, same order, same values
+}
+
+TEST(KvHandle, MissingNullEmptyOrNotJson) {
+    KvHandle h;
+    EXPECT_EQ(parse_kv_handle(R"({"choices":[]})", h), HandleStatus::Missing);
+    EXPECT_EQ(parse_kv_handle(R"({"kv_transfer_params":null})", h), HandleStatus::Missing);
+    EXPECT_EQ(parse_kv_handle(R"({"kv_transfer_params":{}})", h), HandleStatus::Missing);
+    EXPECT_EQ(parse_kv_handle(R"({"kv_transfer_params":"x"})", h), HandleStatus::Missing);
+    EXPECT_EQ(parse_kv_handle("not json", h), HandleStatus::NotJson);
+    EXPECT_EQ(parse_kv_handle("[1,2]", h), HandleStatus::NotJson);
+    EXPECT_EQ(parse_kv_handle("", h), HandleStatus::NotJson);
+}
+
+TEST(KvHandle, NonStringRequestIdIsIgnored) {
+    KvHandle h;
+    ASSERT_EQ(parse_kv_handle(R"({"kv_transfer_params":{"remote_request_id":5,"a":1}})", h),
+              HandleStatus::Ok);
+    EXPECT_TRUE(h.remote_request_id.empty());
+}
+
+TEST(DecodeBody, IsTheOriginalTextPlusTheHandle) {
+    const std::string original =
+        R"({"model":"m", "prompt":"hello", "stream":true, "max_tokens":7,"min_tokens":2})";
+    KvHandle h;
+    ASSERT_EQ(parse_kv_handle(kPrefillAnswer, h), HandleStatus::Ok);
+    const std::string out = make_decode_body(original, h.params);
+    // The client's bytes are kept unchanged, the handle is appended verbatim.
+    EXPECT_EQ(out, original.substr(0, original.size() - 1) + R"(,"kv_transfer_params":)" +
+                       std::string(kHandleText) + "}");
+    Json expect = parse(original);
+    expect["kv_transfer_params"] = parse(kHandleText);
+    EXPECT_EQ(parse(out), expect);
+}
+
+TEST(DecodeBody, EmptyObjectAndWhitespace) {
+    Json handle = parse(R"({"a":1})");
+    EXPECT_EQ(make_decode_body("{}", handle), R"({"kv_transfer_params":{"a":1}})");
+    EXPECT_EQ(make_decode_body("  { \n }\n", handle), "{ \n \"kv_transfer_params\":{\"a\":1}}");
+    EXPECT_EQ(parse(make_decode_body("{\"x\":[1,{}]}\r\n", handle)),
+              parse(R"({"x":[1,{}],"kv_transfer_params":{"a":1}})"));
+}
+
+TEST(DecodeBody, ReplacesAClientKvTransferParams) {
+    Json handle = parse(R"({"a":1})");
+    const std::string out =
+        make_decode_body(R"({"model":"m","kv_transfer_params":{"old":true},"prompt":"p"})", handle);
+    Json j = parse(out);
+    EXPECT_EQ(j["kv_transfer_params"], parse(R"({"a":1})"));
+    EXPECT_EQ(j["model"], "m");
+    EXPECT_EQ(j["prompt"], "p");
+    EXPECT_EQ(j.size(), 3u);
+}
+
+TEST(DecodeBody, KeyNameInsideAStringStillGivesValidJson) {
+    Json handle = parse(R"({"a":1})");
+    const std::string original = R"({"prompt":"say kv_transfer_params","model":"m"})";
+    Json j = parse(make_decode_body(original, handle));
+    EXPECT_EQ(j["prompt"], "say kv_transfer_params");
+    EXPECT_EQ(j["kv_transfer_params"], handle);
+}
+
+server::Request client_request(std::initializer_list<std::pair<std::string, std::string>> hs) {
+    server::Request req{http::verb::post, "/v1/completions", 11};
+    for (const auto& [k, v] : hs) {
+        req.set(k, v);
+    }
+    return req;
+}
+
+TEST(RequestId, ClientValueIsKept) {
+    EXPECT_EQ(request_id_for(client_request({{"X-Request-Id", "abc-123"}})), "abc-123");
+    EXPECT_EQ(request_id_for(client_request({{"x-request-id", "lower"}})), "lower");
+}
+
+TEST(RequestId, MissingOrInsaneGetsAUuidV4) {
+    const std::regex uuid("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
+    const std::string a = request_id_for(client_request({}));
+    const std::string b = request_id_for(client_request({}));
+    EXPECT_TRUE(std::regex_match(a, uuid)) << a;
+    EXPECT_NE(a, b);
+    EXPECT_TRUE(std::regex_match(request_id_for(client_request({{"X-Request-Id", ""}})), uuid));
+    EXPECT_TRUE(std::regex_match(
+        request_id_for(client_request({{"X-Request-Id", std::string(300, 'a')}})), uuid));
+    EXPECT_TRUE(std::regex_match(request_id_for(client_request({{"X-Request-Id", "a b"}})), uuid));
+}
+
+TEST(LegHeaders, UpstreamKeyWinsOverClientAuthorization) {
+    auto req = client_request(
+        {{"Authorization", "Bearer client"}, {"traceparent", "00-a-b-01"}, {"tracestate", "k=v"}});
+    LegHeaders h = leg_headers(req, "secret");
+    EXPECT_EQ(h.authorization, "Bearer secret");
+    EXPECT_EQ(h.traceparent, "00-a-b-01");
+    EXPECT_EQ(h.tracestate, "k=v");
+}
+
+TEST(LegHeaders, ClientAuthorizationForwardedWhenNoUpstreamKey) {
+    EXPECT_EQ(leg_headers(client_request({{"Authorization", "Bearer client"}}), "").authorization,
+              "Bearer client");
+    LegHeaders none = leg_headers(client_request({}), "");
+    EXPECT_TRUE(none.authorization.empty());
+    EXPECT_TRUE(none.traceparent.empty());
+    EXPECT_TRUE(none.tracestate.empty());
+}
+
+TEST(LegRequest, CarriesTheDocumentedHeadersOnly) {
+    LegHeaders h{"Bearer k", "00-trace", ""};
+    upstream::Request r =
+        make_leg_request(http::verb::post, "/v1/chat/completions", "rid-1", h, "{\"a\":1}");
+    EXPECT_EQ(r.method(), http::verb::post);
+    EXPECT_EQ(r.target(), "/v1/chat/completions");
+    EXPECT_EQ(r[http::field::content_type], "application/json");
+    EXPECT_EQ(r["X-Request-Id"], "rid-1");
+    EXPECT_EQ(r[http::field::authorization], "Bearer k");
+    EXPECT_EQ(r["traceparent"], "00-trace");
+    EXPECT_EQ(r.find("tracestate"), r.end());
+    EXPECT_EQ(r.body(), "{\"a\":1}");
+    EXPECT_TRUE(r.keep_alive());
+
+    upstream::Request bare = make_leg_request(http::verb::get, "/v1/models", "rid-2", {}, "");
+    EXPECT_EQ(bare.find(http::field::authorization), bare.end());
+    EXPECT_EQ(bare.find(http::field::content_type), bare.end());
+    EXPECT_EQ(bare["X-Request-Id"], "rid-2");
+}
+
+TEST(ContentType, JsonWithParametersIsAccepted) {
+    EXPECT_TRUE(is_json_content_type("application/json"));
+    EXPECT_TRUE(is_json_content_type("Application/JSON"));
+    EXPECT_TRUE(is_json_content_type("application/json; charset=utf-8"));
+    EXPECT_TRUE(is_json_content_type(" application/json ;charset=UTF-8"));
+    EXPECT_FALSE(is_json_content_type(""));
+    EXPECT_FALSE(is_json_content_type("text/plain"));
+    EXPECT_FALSE(is_json_content_type("application/x-www-form-urlencoded"));
+    EXPECT_FALSE(is_json_content_type("application/jsonx"));
+}
+
+}  // namespace
+}  // namespace pdr::disagg

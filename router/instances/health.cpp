@@ -113,7 +113,8 @@ void Registry::wake_health_loop() {
 }
 
 awaitable<void> Registry::wait_stop() {
-    co_await stop_timer_.async_wait();
+    if (!stopped_)
+        co_await stop_timer_.async_wait();
 }
 
 awaitable<void> Registry::health_loop() {

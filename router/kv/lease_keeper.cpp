@@ -75,7 +75,7 @@ LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::En
     if (created)
         g.endpoint = prefill;
     if (g.refreshing.empty())
-        g.due = Clock::now();
+        g.due = Clock::now() + period_;
     g.refreshing.insert(token);
     ++g.holds;
     by_id_.emplace(p_request_id, token);
@@ -164,7 +164,8 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
 }
 
 awaitable<void> LeaseKeeper::wait_stop() {
-    co_await stop_timer_.async_wait();
+    if (!stopped_)
+        co_await stop_timer_.async_wait();
 }
 
 void LeaseKeeper::start() {

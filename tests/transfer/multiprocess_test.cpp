@@ -37,18 +37,25 @@ class Child {
 public:
     Child(const Transport& t, const std::string& name) {
         int sv[2];
-        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return;
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+            return;
         pid_ = ::fork();
         if (pid_ == 0) {
             int fd = ::dup(sv[1]);  // without CLOEXEC
             std::vector<std::string> args = {
-                PDX_PEER_EXE, "--fd=" + std::to_string(fd), "--name=" + name,
-                std::string("--tls=") + t.tls, std::string("--dev=") + t.dev,
+                PDX_PEER_EXE,
+                "--fd=" + std::to_string(fd),
+                "--name=" + name,
+                std::string("--tls=") + t.tls,
+                std::string("--dev=") + t.dev,
                 "--errmode=" + std::to_string(static_cast<int>(t.mode)),
-                "--blocks=" + std::to_string(kBlocks), "--bytes=" + std::to_string(kBlockBytes),
-                "--hb=200", "--dead=1000"};
+                "--blocks=" + std::to_string(kBlocks),
+                "--bytes=" + std::to_string(kBlockBytes),
+                "--hb=200",
+                "--dead=1000"};
             std::vector<char*> argv;
-            for (auto& a : args) argv.push_back(a.data());
+            for (auto& a : args)
+                argv.push_back(a.data());
             argv.push_back(nullptr);
             ::execv(PDX_PEER_EXE, argv.data());
             ::_exit(127);
@@ -56,22 +63,27 @@ public:
         ::close(sv[1]);
         ch_ = std::make_unique<LineChannel>(sv[0]);
         auto line = ch_->recv(10s);
-        if (line && line->rfind("DESC ", 0) == 0) desc_ = test::from_hex(line->substr(5));
-        else std::cerr << "child start failed: " << (line ? *line : "<no answer>") << "\n";
+        if (line && line->rfind("DESC ", 0) == 0)
+            desc_ = test::from_hex(line->substr(5));
+        else
+            std::cerr << "child start failed: " << (line ? *line : "<no answer>") << "\n";
     }
     ~Child() {
         if (pid_ > 0) {
             kill_now();
         }
-        if (ch_) ::close(ch_->fd());
+        if (ch_)
+            ::close(ch_->fd());
     }
     std::string cmd(const std::string& line, std::chrono::milliseconds t = 10s) {
-        if (!ch_->send(line)) return "<send failed>";
+        if (!ch_->send(line))
+            return "<send failed>";
         auto r = ch_->recv(t);
         return r ? *r : "<no answer>";
     }
     void kill_now() {
-        if (pid_ <= 0) return;
+        if (pid_ <= 0)
+            return;
         ::kill(pid_, SIGKILL);
         ::waitpid(pid_, nullptr, 0);
         pid_ = -1;
@@ -87,7 +99,8 @@ private:
 class MultiProcess : public ::testing::TestWithParam<Transport> {
 protected:
     void SetUp() override {
-        if (!ucx_available()) GTEST_SKIP() << "built without UCX";
+        if (!ucx_available())
+            GTEST_SKIP() << "built without UCX";
         Config c;
         c.name = "parent";
         c.transports = GetParam().tls;
@@ -108,7 +121,8 @@ protected:
         EXPECT_FALSE(child->descriptor().empty());
         auto h = agent_->add_peer(child->descriptor());
         EXPECT_TRUE(h) << h.message();
-        if (!h) return kNoPeer;
+        if (!h)
+            return kNoPeer;
         EXPECT_EQ(child->cmd("PEER " + test::to_hex(agent_->descriptor())).rfind("OK", 0), 0u);
         auto until = Clock::now() + 5s;
         while (agent_->peer_info(*h)->ms_since_heard < 0 && Clock::now() < until)
@@ -129,7 +143,8 @@ protected:
         return q;
     }
     void fill_local(std::uint32_t seed) {
-        for (BlockId i = 0; i < kBlocks; ++i) test::fill_block(agent_->block(layout_, i), seed, i);
+        for (BlockId i = 0; i < kBlocks; ++i)
+            test::fill_block(agent_->block(layout_, i), seed, i);
     }
     std::unique_ptr<Agent> agent_;
     LayoutId layout_ = 0;
@@ -167,7 +182,8 @@ TEST_P(MultiProcess, RefusesEmptyOutOfRangeAndOversize) {
     EXPECT_EQ(agent_->write_blocks(req(p, one, out, 1)).status(), Status::Invalid);
     EXPECT_EQ(agent_->read_blocks(req(p, out, one, 1)).status(), Status::Invalid);
     std::vector<BlockId> seq(kBlocks);
-    for (BlockId i = 0; i < kBlocks; ++i) seq[i] = i;
+    for (BlockId i = 0; i < kBlocks; ++i)
+        seq[i] = i;
     Config small;  // a second agent with a small byte limit refuses the same request
     small.name = "small";
     small.transports = GetParam().tls;
@@ -188,7 +204,8 @@ TEST_P(MultiProcess, RefusesEmptyOutOfRangeAndOversize) {
 }
 
 TEST_P(MultiProcess, DeadlineExpiresAndCancelEndsWhileTargetIsStalled) {
-    if (GetParam().one_sided) GTEST_SKIP() << "shared-memory puts do not need the target";
+    if (GetParam().one_sided)
+        GTEST_SKIP() << "shared-memory puts do not need the target";
     std::unique_ptr<Child> child;
     PeerHandle p = start(child);
     ASSERT_EQ(child->cmd("FREEZE 700"), "OK");
@@ -218,7 +235,8 @@ TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
     ASSERT_EQ(child->cmd("FREEZE 30000"), "OK");
     std::vector<TransferHandle> hs;
     std::vector<std::vector<BlockId>> idlists;
-    for (BlockId i = 0; i < 8; ++i) idlists.push_back({i});
+    for (BlockId i = 0; i < 8; ++i)
+        idlists.push_back({i});
     for (BlockId i = 0; i < 8; ++i) {
         auto h = (i % 2) ? agent_->read_blocks(req(p, idlists[i], idlists[i], i, 30s))
                          : agent_->write_blocks(req(p, idlists[i], idlists[i], i, 30s));
@@ -237,7 +255,8 @@ TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
     auto took = Clock::now() - t0;
     EXPECT_LT(took, 5s);
     auto until = Clock::now() + 5s;
-    while (agent_->peer_info(p)->alive && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    while (agent_->peer_info(p)->alive && Clock::now() < until)
+        std::this_thread::sleep_for(5ms);
     EXPECT_FALSE(agent_->peer_info(p)->alive);
     EXPECT_EQ(agent_->write_blocks(req(p, idlists[0], idlists[0], 9)).status(), Status::PeerGone);
     std::cout << "[pdx] " << GetParam().label << ": in-flight transfers ended "
@@ -296,7 +315,8 @@ TEST_P(MultiProcess, ReportsWriteBandwidthFor1MiBBlocks) {
               << agent_->stats().post.mean_us() << " us\n";
     RecordProperty("gbps_1mib_write", std::to_string(gbps));
     std::ostringstream pairs;
-    for (std::size_t i = 0; i < src.size(); ++i) pairs << " " << dst[i] << ":" << src[i];
+    for (std::size_t i = 0; i < src.size(); ++i)
+        pairs << " " << dst[i] << ":" << src[i];
     EXPECT_EQ(child->cmd("VERIFY 55" + pairs.str()), "OK");
     EXPECT_GT(gbps, 0.01);
 }

@@ -25,7 +25,8 @@ using pdx::test::LineChannel;
 std::string arg(int argc, char** argv, const std::string& key, const std::string& def) {
     std::string prefix = "--" + key + "=";
     for (int i = 1; i < argc; ++i)
-        if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+        if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0)
+            return argv[i] + prefix.size();
     return def;
 }
 
@@ -44,10 +45,12 @@ int main(int argc, char** argv) {
     c.net_devices = arg(argc, argv, "dev", "");
     c.progress = pdx::ProgressMode::EventFd;
     c.error_mode = static_cast<pdx::ErrorMode>(std::atoi(arg(argc, argv, "errmode", "0").c_str()));
-    c.heartbeat_interval = std::chrono::milliseconds(std::atoi(arg(argc, argv, "hb", "200").c_str()));
+    c.heartbeat_interval =
+        std::chrono::milliseconds(std::atoi(arg(argc, argv, "hb", "200").c_str()));
     c.peer_timeout = std::chrono::milliseconds(std::atoi(arg(argc, argv, "dead", "1000").c_str()));
     std::uint32_t blocks = std::atoi(arg(argc, argv, "blocks", "16").c_str());
-    std::uint64_t block_bytes = std::strtoull(arg(argc, argv, "bytes", "65536").c_str(), nullptr, 10);
+    std::uint64_t block_bytes =
+        std::strtoull(arg(argc, argv, "bytes", "65536").c_str(), nullptr, 10);
 
     auto agent = pdx::Agent::create(c);
     if (!agent) {
@@ -67,16 +70,20 @@ int main(int argc, char** argv) {
 
     for (;;) {
         a.progress();
-        for (auto& n : a.drain_notifications()) notes.push_back(std::move(n));
+        for (auto& n : a.drain_notifications())
+            notes.push_back(std::move(n));
         if (!ch.has_line()) {
             pollfd p[2] = {{fd, POLLIN, 0}, {a.event_fd(), POLLIN, 0}};
-            if (a.arm()) ::poll(p, 2, 10);
-            if (!(p[0].revents & POLLIN) && !ch.has_line()) continue;
+            if (a.arm())
+                ::poll(p, 2, 10);
+            if (!(p[0].revents & POLLIN) && !ch.has_line())
+                continue;
         }
         auto line = ch.recv(0ms);
         if (!line) {
             pollfd p{fd, POLLIN, 0};
-            if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR))) return 0;  // test ended
+            if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)))
+                return 0;  // test ended
             continue;
         }
         std::istringstream in(*line);
@@ -91,7 +98,8 @@ int main(int argc, char** argv) {
         } else if (cmd == "FILL") {
             std::uint32_t seed = 0;
             in >> seed;
-            for (std::uint32_t i = 0; i < blocks; ++i) pdx::test::fill_block(a.block(*layout, i), seed, i);
+            for (std::uint32_t i = 0; i < blocks; ++i)
+                pdx::test::fill_block(a.block(*layout, i), seed, i);
             ch.send("OK");
         } else if (cmd == "VERIFY") {
             std::uint32_t seed = 0;
@@ -120,7 +128,8 @@ int main(int argc, char** argv) {
             auto until = pdx::Clock::now() + std::chrono::milliseconds(ms);
             std::string reply = "TIMEOUT";
             for (;;) {
-                for (auto& n : a.drain_notifications()) notes.push_back(std::move(n));
+                for (auto& n : a.drain_notifications())
+                    notes.push_back(std::move(n));
                 auto it = std::find_if(notes.begin(), notes.end(), [&](const auto& n) {
                     return static_cast<int>(n.notification.kind) == kind &&
                            n.notification.transfer_id == xfer;
@@ -130,10 +139,12 @@ int main(int argc, char** argv) {
                     notes.erase(it);
                     break;
                 }
-                if (pdx::Clock::now() >= until) break;
+                if (pdx::Clock::now() >= until)
+                    break;
                 a.progress();
                 pollfd p{a.event_fd(), POLLIN, 0};
-                if (a.arm()) ::poll(&p, 1, 5);
+                if (a.arm())
+                    ::poll(&p, 1, 5);
             }
             ch.send(reply);
         } else if (cmd == "QUIT") {

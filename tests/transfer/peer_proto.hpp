@@ -20,13 +20,16 @@ inline std::byte pattern_byte(std::uint32_t seed, std::uint32_t block, std::size
 }
 
 inline void fill_block(std::span<std::byte> b, std::uint32_t seed, std::uint32_t block) {
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = pattern_byte(seed, block, i);
+    for (std::size_t i = 0; i < b.size(); ++i)
+        b[i] = pattern_byte(seed, block, i);
 }
 
 // Returns the first mismatching offset, or -1.
-inline long long check_block(std::span<const std::byte> b, std::uint32_t seed, std::uint32_t block) {
+inline long long check_block(std::span<const std::byte> b, std::uint32_t seed,
+                             std::uint32_t block) {
     for (std::size_t i = 0; i < b.size(); ++i)
-        if (b[i] != pattern_byte(seed, block, i)) return static_cast<long long>(i);
+        if (b[i] != pattern_byte(seed, block, i))
+            return static_cast<long long>(i);
     return -1;
 }
 
@@ -60,7 +63,8 @@ public:
         std::size_t off = 0;
         while (off < m.size()) {
             ssize_t n = ::write(fd_, m.data() + off, m.size() - off);
-            if (n <= 0) return false;
+            if (n <= 0)
+                return false;
             off += static_cast<std::size_t>(n);
         }
         return true;
@@ -77,15 +81,18 @@ public:
             }
             auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                 until - std::chrono::steady_clock::now());
-            if (left.count() < 0) return std::nullopt;
+            if (left.count() < 0)
+                return std::nullopt;
             pollfd p{fd_, POLLIN, 0};
             if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
-                if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+                if (std::chrono::steady_clock::now() >= until)
+                    return std::nullopt;
                 continue;
             }
             char tmp[65536];
             ssize_t n = ::read(fd_, tmp, sizeof tmp);
-            if (n <= 0) return std::nullopt;
+            if (n <= 0)
+                return std::nullopt;
             buf_.append(tmp, static_cast<std::size_t>(n));
         }
     }

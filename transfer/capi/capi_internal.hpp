@@ -64,16 +64,26 @@ inline std::chrono::milliseconds ms(std::uint32_t v) {
     return std::chrono::milliseconds(v);
 }
 
+// Reads an enum field written by C code as a plain int: C may store any int in it, and loading
+// an out-of-range value through the C++ enum type is undefined.
+template <class E>
+inline int raw(const E& e) {
+    static_assert(sizeof(E) == sizeof(int));
+    int v = 0;
+    std::memcpy(&v, &e, sizeof v);
+    return v;
+}
+
 inline bool to_cpp(const pdx_notification_t* n, pdx::Notification& out) {
-    if (n->kind < PDX_NOTIFY_DONE || n->kind > PDX_NOTIFY_ABORT)
+    if (raw(n->kind) < PDX_NOTIFY_DONE || raw(n->kind) > PDX_NOTIFY_ABORT)
         return false;
     if (n->payload_bytes > PDX_MAX_NOTIFY_PAYLOAD || (n->payload_bytes && !n->payload))
         return false;
-    out.kind = static_cast<pdx::NotifyKind>(n->kind);
+    out.kind = static_cast<pdx::NotifyKind>(raw(n->kind));
     out.transfer_id = n->transfer_id;
     out.sequence = n->sequence;
     out.expected = n->expected;
-    out.status = static_cast<pdx::Status>(n->status);
+    out.status = static_cast<pdx::Status>(raw(n->status));
     out.payload.assign(static_cast<const char*>(n->payload), n->payload_bytes);
     return true;
 }

@@ -99,20 +99,21 @@ pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
     if (!c || !out)
         return fail(PDX_INVALID, "null config or output pointer");
     *out = nullptr;
-    if (c->backend != PDX_BACKEND_UCX && c->backend != PDX_BACKEND_LOOPBACK)
+    const int backend = raw(c->backend), progress = raw(c->progress), mode = raw(c->error_mode);
+    if (backend != PDX_BACKEND_UCX && backend != PDX_BACKEND_LOOPBACK)
         return fail(PDX_INVALID, "unknown backend");
-    if (c->progress != PDX_PROGRESS_THREAD && c->progress != PDX_PROGRESS_EVENTFD)
+    if (progress != PDX_PROGRESS_THREAD && progress != PDX_PROGRESS_EVENTFD)
         return fail(PDX_INVALID, "unknown progress mode");
-    if (c->error_mode < PDX_ERROR_MODE_AUTO || c->error_mode > PDX_ERROR_MODE_NONE)
+    if (mode < PDX_ERROR_MODE_AUTO || mode > PDX_ERROR_MODE_NONE)
         return fail(PDX_INVALID, "unknown error mode");
     return guarded([&] {
         pdx::Config cfg;
         cfg.name = c->name ? c->name : "";
-        cfg.backend = static_cast<pdx::BackendKind>(c->backend);
-        cfg.progress = static_cast<pdx::ProgressMode>(c->progress);
+        cfg.backend = static_cast<pdx::BackendKind>(backend);
+        cfg.progress = static_cast<pdx::ProgressMode>(progress);
         cfg.transports = c->transports ? c->transports : "";
         cfg.net_devices = c->net_devices ? c->net_devices : "";
-        cfg.error_mode = static_cast<pdx::ErrorMode>(c->error_mode);
+        cfg.error_mode = static_cast<pdx::ErrorMode>(mode);
         cfg.host_id = c->host_id ? c->host_id : "";
         cfg.heartbeat_interval = ms(c->heartbeat_interval_ms);
         cfg.peer_timeout = ms(c->peer_timeout_ms);

@@ -25,39 +25,43 @@ std::string default_host_id() {
 std::uint64_t random_nonce() {
     std::random_device rd;
     std::uint64_t v = 0;
-    while (v == 0) v = (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid()) << 16;
+    while (v == 0)
+        v = (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid()) << 16;
     return v;
-}
-
-bool mentions_shm(const std::string& tls) {
-    if (tls.empty() || tls == "all") return true;
-    if (tls[0] == '^') return true;  // deny list: shm stays possible
-    for (const char* t : {"posix", "sysv", "sm", "shm", "mm", "cma", "knem", "xpmem"})
-        if (tls.find(t) != std::string::npos) return true;
-    return false;
 }
 
 }  // namespace
 
 const char* to_string(Status s) noexcept {
     switch (s) {
-        case Status::Ok: return "ok";
-        case Status::InProgress: return "in_progress";
-        case Status::PeerGone: return "peer_gone";
-        case Status::Expired: return "expired";
-        case Status::Canceled: return "canceled";
-        case Status::Failed: return "failed";
-        case Status::Invalid: return "invalid";
-        case Status::NotFound: return "not_found";
-        case Status::Busy: return "busy";
-        case Status::Unsupported: return "unsupported";
+        case Status::Ok:
+            return "ok";
+        case Status::InProgress:
+            return "in_progress";
+        case Status::PeerGone:
+            return "peer_gone";
+        case Status::Expired:
+            return "expired";
+        case Status::Canceled:
+            return "canceled";
+        case Status::Failed:
+            return "failed";
+        case Status::Invalid:
+            return "invalid";
+        case Status::NotFound:
+            return "not_found";
+        case Status::Busy:
+            return "busy";
+        case Status::Unsupported:
+            return "unsupported";
     }
     return "unknown";
 }
 
 Result<DescriptorSummary> inspect_descriptor(std::span<const std::byte> blob) {
     auto d = detail::decode_descriptor(blob);
-    if (!d) return {d.status(), d.message()};
+    if (!d)
+        return {d.status(), d.message()};
     DescriptorSummary s;
     s.name = d->name;
     s.instance = d->instance;
@@ -74,9 +78,12 @@ Result<DescriptorSummary> inspect_descriptor(std::span<const std::byte> blob) {
 
 Agent::Impl::Impl(const Config& config) : cfg_(config), instance_(random_nonce()) {
     host_id_ = cfg_.host_id.empty() ? default_host_id() : cfg_.host_id;
-    if (cfg_.heartbeat_interval.count() <= 0) cfg_.heartbeat_interval = std::chrono::milliseconds(1000);
-    if (cfg_.peer_timeout <= cfg_.heartbeat_interval) cfg_.peer_timeout = 3 * cfg_.heartbeat_interval;
-    if (cfg_.completed_history == 0) cfg_.completed_history = 1;
+    if (cfg_.heartbeat_interval.count() <= 0)
+        cfg_.heartbeat_interval = std::chrono::milliseconds(1000);
+    if (cfg_.peer_timeout <= cfg_.heartbeat_interval)
+        cfg_.peer_timeout = 3 * cfg_.heartbeat_interval;
+    if (cfg_.completed_history == 0)
+        cfg_.completed_history = 1;
 }
 
 Result<void> Agent::Impl::start() {
@@ -86,11 +93,13 @@ Result<void> Agent::Impl::start() {
     } else {
         std::string err;
         backend_ = detail::make_ucx_backend(o, *this, err);
-        if (!backend_) return {ucx_available() ? Status::Failed : Status::Unsupported, err};
+        if (!backend_)
+            return {ucx_available() ? Status::Failed : Status::Unsupported, err};
     }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (wake_fd_ < 0 || epoll_fd_ < 0) return {Status::Failed, "eventfd/epoll failed"};
+    if (wake_fd_ < 0 || epoll_fd_ < 0)
+        return {Status::Failed, "eventfd/epoll failed"};
     auto add = [&](int fd) {
         epoll_event ev{};
         ev.events = EPOLLIN;
@@ -98,7 +107,8 @@ Result<void> Agent::Impl::start() {
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
     };
     add(wake_fd_);
-    if (backend_->event_fd() >= 0) add(backend_->event_fd());
+    if (backend_->event_fd() >= 0)
+        add(backend_->event_fd());
     next_heartbeat_ = Clock::now() + cfg_.heartbeat_interval;
     if (cfg_.progress == ProgressMode::EventFd) {
         timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -116,15 +126,19 @@ Result<void> Agent::Impl::start() {
 Agent::Impl::~Impl() {
     stop_ = true;
     wake();
-    if (thread_.joinable()) thread_.join();
+    if (thread_.joinable())
+        thread_.join();
     std::lock_guard lk(mu_);
     for (auto& [h, p] : peers_)
-        if (p.conn) backend_->disconnect(p.conn);
+        if (p.conn)
+            backend_->disconnect(p.conn);
     for (auto& r : regions_)
-        if (r.live) backend_->release(r.mem);
+        if (r.live)
+            backend_->release(r.mem);
     backend_.reset();
     for (int fd : {wake_fd_, timer_fd_, epoll_fd_})
-        if (fd >= 0) ::close(fd);
+        if (fd >= 0)
+            ::close(fd);
 }
 
 // ---- Agent façade ------------------------------------------------------------------------
@@ -132,32 +146,42 @@ Agent::Impl::~Impl() {
 Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
     auto impl = std::make_unique<Impl>(config);
     auto r = impl->start();
-    if (!r) return {r.status(), r.message()};
+    if (!r)
+        return {r.status(), r.message()};
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Agent::~Agent() = default;
-const std::string& Agent::name() const { return impl_->cfg_.name; }
-std::uint64_t Agent::instance() const { return impl_->instance_; }
-const Config& Agent::config() const { return impl_->cfg_; }
+const std::string& Agent::name() const {
+    return impl_->cfg_.name;
+}
+std::uint64_t Agent::instance() const {
+    return impl_->instance_;
+}
+const Config& Agent::config() const {
+    return impl_->cfg_;
+}
 
 // ---- memory ------------------------------------------------------------------------------
 
 Result<RegionId> Agent::Impl::add_region(Result<detail::LocalRegion> r) {
-    if (!r) return {r.status(), r.message()};
+    if (!r)
+        return {r.status(), r.message()};
     regions_.push_back(Region{std::move(*r), true, 0});
     return static_cast<RegionId>(regions_.size() - 1);
 }
 
 Result<RegionId> Agent::allocate_region(std::size_t bytes) {
-    if (bytes == 0) return {Status::Invalid, "allocate_region: zero bytes"};
+    if (bytes == 0)
+        return {Status::Invalid, "allocate_region: zero bytes"};
     std::lock_guard lk(impl_->mu_);
     return impl_->add_region(impl_->backend_->allocate(bytes));
 }
 
 Result<RegionId> Agent::register_region(void* data, std::size_t bytes) {
-    if (!data || bytes == 0) return {Status::Invalid, "register_region: null or empty memory"};
+    if (!data || bytes == 0)
+        return {Status::Invalid, "register_region: null or empty memory"};
     std::lock_guard lk(impl_->mu_);
     return impl_->add_region(impl_->backend_->register_memory(data, bytes));
 }
@@ -169,7 +193,8 @@ Result<void> Agent::release_region(RegionId region) {
     auto& r = impl_->regions_[region];
     if (impl_->leases_.region_leases(region) > 0)
         return {Status::Busy, "region " + std::to_string(region) + " has leased blocks"};
-    if (r.ops > 0) return {Status::Busy, "region " + std::to_string(region) + " has transfers in flight"};
+    if (r.ops > 0)
+        return {Status::Busy, "region " + std::to_string(region) + " has transfers in flight"};
     impl_->backend_->release(r.mem);
     r.live = false;
     return {};
@@ -177,7 +202,8 @@ Result<void> Agent::release_region(RegionId region) {
 
 std::span<std::byte> Agent::region_memory(RegionId region) const {
     std::lock_guard lk(impl_->mu_);
-    if (region >= impl_->regions_.size() || !impl_->regions_[region].live) return {};
+    if (region >= impl_->regions_.size() || !impl_->regions_[region].live)
+        return {};
     auto& m = impl_->regions_[region].mem;
     return {m.base, m.size};
 }
@@ -187,160 +213,25 @@ Result<LayoutId> Agent::add_layout(const Layout& layout) {
     if (layout.region >= impl_->regions_.size() || !impl_->regions_[layout.region].live)
         return {Status::NotFound, "add_layout: unknown region " + std::to_string(layout.region)};
     Layout l = layout;
-    if (l.stride == 0) l.stride = l.block_bytes;
+    if (l.stride == 0)
+        l.stride = l.block_bytes;
     if (!detail::layout_fits(l, impl_->regions_[l.region].mem.size))
-        return {Status::Invalid, "add_layout: layout does not fit its region (or has zero blocks, "
-                                 "zero block bytes, or stride < block bytes)"};
+        return {Status::Invalid,
+                "add_layout: layout does not fit its region (or has zero blocks, "
+                "zero block bytes, or stride < block bytes)"};
     impl_->layouts_.push_back(l);
     return static_cast<LayoutId>(impl_->layouts_.size() - 1);
 }
 
 std::span<std::byte> Agent::block(LayoutId layout, BlockId id) const {
     std::lock_guard lk(impl_->mu_);
-    if (layout >= impl_->layouts_.size()) return {};
+    if (layout >= impl_->layouts_.size())
+        return {};
     const Layout& l = impl_->layouts_[layout];
-    if (id >= l.count || !impl_->regions_[l.region].live) return {};
+    if (id >= l.count || !impl_->regions_[l.region].live)
+        return {};
     return {impl_->regions_[l.region].mem.base + l.offset + std::uint64_t(id) * l.stride,
             l.block_bytes};
-}
-
-// ---- peers -------------------------------------------------------------------------------
-
-std::vector<std::byte> Agent::descriptor() const {
-    std::lock_guard lk(impl_->mu_);
-    detail::Descriptor d;
-    d.compat = detail::compat_hash();
-    d.instance = impl_->instance_;
-    d.backend = impl_->cfg_.backend;
-    d.name = impl_->cfg_.name;
-    d.host_id = impl_->host_id_;
-    d.address = impl_->backend_->address();
-    for (auto& r : impl_->regions_) {
-        detail::RemoteRegion rr;
-        if (r.live) {
-            rr.base = reinterpret_cast<std::uint64_t>(r.mem.base);
-            rr.size = r.mem.size;
-            rr.rkey = r.mem.rkey;
-        }
-        d.regions.push_back(std::move(rr));
-    }
-    d.layouts = impl_->layouts_;
-    return detail::encode_descriptor(d);
-}
-
-bool Agent::Impl::decide_peer_error_mode(bool same_host) const {
-    if (cfg_.backend == BackendKind::Loopback) return false;
-    if (cfg_.error_mode == ErrorMode::Peer) return true;
-    if (cfg_.error_mode == ErrorMode::None) return false;
-    if (!same_host) return true;
-    std::string tls = cfg_.transports;
-    if (tls.empty()) {
-        const char* env = std::getenv("UCX_TLS");
-        tls = env ? env : "";
-    }
-    // PEER mode only costs us shm lanes; without any, take UCX's failure reports.
-    return !mentions_shm(tls);
-}
-
-PeerInfo Agent::Impl::info(const Peer& p) const {
-    PeerInfo i;
-    i.handle = p.handle;
-    i.name = p.name;
-    i.instance = p.instance;
-    i.generation = p.generation;
-    i.alive = p.state == PeerState::Alive;
-    i.same_host = p.same_host;
-    i.peer_error_mode = p.peer_error_mode;
-    i.layouts = static_cast<std::uint32_t>(p.desc.layouts.size());
-    if (p.heard)
-        i.ms_since_heard = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               Clock::now() - p.last_heard)
-                               .count();
-    return i;
-}
-
-Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
-    auto d = detail::decode_descriptor(blob);
-    if (!d) return {d.status(), d.message()};
-    auto& im = *impl_;
-    std::unique_lock lk(im.mu_);
-    if (d->backend != im.cfg_.backend) return {Status::Invalid, "add_peer: backend kind differs"};
-    if (d->instance == im.instance_) return {Status::Invalid, "add_peer: own descriptor"};
-    auto known = im.by_instance_.find(d->instance);
-    if (known != im.by_instance_.end()) {
-        Impl::Peer& p = im.peers_.at(known->second);
-        if (p.state == Impl::PeerState::Alive) {
-            auto u = im.backend_->update_regions(p.conn, d->regions);
-            if (!u) return {u.status(), u.message()};
-            p.desc = std::move(*d);
-            return p.handle;
-        }
-    }
-    auto prev = im.by_name_.find(d->name);
-    if (prev != im.by_name_.end()) {
-        auto it = im.peers_.find(prev->second);
-        if (it != im.peers_.end() && it->second.instance != d->instance &&
-            it->second.state != Impl::PeerState::Replaced)
-            im.peer_gone(it->second, Impl::PeerState::Replaced,
-                         "replaced by a new generation of '" + d->name + "'");
-        else if (it != im.peers_.end() && it->second.state == Impl::PeerState::Gone)
-            it->second.state = Impl::PeerState::Replaced;
-    }
-    Impl::Peer p;
-    p.same_host = d->host_id == im.host_id_;
-    p.peer_error_mode = im.decide_peer_error_mode(p.same_host);
-    detail::ConnectParams cp{d->address, &d->regions, p.peer_error_mode};
-    auto conn = im.backend_->connect(cp);
-    if (!conn) return {conn.status(), conn.message()};
-    p.handle = ++im.next_peer_;
-    p.name = d->name;
-    p.instance = d->instance;
-    p.generation = ++im.generations_[d->name];
-    p.host_id = d->host_id;
-    p.conn = *conn;
-    p.desc = std::move(*d);
-    p.last_heard = Clock::now();
-    PeerHandle h = p.handle;
-    im.by_conn_[p.conn] = h;
-    im.by_instance_[p.instance] = h;
-    im.by_name_[p.name] = h;
-    auto& stored = im.peers_.emplace(h, std::move(p)).first->second;
-    ++im.stats_.peers;
-    Notification hb;
-    hb.kind = NotifyKind::Heartbeat;
-    im.send_locked(stored, hb, detail::kNotifyFlagInternal);
-    lk.unlock();
-    im.wake();
-    return h;
-}
-
-Result<void> Agent::remove_peer(PeerHandle peer) {
-    auto& im = *impl_;
-    {
-        std::lock_guard lk(im.mu_);
-        auto it = im.peers_.find(peer);
-        if (it == im.peers_.end()) return {Status::NotFound, "unknown peer handle"};
-        im.peer_gone(it->second, Impl::PeerState::Replaced, "peer removed");
-        if (im.by_name_.count(it->second.name) && im.by_name_[it->second.name] == peer)
-            im.by_name_.erase(it->second.name);
-        im.peers_.erase(it);
-    }
-    im.wake();
-    return {};
-}
-
-Result<PeerInfo> Agent::peer_info(PeerHandle peer) const {
-    std::lock_guard lk(impl_->mu_);
-    auto it = impl_->peers_.find(peer);
-    if (it == impl_->peers_.end()) return {Status::NotFound, "unknown peer handle"};
-    return impl_->info(it->second);
-}
-
-std::vector<PeerInfo> Agent::peers() const {
-    std::lock_guard lk(impl_->mu_);
-    std::vector<PeerInfo> out;
-    for (auto& [h, p] : impl_->peers_) out.push_back(impl_->info(p));
-    return out;
 }
 
 // ---- leases ------------------------------------------------------------------------------
@@ -348,9 +239,12 @@ std::vector<PeerInfo> Agent::peers() const {
 Result<void> Agent::lease(std::uint64_t transfer_id, LayoutId layout, std::span<const BlockId> ids,
                           std::chrono::milliseconds ttl) {
     std::lock_guard lk(impl_->mu_);
-    if (layout >= impl_->layouts_.size()) return {Status::NotFound, "lease: unknown layout"};
-    if (ids.empty()) return {Status::Invalid, "lease: no block ids"};
-    if (ttl.count() <= 0) return {Status::Invalid, "lease: ttl must be positive"};
+    if (layout >= impl_->layouts_.size())
+        return {Status::NotFound, "lease: unknown layout"};
+    if (ids.empty())
+        return {Status::Invalid, "lease: no block ids"};
+    if (ttl.count() <= 0)
+        return {Status::Invalid, "lease: ttl must be positive"};
     const Layout& l = impl_->layouts_[layout];
     for (BlockId id : ids)
         if (id >= l.count)
@@ -373,7 +267,8 @@ std::size_t Agent::renew(std::span<const std::uint64_t> ids, std::chrono::millis
     std::lock_guard lk(impl_->mu_);
     std::size_t n = 0;
     auto until = Clock::now() + ttl;
-    for (auto id : ids) n += impl_->leases_.renew(id, until) ? 1 : 0;
+    for (auto id : ids)
+        n += impl_->leases_.renew(id, until) ? 1 : 0;
     return n;
 }
 

@@ -16,7 +16,8 @@ std::uint64_t ns_since(Clock::time_point t) {
 void add_latency(LatencyStat& s, std::uint64_t ns) {
     ++s.count;
     s.total_ns += ns;
-    if (ns > s.max_ns) s.max_ns = ns;
+    if (ns > s.max_ns)
+        s.max_ns = ns;
 }
 
 }  // namespace
@@ -25,19 +26,22 @@ void add_latency(LatencyStat& s, std::uint64_t ns) {
 
 Result<Agent::Impl::Peer*> Agent::Impl::live_peer(PeerHandle h) {
     auto it = peers_.find(h);
-    if (it == peers_.end()) return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
+    if (it == peers_.end())
+        return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
     Peer& p = it->second;
     if (p.state == PeerState::Replaced)
         return {Status::NotFound, "stale peer handle " + std::to_string(h) + " ('" + p.name +
                                       "' generation " + std::to_string(p.generation) +
                                       "): " + p.gone_reason};
-    if (p.state == PeerState::Gone) return {Status::PeerGone, "peer '" + p.name + "' gone: " + p.gone_reason};
+    if (p.state == PeerState::Gone)
+        return {Status::PeerGone, "peer '" + p.name + "' gone: " + p.gone_reason};
     return &p;
 }
 
 void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason) {
     if (p.state != PeerState::Alive) {
-        if (state == PeerState::Replaced) p.state = state;
+        if (state == PeerState::Replaced)
+            p.state = state;
         return;
     }
     p.state = state;
@@ -48,7 +52,8 @@ void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason)
     p.in_flight.clear();
     for (TransferHandle h : in_flight) {
         auto it = xfers_.find(h);
-        if (it != xfers_.end()) finish(h, it->second, Status::PeerGone, reason);
+        if (it != xfers_.end())
+            finish(h, it->second, Status::PeerGone, reason);
     }
     if (p.conn) {
         backend_->disconnect(p.conn);  // the backend no longer touches those operations' memory
@@ -77,29 +82,35 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         return {s, std::move(m)};
     };
     auto pr = live_peer(req.peer);
-    if (!pr) return refuse(pr.status(), pr.message());
+    if (!pr)
+        return refuse(pr.status(), pr.message());
     Peer& peer = **pr;
     if (req.local_layout >= layouts_.size())
         return refuse(Status::Invalid, "unknown local layout " + std::to_string(req.local_layout));
     if (req.remote_layout >= peer.desc.layouts.size())
-        return refuse(Status::Invalid, "unknown remote layout " + std::to_string(req.remote_layout));
+        return refuse(Status::Invalid,
+                      "unknown remote layout " + std::to_string(req.remote_layout));
     const Layout& ll = layouts_[req.local_layout];
     const Layout& rl = peer.desc.layouts[req.remote_layout];
     Region& region = regions_[ll.region];
-    if (!region.live) return refuse(Status::Invalid, "local layout's region was released");
+    if (!region.live)
+        return refuse(Status::Invalid, "local layout's region was released");
     const auto& rr = peer.desc.regions[rl.region];
-    if (rr.size == 0) return refuse(Status::Invalid, "remote layout's region was released");
+    if (rr.size == 0)
+        return refuse(Status::Invalid, "remote layout's region was released");
     if (req.notify && req.notify->payload.size() > kMaxNotifyPayload)
         return refuse(Status::Invalid, "notification payload too large");
     detail::PlanSide ls{ll, reinterpret_cast<std::uint64_t>(region.mem.base)};
     detail::PlanSide rs{rl, rr.base};
     auto plan = detail::make_plan(ls, rs, req.local_ids, req.remote_ids, dir == Direction::Write,
                                   {cfg_.max_transfer_bytes, cfg_.max_blocks_per_transfer});
-    if (!plan) return refuse(plan.status(), plan.message());
+    if (!plan)
+        return refuse(plan.status(), plan.message());
 
     TransferHandle h = ++next_xfer_;
     auto post_status = backend_->post(peer.conn, dir, region.mem, rl.region, plan->segments, h);
-    if (!post_status) return refuse(post_status.status(), post_status.message());
+    if (!post_status)
+        return refuse(post_status.status(), post_status.message());
     Xfer x;
     x.res.handle = h;
     x.res.transfer_id = req.transfer_id;
@@ -127,13 +138,16 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
 }
 
 void Agent::Impl::drop_backend_op(Xfer& x) {
-    if (!x.backend_pending) return;
+    if (!x.backend_pending)
+        return;
     x.backend_pending = false;
-    if (x.region < regions_.size() && regions_[x.region].ops > 0) --regions_[x.region].ops;
+    if (x.region < regions_.size() && regions_[x.region].ops > 0)
+        --regions_[x.region].ops;
 }
 
 void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string message) {
-    if (is_terminal(x.res.status)) return;
+    if (is_terminal(x.res.status))
+        return;
     x.res.status = s;
     x.res.message = std::move(message);
     --stats_.transfers_in_flight;
@@ -144,10 +158,18 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
             ++stats_.transfers_ok;
             add_latency(stats_.completion, ns_since(x.posted));
             break;
-        case Status::Expired: ++stats_.transfers_expired; break;
-        case Status::Canceled: ++stats_.transfers_canceled; break;
-        case Status::PeerGone: ++stats_.transfers_peer_gone; break;
-        default: ++stats_.transfers_failed; break;
+        case Status::Expired:
+            ++stats_.transfers_expired;
+            break;
+        case Status::Canceled:
+            ++stats_.transfers_canceled;
+            break;
+        case Status::PeerGone:
+            ++stats_.transfers_peer_gone;
+            break;
+        default:
+            ++stats_.transfers_failed;
+            break;
     }
     auto pit = peers_.find(x.res.peer);
     if (pit != peers_.end()) {
@@ -173,20 +195,23 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
         history_.erase(history_order_.front());
         history_order_.pop_front();
     }
-    if (x.on_complete) callbacks_.emplace_back(std::move(x.on_complete), x.res);
+    if (x.on_complete)
+        callbacks_.emplace_back(std::move(x.on_complete), x.res);
     x.on_complete = nullptr;
     cv_.notify_all();
 }
 
 Result<void> Agent::Impl::send_locked(Peer& p, const Notification& n, std::uint8_t flags) {
     auto r = backend_->send(p.conn, detail::encode_notification(n, flags, instance_));
-    if (r && !(flags & detail::kNotifyFlagInternal)) ++stats_.notifications_sent;
+    if (r && !(flags & detail::kNotifyFlagInternal))
+        ++stats_.notifications_sent;
     return r;
 }
 
 void Agent::Impl::on_op_complete(std::uint64_t op, Status status, std::string message) {
     auto it = xfers_.find(op);
-    if (it == xfers_.end()) return;
+    if (it == xfers_.end())
+        return;
     drop_backend_op(it->second);
     finish(op, it->second, status, std::move(message));
     xfers_.erase(it);
@@ -194,7 +219,8 @@ void Agent::Impl::on_op_complete(std::uint64_t op, Status status, std::string me
 
 void Agent::Impl::on_message(std::span<const std::byte> message) {
     auto d = detail::decode_notification(message);
-    if (!d) return;  // malformed: dropped
+    if (!d)
+        return;  // malformed: dropped
     ReceivedNotification rn;
     rn.sender_instance = d->header.sender;
     auto pi = by_instance_.find(d->header.sender);
@@ -205,7 +231,8 @@ void Agent::Impl::on_message(std::span<const std::byte> message) {
         rn.peer = p.handle;
         rn.peer_name = p.name;
     }
-    if (d->header.flags & detail::kNotifyFlagInternal) return;
+    if (d->header.flags & detail::kNotifyFlagInternal)
+        return;
     ++stats_.notifications_received;
     rn.notification = std::move(d->notification);
     received_.push_back(std::move(rn));
@@ -213,115 +240,11 @@ void Agent::Impl::on_message(std::span<const std::byte> message) {
 
 void Agent::Impl::on_conn_error(std::uint64_t conn, std::string message) {
     auto it = by_conn_.find(conn);
-    if (it == by_conn_.end()) return;
+    if (it == by_conn_.end())
+        return;
     auto p = peers_.find(it->second);
-    if (p != peers_.end()) peer_gone(p->second, PeerState::Gone, "endpoint error: " + message);
-}
-
-// ---- progress ----------------------------------------------------------------------------
-
-void Agent::Impl::tick_locked(Clock::time_point now) {
-    for (auto& [h, x] : xfers_)
-        if (!is_terminal(x.res.status) && now >= x.deadline)
-            finish(h, x, Status::Expired, "deadline passed");
-    for (auto it = xfers_.begin(); it != xfers_.end();)
-        it = (is_terminal(it->second.res.status) && !it->second.backend_pending) ? xfers_.erase(it)
-                                                                                 : std::next(it);
-    bool beat = now >= next_heartbeat_;
-    if (beat) next_heartbeat_ = now + cfg_.heartbeat_interval;
-    for (auto& [h, p] : peers_) {
-        if (p.state != PeerState::Alive) continue;
-        if (p.heard && now - p.last_heard > cfg_.peer_timeout) {
-            peer_gone(p, PeerState::Gone,
-                      "no heartbeat for " +
-                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             now - p.last_heard)
-                                             .count()) +
-                          " ms");
-            continue;
-        }
-        if (beat) {
-            Notification hb;
-            hb.kind = NotifyKind::Heartbeat;
-            send_locked(p, hb, detail::kNotifyFlagInternal);
-        }
-    }
-    auto expired = leases_.expire(now);
-    if (!expired.empty()) {
-        stats_.leases_expired += expired.size();
-        if (expired_leases_.size() < 65536)
-            expired_leases_.insert(expired_leases_.end(), expired.begin(), expired.end());
-    }
-}
-
-std::size_t Agent::Impl::progress() {
-    std::size_t n = 0;
-    {
-        std::lock_guard lk(mu_);
-        std::uint64_t v;
-        while (::read(wake_fd_, &v, sizeof v) > 0) {
-        }
-        if (timer_fd_ >= 0)
-            while (::read(timer_fd_, &v, sizeof v) > 0) {
-            }
-        if (cfg_.progress == ProgressMode::EventFd) {
-            // refresh the epoll fd's ready list, so an outer (edge-triggered) loop sees edges
-            epoll_event ev[8];
-            ::epoll_wait(epoll_fd_, ev, 8, 0);
-        }
-        n += backend_->progress();
-        tick_locked(Clock::now());
-        n += callbacks_.size() + received_.size();
-    }
-    run_callbacks();
-    return n;
-}
-
-void Agent::Impl::run_callbacks() {
-    // A callback that drives progress() itself must not run callbacks re-entrantly.
-    thread_local const Impl* running = nullptr;
-    if (running == this) return;
-    std::lock_guard run(callback_mu_);
-    running = this;
-    struct Reset {
-        ~Reset() { running = nullptr; }
-    } reset;
-    std::vector<std::pair<CompletionFn, TransferResult>> cbs;
-    std::vector<ReceivedNotification> notes;
-    NotificationFn handler;
-    {
-        std::lock_guard lk(mu_);
-        cbs.swap(callbacks_);
-        handler = notification_handler_;
-        if (handler) {
-            notes.swap(received_);
-        } else {
-            for (auto& r : received_) undrained_.push_back(std::move(r));
-            received_.clear();
-        }
-    }
-    for (auto& [fn, res] : cbs) fn(res);
-    for (auto& n : notes) handler(n);
-}
-
-bool Agent::Impl::arm() {
-    std::lock_guard lk(mu_);
-    if (!callbacks_.empty() || !received_.empty()) return false;
-    return backend_->arm();
-}
-
-void Agent::Impl::wake() {
-    std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
-}
-
-void Agent::Impl::thread_main() {
-    while (!stop_) {
-        progress();
-        if (!arm()) continue;
-        epoll_event ev[4];
-        ::epoll_wait(epoll_fd_, ev, 4, static_cast<int>(kTick.count()));
-    }
+    if (p != peers_.end())
+        peer_gone(p->second, PeerState::Gone, "endpoint error: " + message);
 }
 
 // ---- Agent façade: transfers, notifications, progress ------------------------------------
@@ -331,14 +254,16 @@ Result<TransferHandle> Agent::write_blocks(const TransferRequest& r) {
 }
 
 Result<TransferHandle> Agent::read_blocks(const TransferRequest& r) {
-    if (r.notify) return {Status::Invalid, "read_blocks: notifications ride on writes only"};
+    if (r.notify)
+        return {Status::Invalid, "read_blocks: notifications ride on writes only"};
     return impl_->post(r, Direction::Read);
 }
 
 Status Agent::poll(TransferHandle handle) const {
     std::lock_guard lk(impl_->mu_);
     auto it = impl_->xfers_.find(handle);
-    if (it != impl_->xfers_.end()) return it->second.res.status;
+    if (it != impl_->xfers_.end())
+        return it->second.res.status;
     auto h = impl_->history_.find(handle);
     return h == impl_->history_.end() ? Status::NotFound : h->second.status;
 }
@@ -346,9 +271,11 @@ Status Agent::poll(TransferHandle handle) const {
 Result<TransferResult> Agent::result(TransferHandle handle) const {
     std::lock_guard lk(impl_->mu_);
     auto it = impl_->xfers_.find(handle);
-    if (it != impl_->xfers_.end()) return it->second.res;
+    if (it != impl_->xfers_.end())
+        return it->second.res;
     auto h = impl_->history_.find(handle);
-    if (h == impl_->history_.end()) return {Status::NotFound, "unknown transfer handle"};
+    if (h == impl_->history_.end())
+        return {Status::NotFound, "unknown transfer handle"};
     return h->second;
 }
 
@@ -357,7 +284,8 @@ Result<void> Agent::cancel(TransferHandle handle) {
         std::lock_guard lk(impl_->mu_);
         auto it = impl_->xfers_.find(handle);
         if (it == impl_->xfers_.end()) {
-            if (impl_->history_.count(handle)) return {};  // already terminal
+            if (impl_->history_.count(handle))
+                return {};  // already terminal
             return {Status::NotFound, "unknown transfer handle"};
         }
         impl_->finish(handle, it->second, Status::Canceled, "canceled by caller");
@@ -373,10 +301,12 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
         Status s = Status::NotFound;
         impl_->cv_.wait_until(lk, until, [&] {
             auto it = impl_->xfers_.find(handle);
-            if (it != impl_->xfers_.end()) s = it->second.res.status;
+            if (it != impl_->xfers_.end())
+                s = it->second.res.status;
             else if (auto h = impl_->history_.find(handle); h != impl_->history_.end())
                 s = h->second.status;
-            else s = Status::NotFound;
+            else
+                s = Status::NotFound;
             return s != Status::InProgress;
         });
         return s;
@@ -384,7 +314,8 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
     for (;;) {
         progress();
         Status s = poll(handle);
-        if (s != Status::InProgress || Clock::now() >= until) return s;
+        if (s != Status::InProgress || Clock::now() >= until)
+            return s;
         if (arm()) {
             pollfd p{event_fd(), POLLIN, 0};
             ::poll(&p, 1, static_cast<int>(Impl::kTick.count()));
@@ -393,15 +324,18 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
 }
 
 Result<void> Agent::notify(PeerHandle peer, const Notification& n) {
-    if (n.payload.size() > kMaxNotifyPayload) return {Status::Invalid, "notification payload too large"};
+    if (n.payload.size() > kMaxNotifyPayload)
+        return {Status::Invalid, "notification payload too large"};
     if (static_cast<int>(n.kind) < 1 || static_cast<int>(n.kind) > 5)
         return {Status::Invalid, "unknown notification kind"};
     {
         std::lock_guard lk(impl_->mu_);
         auto p = impl_->live_peer(peer);
-        if (!p) return {p.status(), p.message()};
+        if (!p)
+            return {p.status(), p.message()};
         auto r = impl_->send_locked(**p, n, 0);
-        if (!r) return r;
+        if (!r)
+            return r;
     }
     impl_->wake();
     return {};
@@ -417,7 +351,8 @@ std::vector<ReceivedNotification> Agent::drain_notifications() {
     auto out = std::move(impl_->undrained_);
     impl_->undrained_.clear();
     if (!impl_->notification_handler_) {
-        for (auto& r : impl_->received_) out.push_back(std::move(r));
+        for (auto& r : impl_->received_)
+            out.push_back(std::move(r));
         impl_->received_.clear();
     }
     return out;
@@ -426,7 +361,11 @@ std::vector<ReceivedNotification> Agent::drain_notifications() {
 int Agent::event_fd() const {
     return impl_->cfg_.progress == ProgressMode::EventFd ? impl_->epoll_fd_ : -1;
 }
-std::size_t Agent::progress() { return impl_->progress(); }
-bool Agent::arm() { return impl_->arm(); }
+std::size_t Agent::progress() {
+    return impl_->progress();
+}
+bool Agent::arm() {
+    return impl_->arm();
+}
 
 }  // namespace pdx

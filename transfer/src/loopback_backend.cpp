@@ -65,7 +65,8 @@ public:
             });
             // every connection of `other` that points at us reports an error
             for (auto& [token, c] : other->conns_)
-                if (c.target == instance_) other->push_locked(ConnError{token});
+                if (c.target == instance_)
+                    other->push_locked(ConnError{token});
         }
         for (auto& t : inbox_)
             if (auto* d = std::get_if<DataOp>(&t)) {
@@ -73,12 +74,14 @@ public:
                 if (it != g_agents.end())
                     it->second->push_locked(OpDone{d->op, Status::PeerGone, "peer destroyed"});
             }
-        if (efd_ >= 0) ::close(efd_);
+        if (efd_ >= 0)
+            ::close(efd_);
     }
 
     Result<LocalRegion> allocate(std::size_t bytes) override {
-        if (bytes == 0) return {Status::Invalid, "zero-sized region"};
-        auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
+        if (bytes == 0)
+            return {Status::Invalid, "zero-sized region"};
+        auto* p = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
         std::memset(p, 0, bytes);
         LocalRegion r;
         r.base = p;
@@ -93,21 +96,26 @@ public:
         return r;
     }
     void release(LocalRegion& r) override {
-        if (r.owned && r.base) ::operator delete(r.base, std::align_val_t{4096});
+        if (r.owned && r.base)
+            ::operator delete (r.base, std::align_val_t{4096});
         r.base = nullptr;
     }
     std::vector<std::byte> address() const override {
         std::vector<std::byte> a(8);
-        for (int i = 0; i < 8; ++i) a[i] = std::byte(static_cast<std::uint8_t>(instance_ >> (8 * i)));
+        for (int i = 0; i < 8; ++i)
+            a[i] = std::byte(static_cast<std::uint8_t>(instance_ >> (8 * i)));
         return a;
     }
 
     Result<std::uint64_t> connect(const ConnectParams& p) override {
-        if (p.address.size() != 8) return {Status::Invalid, "loopback: bad address"};
+        if (p.address.size() != 8)
+            return {Status::Invalid, "loopback: bad address"};
         std::uint64_t target = 0;
-        for (int i = 0; i < 8; ++i) target |= std::uint64_t(std::to_integer<std::uint8_t>(p.address[i])) << (8 * i);
+        for (int i = 0; i < 8; ++i)
+            target |= std::uint64_t(std::to_integer<std::uint8_t>(p.address[i])) << (8 * i);
         std::lock_guard lk(g_mu);
-        if (!g_agents.count(target)) return {Status::PeerGone, "loopback: no such agent in process"};
+        if (!g_agents.count(target))
+            return {Status::PeerGone, "loopback: no such agent in process"};
         std::uint64_t token = ++next_conn_;
         conns_[token] = Conn{target, *p.regions};
         return token;
@@ -115,14 +123,16 @@ public:
     Result<void> update_regions(std::uint64_t conn, const std::vector<RemoteRegion>& r) override {
         std::lock_guard lk(g_mu);
         auto it = conns_.find(conn);
-        if (it == conns_.end()) return {Status::NotFound, "loopback: unknown connection"};
+        if (it == conns_.end())
+            return {Status::NotFound, "loopback: unknown connection"};
         it->second.regions = r;
         return {};
     }
     void disconnect(std::uint64_t conn) override {
         std::lock_guard lk(g_mu);
         auto it = conns_.find(conn);
-        if (it == conns_.end()) return;
+        if (it == conns_.end())
+            return;
         auto target = g_agents.find(it->second.target);
         if (target != g_agents.end())
             std::erase_if(target->second->inbox_, [&](const Task& t) {
@@ -136,19 +146,23 @@ public:
                       std::span<const Segment> segments, std::uint64_t op) override {
         std::lock_guard lk(g_mu);
         auto c = conns_.find(conn);
-        if (c == conns_.end()) return {Status::PeerGone, "loopback: connection closed"};
+        if (c == conns_.end())
+            return {Status::PeerGone, "loopback: connection closed"};
         auto t = g_agents.find(c->second.target);
-        if (t == g_agents.end()) return {Status::PeerGone, "loopback: peer destroyed"};
-        t->second->push_locked(
-            DataOp{instance_, conn, op, dir, std::vector<Segment>(segments.begin(), segments.end())});
+        if (t == g_agents.end())
+            return {Status::PeerGone, "loopback: peer destroyed"};
+        t->second->push_locked(DataOp{instance_, conn, op, dir,
+                                      std::vector<Segment>(segments.begin(), segments.end())});
         return {};
     }
     Result<void> send(std::uint64_t conn, std::vector<std::byte> message) override {
         std::lock_guard lk(g_mu);
         auto c = conns_.find(conn);
-        if (c == conns_.end()) return {Status::PeerGone, "loopback: connection closed"};
+        if (c == conns_.end())
+            return {Status::PeerGone, "loopback: connection closed"};
         auto t = g_agents.find(c->second.target);
-        if (t == g_agents.end()) return {Status::PeerGone, "loopback: peer destroyed"};
+        if (t == g_agents.end())
+            return {Status::PeerGone, "loopback: peer destroyed"};
         t->second->push_locked(Message{std::move(message)});
         return {};
     }
@@ -195,7 +209,8 @@ private:
     // Runs at the target: `remote_addr` is ours, `local_addr` the initiator's.
     void execute_locked(const DataOp& d) {
         auto init = g_agents.find(d.initiator);
-        if (init == g_agents.end()) return;  // initiator gone: nothing to report to
+        if (init == g_agents.end())
+            return;  // initiator gone: nothing to report to
         for (const auto& s : d.segments) {
             auto* ours = reinterpret_cast<void*>(s.remote_addr);
             auto* theirs = reinterpret_cast<void*>(s.local_addr);
@@ -210,7 +225,7 @@ private:
     std::uint64_t instance_;
     BackendEvents& ev_;
     int efd_ = -1;
-    std::deque<Task> inbox_;                        // guarded by g_mu
+    std::deque<Task> inbox_;                         // guarded by g_mu
     std::unordered_map<std::uint64_t, Conn> conns_;  // guarded by g_mu
     std::uint64_t next_conn_ = 0;
 };

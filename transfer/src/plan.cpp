@@ -9,7 +9,8 @@ namespace pdx::detail {
 Result<Plan> make_plan(const PlanSide& local, const PlanSide& remote,
                        std::span<const BlockId> local_ids, std::span<const BlockId> remote_ids,
                        bool local_is_source, const PlanLimits& limits) {
-    if (local_ids.empty()) return {Status::Invalid, "empty request: no block ids"};
+    if (local_ids.empty())
+        return {Status::Invalid, "empty request: no block ids"};
     if (local_ids.size() != remote_ids.size())
         return {Status::Invalid, "mismatched request: " + std::to_string(local_ids.size()) +
                                      " local ids vs " + std::to_string(remote_ids.size()) +
@@ -29,9 +30,8 @@ Result<Plan> make_plan(const PlanSide& local, const PlanSide& remote,
             return {Status::Invalid, "out of range: local block " + std::to_string(local_ids[i]) +
                                          " >= " + std::to_string(local.layout.count)};
         if (remote_ids[i] >= remote.layout.count)
-            return {Status::Invalid, "out of range: remote block " +
-                                         std::to_string(remote_ids[i]) + " >= " +
-                                         std::to_string(remote.layout.count)};
+            return {Status::Invalid, "out of range: remote block " + std::to_string(remote_ids[i]) +
+                                         " >= " + std::to_string(remote.layout.count)};
         if (local_is_source)
             pairs.emplace_back(local_ids[i], remote_ids[i]);
         else
@@ -42,7 +42,8 @@ Result<Plan> make_plan(const PlanSide& local, const PlanSide& remote,
     {
         std::vector<BlockId> dst;
         dst.reserve(pairs.size());
-        for (auto& p : pairs) dst.push_back(p.second);
+        for (auto& p : pairs)
+            dst.push_back(p.second);
         std::sort(dst.begin(), dst.end());
         auto dup = std::adjacent_find(dst.begin(), dst.end());
         if (dup != dst.end())
@@ -52,8 +53,8 @@ Result<Plan> make_plan(const PlanSide& local, const PlanSide& remote,
     std::uint64_t bs = local.layout.block_bytes;
     std::uint64_t total = 0;
     if (__builtin_mul_overflow(bs, std::uint64_t(pairs.size()), &total) || total > limits.max_bytes)
-        return {Status::Invalid, "oversize request: " + std::to_string(pairs.size()) + " blocks of " +
-                                     std::to_string(bs) + " bytes > limit " +
+        return {Status::Invalid, "oversize request: " + std::to_string(pairs.size()) +
+                                     " blocks of " + std::to_string(bs) + " bytes > limit " +
                                      std::to_string(limits.max_bytes)};
     auto addr = [](const PlanSide& s, BlockId id) {
         return s.base + s.layout.offset + std::uint64_t(id) * s.layout.stride;

@@ -20,8 +20,8 @@ struct Plan {
 };
 
 struct PlanSide {
-    Layout layout;             // stride already normalised (non-zero)
-    std::uint64_t base = 0;    // address of the layout's region
+    Layout layout;           // stride already normalised (non-zero)
+    std::uint64_t base = 0;  // address of the layout's region
 };
 
 struct PlanLimits {

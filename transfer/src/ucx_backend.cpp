@@ -13,7 +13,9 @@
 #include "backend.hpp"
 
 namespace pdx {
-bool ucx_available() noexcept { return true; }
+bool ucx_available() noexcept {
+    return true;
+}
 }  // namespace pdx
 
 namespace pdx::detail {
@@ -29,13 +31,16 @@ class UcxBackend;
 
 Status to_status(ucs_status_t s) {
     switch (s) {
-        case UCS_OK: return Status::Ok;
+        case UCS_OK:
+            return Status::Ok;
         case UCS_ERR_ENDPOINT_TIMEOUT:
         case UCS_ERR_CONNECTION_RESET:
         case UCS_ERR_UNREACHABLE:
         case UCS_ERR_REJECTED:
-        case UCS_ERR_CANCELED: return Status::PeerGone;
-        default: return Status::Failed;
+        case UCS_ERR_CANCELED:
+            return Status::PeerGone;
+        default:
+            return Status::Failed;
     }
 }
 
@@ -66,26 +71,33 @@ public:
     std::string init(const BackendOptions& o) {
         ucp_config_t* config = nullptr;
         ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
-        if (s != UCS_OK) return ucs_message("ucp_config_read", s);
-        if (!o.transports.empty()) ucp_config_modify(config, "TLS", o.transports.c_str());
-        if (!o.net_devices.empty()) ucp_config_modify(config, "NET_DEVICES", o.net_devices.c_str());
+        if (s != UCS_OK)
+            return ucs_message("ucp_config_read", s);
+        if (!o.transports.empty())
+            ucp_config_modify(config, "TLS", o.transports.c_str());
+        if (!o.net_devices.empty())
+            ucp_config_modify(config, "NET_DEVICES", o.net_devices.c_str());
         ucp_params_t params{};
         params.field_mask = UCP_PARAM_FIELD_FEATURES;
         params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
         s = ucp_init(&params, config, &context_);
         ucp_config_release(config);
-        if (s != UCS_OK) return ucs_message("ucp_init", s);
+        if (s != UCS_OK)
+            return ucs_message("ucp_init", s);
         ucp_worker_params_t wp{};
         wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
         wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
         s = ucp_worker_create(context_, &wp, &worker_);
-        if (s != UCS_OK) return ucs_message("ucp_worker_create", s);
+        if (s != UCS_OK)
+            return ucs_message("ucp_worker_create", s);
         s = ucp_worker_get_efd(worker_, &efd_);
-        if (s != UCS_OK) return ucs_message("ucp_worker_get_efd", s);
+        if (s != UCS_OK)
+            return ucs_message("ucp_worker_get_efd", s);
         ucp_worker_attr_t attr{};
         attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
         s = ucp_worker_query(worker_, &attr);
-        if (s != UCS_OK) return ucs_message("ucp_worker_query", s);
+        if (s != UCS_OK)
+            return ucs_message("ucp_worker_query", s);
         auto* a = reinterpret_cast<const std::byte*>(attr.address);
         address_.assign(a, a + attr.address_length);
         ucp_worker_release_address(worker_, attr.address);
@@ -97,7 +109,8 @@ public:
         hp.arg = this;
         hp.flags = UCP_AM_FLAG_WHOLE_MSG;
         s = ucp_worker_set_am_recv_handler(worker_, &hp);
-        if (s != UCS_OK) return ucs_message("ucp_worker_set_am_recv_handler", s);
+        if (s != UCS_OK)
+            return ucs_message("ucp_worker_set_am_recv_handler", s);
         return {};
     }
 
@@ -105,14 +118,17 @@ public:
         // Let pending wire-up traffic drain first (UCX 1.13 asserts when a worker is destroyed
         // with a wire-up reply still queued on a tcp endpoint); bounded for dead peers.
         drain_worker(std::chrono::milliseconds(300));
-        for (auto& [t, c] : conns_) close_conn(*c);
+        for (auto& [t, c] : conns_)
+            close_conn(*c);
         conns_.clear();
         for (int i = 0; i < 100000 && !closing_.empty(); ++i) {
             ucp_worker_progress(worker_);
             reap_closing();
         }
-        if (worker_) ucp_worker_destroy(worker_);
-        if (context_) ucp_cleanup(context_);
+        if (worker_)
+            ucp_worker_destroy(worker_);
+        if (context_)
+            ucp_cleanup(context_);
     }
 
     Result<LocalRegion> allocate(std::size_t bytes) override { return map(nullptr, bytes); }
@@ -120,7 +136,8 @@ public:
         return map(data, bytes);
     }
     void release(LocalRegion& r) override {
-        if (r.handle) ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
+        if (r.handle)
+            ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
         r.handle = nullptr;
         r.base = nullptr;
     }
@@ -138,7 +155,8 @@ public:
         ep.err_handler.cb = &UcxBackend::ep_err_cb;
         ep.err_handler.arg = c.get();
         ucs_status_t s = ucp_ep_create(worker_, &ep, &c->ep);
-        if (s != UCS_OK) return {Status::Failed, ucs_message("ucp_ep_create", s)};
+        if (s != UCS_OK)
+            return {Status::Failed, ucs_message("ucp_ep_create", s)};
         std::uint64_t token = c->token;
         conns_[token] = std::move(c);
         auto u = update_regions(token, *p.regions);
@@ -151,28 +169,33 @@ public:
 
     Result<void> update_regions(std::uint64_t conn, const std::vector<RemoteRegion>& r) override {
         auto it = conns_.find(conn);
-        if (it == conns_.end()) return {Status::NotFound, "ucx: unknown connection"};
+        if (it == conns_.end())
+            return {Status::NotFound, "ucx: unknown connection"};
         Conn& c = *it->second;
         std::vector<ucp_rkey_h> keys(r.size(), nullptr);
         for (std::size_t i = 0; i < r.size(); ++i) {
-            if (r[i].rkey.empty()) continue;
+            if (r[i].rkey.empty())
+                continue;
             ucs_status_t s = ucp_ep_rkey_unpack(c.ep, r[i].rkey.data(), &keys[i]);
             if (s != UCS_OK) {
                 for (auto k : keys)
-                    if (k) ucp_rkey_destroy(k);
+                    if (k)
+                        ucp_rkey_destroy(k);
                 return {Status::Invalid, ucs_message("ucp_ep_rkey_unpack", s)};
             }
         }
         // operations in flight may still use the old keys: retire them until the close
         for (auto k : c.rkeys)
-            if (k) c.retired.push_back(k);
+            if (k)
+                c.retired.push_back(k);
         c.rkeys = std::move(keys);
         return {};
     }
 
     void disconnect(std::uint64_t conn) override {
         auto it = conns_.find(conn);
-        if (it == conns_.end()) return;
+        if (it == conns_.end())
+            return;
         close_conn(*it->second);
         conns_.erase(it);
     }
@@ -181,15 +204,16 @@ public:
                       std::uint32_t remote_region, std::span<const Segment> segments,
                       std::uint64_t op_id) override {
         auto it = conns_.find(conn);
-        if (it == conns_.end()) return {Status::PeerGone, "ucx: connection closed"};
+        if (it == conns_.end())
+            return {Status::PeerGone, "ucx: connection closed"};
         Conn& c = *it->second;
         if (remote_region >= c.rkeys.size() || !c.rkeys[remote_region])
             return {Status::Invalid, "ucx: no rkey for remote region"};
         ucp_rkey_h rkey = c.rkeys[remote_region];
         auto* op = new Op{this, op_id, 0, false, UCS_OK};
         ucp_request_param_t rp{};
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                          UCP_OP_ATTR_FIELD_MEMH;
+        rp.op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
         rp.cb.send = &UcxBackend::op_cb;
         rp.user_data = op;
         rp.memh = static_cast<ucp_mem_h>(local.handle);
@@ -198,7 +222,8 @@ public:
             ucs_status_ptr_t r = dir == Direction::Write
                                      ? ucp_put_nbx(c.ep, buf, s.bytes, s.remote_addr, rkey, &rp)
                                      : ucp_get_nbx(c.ep, buf, s.bytes, s.remote_addr, rkey, &rp);
-            if (!track(op, r)) break;
+            if (!track(op, r))
+                break;
         }
         if (op->status == UCS_OK) {
             ucp_request_param_t fp{};
@@ -214,11 +239,12 @@ public:
 
     Result<void> send(std::uint64_t conn, std::vector<std::byte> message) override {
         auto it = conns_.find(conn);
-        if (it == conns_.end()) return {Status::PeerGone, "ucx: connection closed"};
+        if (it == conns_.end())
+            return {Status::PeerGone, "ucx: connection closed"};
         auto* sb = new SendBuf{std::move(message)};
         ucp_request_param_t rp{};
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                          UCP_OP_ATTR_FIELD_FLAGS;
+        rp.op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
         rp.flags = UCP_AM_SEND_FLAG_EAGER;
         rp.cb.send = &UcxBackend::send_cb;
         rp.user_data = sb;
@@ -237,7 +263,8 @@ public:
 
     std::size_t progress() override {
         std::size_t n = 0;
-        for (int i = 0; i < 4096 && ucp_worker_progress(worker_) != 0; ++i) ++n;
+        for (int i = 0; i < 4096 && ucp_worker_progress(worker_) != 0; ++i)
+            ++n;
         reap_closing();
         auto done = std::move(done_);
         done_.clear();
@@ -245,18 +272,21 @@ public:
         errors_.clear();
         // connection errors first, so operations that failed with them end as PeerGone
         for (auto& [token, st] : errors)
-            if (conns_.count(token)) ev_.on_conn_error(token, ucs_status_string(st));
+            if (conns_.count(token))
+                ev_.on_conn_error(token, ucs_status_string(st));
         for (auto& [id, st] : done)
             ev_.on_op_complete(id, to_status(st),
                                st == UCS_OK ? std::string() : ucs_message("ucx transfer", st));
-        for (auto& m : messages_) ev_.on_message(m);
+        for (auto& m : messages_)
+            ev_.on_message(m);
         n += done.size() + errors.size() + messages_.size();
         messages_.clear();
         return n;
     }
     int event_fd() const override { return efd_; }
     bool arm() override {
-        if (!done_.empty() || !errors_.empty() || !messages_.empty()) return false;
+        if (!done_.empty() || !errors_.empty() || !messages_.empty())
+            return false;
         return ucp_worker_arm(worker_) == UCS_OK;
     }
 
@@ -270,13 +300,15 @@ private:
         mp.flags = data ? 0 : UCP_MEM_MAP_ALLOCATE;
         ucp_mem_h memh = nullptr;
         ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
-        if (s != UCS_OK) return {Status::Failed, ucs_message("ucp_mem_map", s)};
+        if (s != UCS_OK)
+            return {Status::Failed, ucs_message("ucp_mem_map", s)};
         ucp_mem_attr_t ma{};
         ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
         s = ucp_mem_query(memh, &ma);
         void* rkey_buf = nullptr;
         std::size_t rkey_len = 0;
-        if (s == UCS_OK) s = ucp_rkey_pack(context_, memh, &rkey_buf, &rkey_len);
+        if (s == UCS_OK)
+            s = ucp_rkey_pack(context_, memh, &rkey_buf, &rkey_len);
         if (s != UCS_OK) {
             ucp_mem_unmap(context_, memh);
             return {Status::Failed, ucs_message("ucp_mem_query/rkey_pack", s)};
@@ -289,25 +321,29 @@ private:
         ucp_rkey_buffer_release(rkey_buf);
         r.handle = memh;
         r.owned = data == nullptr;
-        if (r.owned) std::memset(r.base, 0, bytes);
+        if (r.owned)
+            std::memset(r.base, 0, bytes);
         return r;
     }
 
     void drain_worker(std::chrono::milliseconds limit) {
         ucp_request_param_t fp{};
         ucs_status_ptr_t r = ucp_worker_flush_nbx(worker_, &fp);
-        if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+        if (r == nullptr || UCS_PTR_IS_ERR(r))
+            return;
         auto until = std::chrono::steady_clock::now() + limit;
         while (ucp_request_check_status(r) == UCS_INPROGRESS &&
                std::chrono::steady_clock::now() < until)
             ucp_worker_progress(worker_);
-        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_, r);
+        if (ucp_request_check_status(r) == UCS_INPROGRESS)
+            ucp_request_cancel(worker_, r);
         ucp_request_free(r);
     }
 
     // Returns false if the operation failed immediately.
     bool track(Op* op, ucs_status_ptr_t r) {
-        if (r == nullptr) return true;
+        if (r == nullptr)
+            return true;
         if (UCS_PTR_IS_ERR(r)) {
             op->status = UCS_PTR_STATUS(r);
             return false;
@@ -316,26 +352,31 @@ private:
         return true;
     }
     void maybe_done(Op* op) {
-        if (!op->posted || op->pending > 0) return;
+        if (!op->posted || op->pending > 0)
+            return;
         done_.emplace_back(op->id, op->status);
         delete op;
     }
     void close_conn(Conn& c) {
         for (auto k : c.rkeys)
-            if (k) ucp_rkey_destroy(k);
-        for (auto k : c.retired) ucp_rkey_destroy(k);
+            if (k)
+                ucp_rkey_destroy(k);
+        for (auto k : c.retired)
+            ucp_rkey_destroy(k);
         c.rkeys.clear();
         c.retired.clear();
         ucp_request_param_t rp{};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
         ucs_status_ptr_t r = ucp_ep_close_nbx(c.ep, &rp);
-        if (r && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
+        if (r && !UCS_PTR_IS_ERR(r))
+            closing_.push_back(r);
         c.ep = nullptr;
     }
     void reap_closing() {
         std::erase_if(closing_, [](void* r) {
-            if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+            if (ucp_request_check_status(r) == UCS_INPROGRESS)
+                return false;
             ucp_request_free(r);
             return true;
         });
@@ -343,7 +384,8 @@ private:
 
     static void op_cb(void* request, ucs_status_t status, void* user_data) {
         auto* op = static_cast<Op*>(user_data);
-        if (status != UCS_OK && op->status == UCS_OK) op->status = status;
+        if (status != UCS_OK && op->status == UCS_OK)
+            op->status = status;
         --op->pending;
         ucp_request_free(request);
         op->owner->maybe_done(op);
@@ -359,7 +401,8 @@ private:
     static ucs_status_t am_cb(void* arg, const void*, size_t, void* data, size_t length,
                               const ucp_am_recv_param_t* param) {
         auto* self = static_cast<UcxBackend*>(arg);
-        if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_OK;  // never sent by us
+        if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+            return UCS_OK;  // never sent by us
         auto* p = static_cast<const std::byte*>(data);
         self->messages_.emplace_back(p, p + length);
         return UCS_OK;
@@ -384,7 +427,8 @@ std::unique_ptr<Backend> make_ucx_backend(const BackendOptions& o, BackendEvents
                                           std::string& error) {
     auto b = std::make_unique<UcxBackend>(ev);
     error = b->init(o);
-    if (!error.empty()) return nullptr;
+    if (!error.empty())
+        return nullptr;
     return b;
 }
 

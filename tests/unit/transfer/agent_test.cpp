@@ -38,11 +38,14 @@ bool matches(std::span<const std::byte> b, std::uint32_t seed) {
 
 // Waits for a condition while driving `drive` (EventFd agents) with a bounded deadline.
 template <class F>
-bool eventually(F cond, std::initializer_list<Agent*> drive = {}, std::chrono::milliseconds t = 5s) {
+bool eventually(F cond, std::initializer_list<Agent*> drive = {},
+                std::chrono::milliseconds t = 5s) {
     auto until = Clock::now() + t;
     while (Clock::now() < until) {
-        for (Agent* a : drive) a->progress();
-        if (cond()) return true;
+        for (Agent* a : drive)
+            a->progress();
+        if (cond())
+            return true;
         std::this_thread::sleep_for(1ms);
     }
     return cond();
@@ -94,12 +97,15 @@ protected:
     }
     // Both sides connected and each has heard the other (wire-up done), driving EventFd agents.
     static void settle(Agent& a, PeerHandle pb, Agent& b, PeerHandle pa) {
-        ASSERT_TRUE(eventually([&] {
-            return a.peer_info(pb)->ms_since_heard >= 0 && b.peer_info(pa)->ms_since_heard >= 0;
-        }, {&a, &b}));
+        ASSERT_TRUE(eventually(
+            [&] {
+                return a.peer_info(pb)->ms_since_heard >= 0 && b.peer_info(pa)->ms_since_heard >= 0;
+            },
+            {&a, &b}));
     }
     void SetUp() override {
-        if (GetParam().backend == BackendKind::Ucx && !ucx_available()) GTEST_SKIP() << "no UCX";
+        if (GetParam().backend == BackendKind::Ucx && !ucx_available())
+            GTEST_SKIP() << "no UCX";
     }
 };
 
@@ -108,7 +114,8 @@ TEST_P(AgentTest, WritesUnorderedBlocksMergedAndVerifiesBytes) {
     LayoutId la = pool(*a), lb = pool(*b);
     PeerHandle pb = connect(*a, *b);
     connect(*b, *a);
-    for (BlockId i = 0; i < kBlocks; ++i) fill(a->block(la, i), 1000 + i);
+    for (BlockId i = 0; i < kBlocks; ++i)
+        fill(a->block(la, i), 1000 + i);
     std::vector<BlockId> src = {5, 3, 4, 0, 1, 2, 9, 3};
     std::vector<BlockId> dst = {15, 13, 14, 10, 11, 12, 1, 13};
     std::atomic<int> calls{0};
@@ -143,7 +150,8 @@ TEST_P(AgentTest, ReadsBlocksFromPeer) {
     LayoutId la = pool(*a), lb = pool(*b);
     connect(*a, *b);
     PeerHandle pa = connect(*b, *a);
-    for (BlockId i = 0; i < kBlocks; ++i) fill(a->block(la, i), 7 * i + 1);
+    for (BlockId i = 0; i < kBlocks; ++i)
+        fill(a->block(la, i), 7 * i + 1);
     std::vector<BlockId> local = {20, 21, 22, 3}, remote = {2, 3, 4, 31};
     auto h = b->read_blocks(make_req(pa, lb, local, la, remote, 5));
     ASSERT_TRUE(h) << h.message();
@@ -195,8 +203,7 @@ TEST_P(AgentTest, RefusesBadRequestsWithClearStatus) {
     check(many, many, "oversize");
     auto r = a->read_blocks(make_req(pb, la, none, lb, none, 1));
     EXPECT_EQ(r.status(), Status::Invalid);
-    EXPECT_EQ(a->write_blocks(make_req(pb + 100, la, one, lb, one, 1)).status(),
-              Status::NotFound);
+    EXPECT_EQ(a->write_blocks(make_req(pb + 100, la, one, lb, one, 1)).status(), Status::NotFound);
     EXPECT_GE(a->stats().transfers_refused, 8u);
     EXPECT_EQ(a->stats().transfers_posted, 0u);
     EXPECT_FALSE(a->add_peer(a->descriptor()));  // own descriptor
@@ -211,7 +218,8 @@ TEST_P(AgentTest, DoneNotificationArrivesAfterDataIsVisible) {
     LayoutId la = pool(*a), lb = pool(*b);
     PeerHandle pb = connect(*a, *b);
     connect(*b, *a);
-    for (BlockId i = 0; i < kBlocks; ++i) fill(a->block(la, i), 500 + i);
+    for (BlockId i = 0; i < kBlocks; ++i)
+        fill(a->block(la, i), 500 + i);
     std::mutex mu;
     std::vector<ReceivedNotification> got;
     bool data_ok_at_done = false;
@@ -230,7 +238,10 @@ TEST_P(AgentTest, DoneNotificationArrivesAfterDataIsVisible) {
     auto h = a->write_blocks(rq);
     ASSERT_TRUE(h) << h.message();
     EXPECT_EQ(a->wait(*h, 5s), Status::Ok);
-    ASSERT_TRUE(eventually([&] { std::lock_guard lk(mu); return !got.empty(); }));
+    ASSERT_TRUE(eventually([&] {
+        std::lock_guard lk(mu);
+        return !got.empty();
+    }));
     std::lock_guard lk(mu);
     EXPECT_TRUE(data_ok_at_done);
     EXPECT_EQ(got[0].notification.transfer_id, 1234u);
@@ -244,14 +255,15 @@ TEST_P(AgentTest, TypedNotificationsRoundTrip) {
     auto a = make("a"), b = make("b");
     PeerHandle pb = connect(*a, *b);
     PeerHandle pa = connect(*b, *a);
-    for (NotifyKind k : {NotifyKind::Register, NotifyKind::Failed, NotifyKind::Abort,
-                         NotifyKind::Heartbeat}) {
+    for (NotifyKind k :
+         {NotifyKind::Register, NotifyKind::Failed, NotifyKind::Abort, NotifyKind::Heartbeat}) {
         Notification n{k, 40 + static_cast<std::uint64_t>(k), 2, 3, Status::Failed, "payload"};
         ASSERT_TRUE(a->notify(pb, n));
     }
     std::vector<ReceivedNotification> got;
     ASSERT_TRUE(eventually([&] {
-        for (auto& n : b->drain_notifications()) got.push_back(n);
+        for (auto& n : b->drain_notifications())
+            got.push_back(n);
         return got.size() >= 4;
     }));
     ASSERT_EQ(got.size(), 4u);  // the core's own heartbeats are not delivered
@@ -260,12 +272,14 @@ TEST_P(AgentTest, TypedNotificationsRoundTrip) {
     EXPECT_EQ(got[1].notification.transfer_id, 42u);
     EXPECT_EQ(got[1].notification.status, Status::Failed);
     EXPECT_EQ(got[1].peer, pa);
-    Notification big{NotifyKind::Register, 1, 0, 0, Status::Ok, std::string(kMaxNotifyPayload + 1, 'x')};
+    Notification big{
+        NotifyKind::Register, 1, 0, 0, Status::Ok, std::string(kMaxNotifyPayload + 1, 'x')};
     EXPECT_EQ(a->notify(pb, big).status(), Status::Invalid);
 }
 
 TEST_P(AgentTest, DeadlineExpiresAndFailedIsNotified) {
-    if (!GetParam().target_must_progress) GTEST_SKIP() << "transport completes without target";
+    if (!GetParam().target_must_progress)
+        GTEST_SKIP() << "transport completes without target";
     auto a = make("a");
     auto b = make("b", ProgressMode::EventFd);  // never progressed while the write is pending
     LayoutId la = pool(*a), lb = pool(*b);
@@ -288,10 +302,13 @@ TEST_P(AgentTest, DeadlineExpiresAndFailedIsNotified) {
     ASSERT_TRUE(eventually([&] { return calls.load() == 1; }));
     // the target now learns that transfer 99 failed (never a silent wait)
     std::vector<ReceivedNotification> got;
-    ASSERT_TRUE(eventually([&] {
-        for (auto& n : b->drain_notifications()) got.push_back(n);
-        return !got.empty();
-    }, {b.get()}));
+    ASSERT_TRUE(eventually(
+        [&] {
+            for (auto& n : b->drain_notifications())
+                got.push_back(n);
+            return !got.empty();
+        },
+        {b.get()}));
     EXPECT_EQ(got[0].notification.kind, NotifyKind::Failed);
     EXPECT_EQ(got[0].notification.transfer_id, 99u);
     EXPECT_EQ(got[0].notification.status, Status::Expired);
@@ -301,7 +318,8 @@ TEST_P(AgentTest, DeadlineExpiresAndFailedIsNotified) {
 }
 
 TEST_P(AgentTest, CancelEndsTransferOnce) {
-    if (!GetParam().target_must_progress) GTEST_SKIP() << "transport completes without target";
+    if (!GetParam().target_must_progress)
+        GTEST_SKIP() << "transport completes without target";
     auto a = make("a");
     auto b = make("b", ProgressMode::EventFd);
     LayoutId la = pool(*a), lb = pool(*b);
@@ -322,7 +340,8 @@ TEST_P(AgentTest, CancelEndsTransferOnce) {
     EXPECT_EQ(a->poll(*h), Status::Canceled);
     ASSERT_TRUE(eventually([&] { return calls.load() == 1; }, {b.get()}));
     ASSERT_TRUE(a->cancel(*h));  // idempotent on a terminal transfer
-    for (int i = 0; i < 20; ++i) b->progress();
+    for (int i = 0; i < 20; ++i)
+        b->progress();
     std::this_thread::sleep_for(30ms);
     EXPECT_EQ(a->poll(*h), Status::Canceled);
     EXPECT_EQ(calls.load(), 1);
@@ -330,7 +349,8 @@ TEST_P(AgentTest, CancelEndsTransferOnce) {
 }
 
 TEST_P(AgentTest, DestroyedPeerEndsInFlightWithPeerGone) {
-    if (!GetParam().target_must_progress) GTEST_SKIP() << "transport completes without target";
+    if (!GetParam().target_must_progress)
+        GTEST_SKIP() << "transport completes without target";
     auto a = make("a", ProgressMode::Thread, 100ms);
     auto b = make("b", ProgressMode::EventFd, 100ms);
     LayoutId la = pool(*a), lb = pool(*b);
@@ -346,7 +366,8 @@ TEST_P(AgentTest, DestroyedPeerEndsInFlightWithPeerGone) {
     }
     auto t0 = Clock::now();
     b.reset();
-    for (auto h : hs) EXPECT_EQ(a->wait(h, 5s), Status::PeerGone);
+    for (auto h : hs)
+        EXPECT_EQ(a->wait(h, 5s), Status::PeerGone);
     EXPECT_LT(Clock::now() - t0, 5s);
     std::vector<BlockId> ids = {1};
     EXPECT_EQ(a->write_blocks(make_req(pb, la, ids, lb, ids, 1)).status(), Status::PeerGone);
@@ -409,7 +430,8 @@ TEST_P(AgentTest, LeasesPinBlocksAndExpireInFullSweep) {
     EXPECT_EQ(a->lease(13, la, bad, 1s).status(), Status::Invalid);
     std::vector<std::uint64_t> expired;
     ASSERT_TRUE(eventually([&] {
-        for (auto id : a->expire_leases()) expired.push_back(id);
+        for (auto id : a->expire_leases())
+            expired.push_back(id);
         return expired.size() >= 2;
     }));
     std::sort(expired.begin(), expired.end());
@@ -463,12 +485,11 @@ TEST_P(AgentTest, DescriptorCanBeInspected) {
     EXPECT_EQ(s->backend, GetParam().backend);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, AgentTest,
-    ::testing::Values(Param{"loopback", BackendKind::Loopback, "", true},
-                      Param{"ucx_tcp", BackendKind::Ucx, "tcp", true},
-                      Param{"ucx_shm", BackendKind::Ucx, "posix,self", false}),
-    [](const auto& tp) { return std::string(tp.param.label); });
+INSTANTIATE_TEST_SUITE_P(Backends, AgentTest,
+                         ::testing::Values(Param{"loopback", BackendKind::Loopback, "", true},
+                                           Param{"ucx_tcp", BackendKind::Ucx, "tcp", true},
+                                           Param{"ucx_shm", BackendKind::Ucx, "posix,self", false}),
+                         [](const auto& tp) { return std::string(tp.param.label); });
 
 }  // namespace
 }  // namespace pdx

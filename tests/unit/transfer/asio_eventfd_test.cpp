@@ -24,10 +24,13 @@ public:
 private:
     void step() {
         agent_.progress();
-        while (!agent_.arm()) agent_.progress();
-        fd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
-            if (!ec) step();
-        });
+        while (!agent_.arm())
+            agent_.progress();
+        fd_.async_wait(asio::posix::stream_descriptor::wait_read,
+                       [this](boost::system::error_code ec) {
+                           if (!ec)
+                               step();
+                       });
     }
     Agent& agent_;
     asio::posix::stream_descriptor fd_;
@@ -62,7 +65,8 @@ TEST(AsioEventFd, TransfersCompleteAndNotificationsArriveOnTheIoContext) {
     da.set_notification_handler([&](const ReceivedNotification& n) {
         callbacks_on_io_thread &= std::this_thread::get_id() == io_thread;
         got_payload = n.notification.payload;
-        if (final_status != Status::InProgress) io.stop();
+        if (final_status != Status::InProgress)
+            io.stop();
     });
     std::vector<BlockId> s = {2}, t = {9};
     TransferRequest rq;
@@ -76,7 +80,8 @@ TEST(AsioEventFd, TransfersCompleteAndNotificationsArriveOnTheIoContext) {
     rq.on_complete = [&](const TransferResult& r) {
         callbacks_on_io_thread &= std::this_thread::get_id() == io_thread;
         final_status = r.status;
-        if (!got_payload.empty()) io.stop();
+        if (!got_payload.empty())
+            io.stop();
     };
     ASSERT_TRUE(pa.write_blocks(rq));
     asio::steady_timer guard(io, 5s);

@@ -31,7 +31,7 @@ TEST(Descriptor, RoundTripsAndIsLittleEndian) {
     EXPECT_EQ(std::to_integer<int>(blob[1]), 'D');
     EXPECT_EQ(std::to_integer<int>(blob[2]), 'X');
     EXPECT_EQ(std::to_integer<int>(blob[3]), 'D');
-    EXPECT_EQ(std::to_integer<int>(blob[4]), 1);  // version, low byte first
+    EXPECT_EQ(std::to_integer<int>(blob[4]), 1);      // version, low byte first
     EXPECT_EQ(std::to_integer<int>(blob[16]), 0x88);  // instance LSB at offset 16
     auto d = decode_descriptor(blob);
     ASSERT_TRUE(d) << d.message();
@@ -81,12 +81,12 @@ TEST(NotifyHeader, FixedFortyBytesLittleEndian) {
     auto m = encode_notification(n, 0, 0xAABBull);
     ASSERT_EQ(m.size(), kNotifyHeaderBytes + 3);
     EXPECT_EQ(std::memcmp(m.data(), "PDXN", 4), 0);
-    EXPECT_EQ(std::to_integer<int>(m[6]), 3);     // kind
-    EXPECT_EQ(std::to_integer<int>(m[8]), 0x08);  // transfer id LSB
-    EXPECT_EQ(std::to_integer<int>(m[16]), 7);    // sequence
-    EXPECT_EQ(std::to_integer<int>(m[20]), 9);    // expected
-    EXPECT_EQ(std::to_integer<int>(m[24]), 3);    // status
-    EXPECT_EQ(std::to_integer<int>(m[28]), 3);    // payload length
+    EXPECT_EQ(std::to_integer<int>(m[6]), 3);      // kind
+    EXPECT_EQ(std::to_integer<int>(m[8]), 0x08);   // transfer id LSB
+    EXPECT_EQ(std::to_integer<int>(m[16]), 7);     // sequence
+    EXPECT_EQ(std::to_integer<int>(m[20]), 9);     // expected
+    EXPECT_EQ(std::to_integer<int>(m[24]), 3);     // status
+    EXPECT_EQ(std::to_integer<int>(m[28]), 3);     // payload length
     EXPECT_EQ(std::to_integer<int>(m[32]), 0xBB);  // sender
     auto d = decode_notification(m);
     ASSERT_TRUE(d) << d.message();
@@ -160,16 +160,24 @@ TEST(Plan, RefusesBadRequests) {
     auto l = side(0, 16, 16, 10);
     auto r = side(0, 16, 16, 10);
     std::vector<BlockId> none, one = {1}, two = {1, 2}, out = {10}, big(11, 0);
-    EXPECT_NE(make_plan(l, r, none, none, true, {1 << 20, 100}).message().find("empty"), std::string::npos);
-    EXPECT_NE(make_plan(l, r, one, two, true, {1 << 20, 100}).message().find("mismatched"), std::string::npos);
-    EXPECT_NE(make_plan(l, r, out, one, true, {1 << 20, 100}).message().find("local block 10"), std::string::npos);
-    EXPECT_NE(make_plan(l, r, one, out, true, {1 << 20, 100}).message().find("remote block 10"), std::string::npos);
-    EXPECT_NE(make_plan(l, r, two, two, true, {16, 100}).message().find("oversize"), std::string::npos);
-    EXPECT_NE(make_plan(l, r, big, big, true, {1 << 20, 10}).message().find("oversize"), std::string::npos);
+    EXPECT_NE(make_plan(l, r, none, none, true, {1 << 20, 100}).message().find("empty"),
+              std::string::npos);
+    EXPECT_NE(make_plan(l, r, one, two, true, {1 << 20, 100}).message().find("mismatched"),
+              std::string::npos);
+    EXPECT_NE(make_plan(l, r, out, one, true, {1 << 20, 100}).message().find("local block 10"),
+              std::string::npos);
+    EXPECT_NE(make_plan(l, r, one, out, true, {1 << 20, 100}).message().find("remote block 10"),
+              std::string::npos);
+    EXPECT_NE(make_plan(l, r, two, two, true, {16, 100}).message().find("oversize"),
+              std::string::npos);
+    EXPECT_NE(make_plan(l, r, big, big, true, {1 << 20, 10}).message().find("oversize"),
+              std::string::npos);
     std::vector<BlockId> dup_dst = {1, 1};
-    EXPECT_NE(make_plan(l, r, two, dup_dst, true, {1 << 20, 100}).message().find("twice"), std::string::npos);
+    EXPECT_NE(make_plan(l, r, two, dup_dst, true, {1 << 20, 100}).message().find("twice"),
+              std::string::npos);
     auto other = side(0, 32, 32, 10);
-    EXPECT_NE(make_plan(l, other, one, one, true, {1 << 20, 100}).message().find("block size"), std::string::npos);
+    EXPECT_NE(make_plan(l, other, one, one, true, {1 << 20, 100}).message().find("block size"),
+              std::string::npos);
     EXPECT_EQ(make_plan(l, r, none, none, true, {1 << 20, 100}).status(), Status::Invalid);
 }
 

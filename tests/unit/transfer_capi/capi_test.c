@@ -331,6 +331,11 @@ static uint64_t exchange(side_t* s, int fd) {
     if (theirs)
         CHECK_STATUS(pdx_add_peer(s->agent, theirs, n, &peer), PDX_OK);
     free(theirs);
+    /* both sides have added each other before any message flows: otherwise the first
+     * notification may arrive from a sender not yet known (peer 0, empty name) */
+    char ready = 'R';
+    CHECK(write(fd, &ready, 1) == 1);
+    CHECK(read(fd, &ready, 1) == 1 && ready == 'R');
     return peer;
 }
 
@@ -350,7 +355,25 @@ static int run_ucx(const char* tls) {
         if (!make_side("capi-b", PDX_BACKEND_UCX, tls, &b))
             _exit(2);
         exchange(&b, sv[1]);
-        char c = 0;
+        /* the initiator's first write carries Done(42): it must arrive, after the data */
+        pdx_received_notification_t n;
+        size_t got = 0;
+        for (int i = 0; i < 5000 && got == 0; ++i) {
+            got = pdx_drain_notifications(b.agent, &n, 1);
+            if (got == 0)
+                usleep(1000);
+        }
+        CHECK(got == 1 && n.kind == PDX_NOTIFY_DONE && n.transfer_id == 42);
+        CHECK(got == 1 && strcmp(n.peer_name, "capi-a") == 0);
+        for (uint32_t i = 0; got == 1 && i < 4; ++i) { /* blocks 5,6,7 and 0 were written */
+            const uint32_t ids[] = {5, 6, 7, 0};
+            const uint32_t src[] = {1, 2, 3, 9};
+            unsigned char* p = pdx_block(b.agent, b.layout, ids[i], NULL);
+            CHECK(p != NULL && p[1] == (unsigned char)(11 + 7u + src[i]));
+        }
+        /* tell the initiator we are done checking, then wait for it to finish */
+        char c = 'V';
+        CHECK(write(sv[1], &c, 1) == 1);
         if (read(sv[1], &c, 1) != 1)
             c = 0;
         pdx_agent_destroy(b.agent);
@@ -364,6 +387,11 @@ static int run_ucx(const char* tls) {
         side_t remote = {NULL, 0, 0}; /* target layout 0, region 0 in the other process */
         data_path(&a, &remote, peer_b);
         errors(&a, &remote, peer_b);
+        /* keep this agent alive until the target has checked its notification: a peer that
+         * disappears right after sending may have its last message delivered after the
+         * connection error, without the sender's name (see docs/transfer.md) */
+        char v = 0;
+        CHECK(read(sv[0], &v, 1) == 1 && v == 'V');
         pdx_agent_destroy(a.agent);
     } else {
         rc = 1;

@@ -11,10 +11,10 @@
 namespace pdx {
 
 using Clock = std::chrono::steady_clock;
-using RegionId = std::uint32_t;    // local memory region, from allocate_region/register_region
-using LayoutId = std::uint32_t;    // block layout, local or (inside a descriptor) remote
-using BlockId = std::uint32_t;     // block index inside a layout
-using PeerHandle = std::uint64_t;  // one generation of one peer; never reused; 0 = none
+using RegionId = std::uint32_t;        // local memory region, from allocate_region/register_region
+using LayoutId = std::uint32_t;        // block layout, local or (inside a descriptor) remote
+using BlockId = std::uint32_t;         // block index inside a layout
+using PeerHandle = std::uint64_t;      // one generation of one peer; never reused; 0 = none
 using TransferHandle = std::uint64_t;  // one posted transfer; never reused; 0 = none
 
 inline constexpr PeerHandle kNoPeer = 0;
@@ -107,7 +107,7 @@ struct Config {
     std::chrono::milliseconds peer_timeout{3000};  // no message for this long => PeerGone
     std::chrono::milliseconds default_deadline{30000};
     std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger requests: Invalid
-    std::uint32_t max_blocks_per_transfer = 1u << 20;            // longer id lists: Invalid
+    std::uint32_t max_blocks_per_transfer = 1u << 20;           // longer id lists: Invalid
     std::size_t completed_history = 65536;  // terminal transfers kept for poll()
 };
 
@@ -195,16 +195,16 @@ struct Stats {
     std::uint64_t transfers_peer_gone = 0;
     std::uint64_t transfers_refused = 0;  // requests rejected before posting (Invalid etc.)
     std::uint64_t transfers_in_flight = 0;
-    std::uint64_t blocks_requested = 0;   // block ids given by callers
-    std::uint64_t descriptors_posted = 0; // operations after merging
+    std::uint64_t blocks_requested = 0;    // block ids given by callers
+    std::uint64_t descriptors_posted = 0;  // operations after merging
     std::uint64_t notifications_sent = 0;
     std::uint64_t notifications_received = 0;
     std::uint64_t leases_active = 0;
     std::uint64_t leases_expired = 0;
-    std::uint64_t peers = 0;        // alive peers
-    std::uint64_t peers_gone = 0;   // peers declared gone (dead, removed or replaced)
-    LatencyStat post;        // time spent inside write_blocks/read_blocks
-    LatencyStat completion;  // post to terminal Ok
+    std::uint64_t peers = 0;       // alive peers
+    std::uint64_t peers_gone = 0;  // peers declared gone (dead, removed or replaced)
+    LatencyStat post;              // time spent inside write_blocks/read_blocks
+    LatencyStat completion;        // post to terminal Ok
     double descriptors_per_transfer() const {
         return transfers_posted ? double(descriptors_posted) / double(transfers_posted) : 0.0;
     }

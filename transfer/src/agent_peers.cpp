@@ -1,0 +1,173 @@
+// Agent: descriptors and peers (add/remove, generations, error mode selection).
+#include <cstdlib>
+
+#include "agent_impl.hpp"
+
+namespace pdx {
+namespace {
+
+bool mentions_shm(const std::string& tls) {
+    if (tls.empty() || tls == "all")
+        return true;
+    if (tls[0] == '^')
+        return true;  // deny list: shm stays possible
+    for (const char* t : {"posix", "sysv", "sm", "shm", "mm", "cma", "knem", "xpmem"})
+        if (tls.find(t) != std::string::npos)
+            return true;
+    return false;
+}
+
+}  // namespace
+
+// ---- peers -------------------------------------------------------------------------------
+
+std::vector<std::byte> Agent::descriptor() const {
+    std::lock_guard lk(impl_->mu_);
+    detail::Descriptor d;
+    d.compat = detail::compat_hash();
+    d.instance = impl_->instance_;
+    d.backend = impl_->cfg_.backend;
+    d.name = impl_->cfg_.name;
+    d.host_id = impl_->host_id_;
+    d.address = impl_->backend_->address();
+    for (auto& r : impl_->regions_) {
+        detail::RemoteRegion rr;
+        if (r.live) {
+            rr.base = reinterpret_cast<std::uint64_t>(r.mem.base);
+            rr.size = r.mem.size;
+            rr.rkey = r.mem.rkey;
+        }
+        d.regions.push_back(std::move(rr));
+    }
+    d.layouts = impl_->layouts_;
+    return detail::encode_descriptor(d);
+}
+
+bool Agent::Impl::decide_peer_error_mode(bool same_host) const {
+    if (cfg_.backend == BackendKind::Loopback)
+        return false;
+    if (cfg_.error_mode == ErrorMode::Peer)
+        return true;
+    if (cfg_.error_mode == ErrorMode::None)
+        return false;
+    if (!same_host)
+        return true;
+    std::string tls = cfg_.transports;
+    if (tls.empty()) {
+        const char* env = std::getenv("UCX_TLS");
+        tls = env ? env : "";
+    }
+    // PEER mode only costs us shm lanes; without any, take UCX's failure reports.
+    return !mentions_shm(tls);
+}
+
+PeerInfo Agent::Impl::info(const Peer& p) const {
+    PeerInfo i;
+    i.handle = p.handle;
+    i.name = p.name;
+    i.instance = p.instance;
+    i.generation = p.generation;
+    i.alive = p.state == PeerState::Alive;
+    i.same_host = p.same_host;
+    i.peer_error_mode = p.peer_error_mode;
+    i.layouts = static_cast<std::uint32_t>(p.desc.layouts.size());
+    if (p.heard)
+        i.ms_since_heard =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.last_heard)
+                .count();
+    return i;
+}
+
+Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
+    auto d = detail::decode_descriptor(blob);
+    if (!d)
+        return {d.status(), d.message()};
+    auto& im = *impl_;
+    std::unique_lock lk(im.mu_);
+    if (d->backend != im.cfg_.backend)
+        return {Status::Invalid, "add_peer: backend kind differs"};
+    if (d->instance == im.instance_)
+        return {Status::Invalid, "add_peer: own descriptor"};
+    auto known = im.by_instance_.find(d->instance);
+    if (known != im.by_instance_.end()) {
+        Impl::Peer& p = im.peers_.at(known->second);
+        if (p.state == Impl::PeerState::Alive) {
+            auto u = im.backend_->update_regions(p.conn, d->regions);
+            if (!u)
+                return {u.status(), u.message()};
+            p.desc = std::move(*d);
+            return p.handle;
+        }
+    }
+    auto prev = im.by_name_.find(d->name);
+    if (prev != im.by_name_.end()) {
+        auto it = im.peers_.find(prev->second);
+        if (it != im.peers_.end() && it->second.instance != d->instance &&
+            it->second.state != Impl::PeerState::Replaced)
+            im.peer_gone(it->second, Impl::PeerState::Replaced,
+                         "replaced by a new generation of '" + d->name + "'");
+        else if (it != im.peers_.end() && it->second.state == Impl::PeerState::Gone)
+            it->second.state = Impl::PeerState::Replaced;
+    }
+    Impl::Peer p;
+    p.same_host = d->host_id == im.host_id_;
+    p.peer_error_mode = im.decide_peer_error_mode(p.same_host);
+    detail::ConnectParams cp{d->address, &d->regions, p.peer_error_mode};
+    auto conn = im.backend_->connect(cp);
+    if (!conn)
+        return {conn.status(), conn.message()};
+    p.handle = ++im.next_peer_;
+    p.name = d->name;
+    p.instance = d->instance;
+    p.generation = ++im.generations_[d->name];
+    p.host_id = d->host_id;
+    p.conn = *conn;
+    p.desc = std::move(*d);
+    p.last_heard = Clock::now();
+    PeerHandle h = p.handle;
+    im.by_conn_[p.conn] = h;
+    im.by_instance_[p.instance] = h;
+    im.by_name_[p.name] = h;
+    auto& stored = im.peers_.emplace(h, std::move(p)).first->second;
+    ++im.stats_.peers;
+    Notification hb;
+    hb.kind = NotifyKind::Heartbeat;
+    im.send_locked(stored, hb, detail::kNotifyFlagInternal);
+    lk.unlock();
+    im.wake();
+    return h;
+}
+
+Result<void> Agent::remove_peer(PeerHandle peer) {
+    auto& im = *impl_;
+    {
+        std::lock_guard lk(im.mu_);
+        auto it = im.peers_.find(peer);
+        if (it == im.peers_.end())
+            return {Status::NotFound, "unknown peer handle"};
+        im.peer_gone(it->second, Impl::PeerState::Replaced, "peer removed");
+        if (im.by_name_.count(it->second.name) && im.by_name_[it->second.name] == peer)
+            im.by_name_.erase(it->second.name);
+        im.peers_.erase(it);
+    }
+    im.wake();
+    return {};
+}
+
+Result<PeerInfo> Agent::peer_info(PeerHandle peer) const {
+    std::lock_guard lk(impl_->mu_);
+    auto it = impl_->peers_.find(peer);
+    if (it == impl_->peers_.end())
+        return {Status::NotFound, "unknown peer handle"};
+    return impl_->info(it->second);
+}
+
+std::vector<PeerInfo> Agent::peers() const {
+    std::lock_guard lk(impl_->mu_);
+    std::vector<PeerInfo> out;
+    for (auto& [h, p] : impl_->peers_)
+        out.push_back(impl_->info(p));
+    return out;
+}
+
+}  // namespace pdx

@@ -1,0 +1,123 @@
+// Agent: deadlines, heartbeats, lease sweeps, callbacks and the progress loop.
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "agent_impl.hpp"
+
+namespace pdx {
+
+// ---- progress ----------------------------------------------------------------------------
+
+void Agent::Impl::tick_locked(Clock::time_point now) {
+    for (auto& [h, x] : xfers_)
+        if (!is_terminal(x.res.status) && now >= x.deadline)
+            finish(h, x, Status::Expired, "deadline passed");
+    for (auto it = xfers_.begin(); it != xfers_.end();)
+        it = (is_terminal(it->second.res.status) && !it->second.backend_pending) ? xfers_.erase(it)
+                                                                                 : std::next(it);
+    bool beat = now >= next_heartbeat_;
+    if (beat)
+        next_heartbeat_ = now + cfg_.heartbeat_interval;
+    for (auto& [h, p] : peers_) {
+        if (p.state != PeerState::Alive)
+            continue;
+        if (p.heard && now - p.last_heard > cfg_.peer_timeout) {
+            peer_gone(p, PeerState::Gone,
+                      "no heartbeat for " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             now - p.last_heard)
+                                             .count()) +
+                          " ms");
+            continue;
+        }
+        if (beat) {
+            Notification hb;
+            hb.kind = NotifyKind::Heartbeat;
+            send_locked(p, hb, detail::kNotifyFlagInternal);
+        }
+    }
+    auto expired = leases_.expire(now);
+    if (!expired.empty()) {
+        stats_.leases_expired += expired.size();
+        if (expired_leases_.size() < 65536)
+            expired_leases_.insert(expired_leases_.end(), expired.begin(), expired.end());
+    }
+}
+
+std::size_t Agent::Impl::progress() {
+    std::size_t n = 0;
+    {
+        std::lock_guard lk(mu_);
+        std::uint64_t v;
+        while (::read(wake_fd_, &v, sizeof v) > 0) {
+        }
+        if (timer_fd_ >= 0)
+            while (::read(timer_fd_, &v, sizeof v) > 0) {
+            }
+        if (cfg_.progress == ProgressMode::EventFd) {
+            // refresh the epoll fd's ready list, so an outer (edge-triggered) loop sees edges
+            epoll_event ev[8];
+            ::epoll_wait(epoll_fd_, ev, 8, 0);
+        }
+        n += backend_->progress();
+        tick_locked(Clock::now());
+        n += callbacks_.size() + received_.size();
+    }
+    run_callbacks();
+    return n;
+}
+
+void Agent::Impl::run_callbacks() {
+    // A callback that drives progress() itself must not run callbacks re-entrantly.
+    thread_local const Impl* running = nullptr;
+    if (running == this)
+        return;
+    std::lock_guard run(callback_mu_);
+    running = this;
+    struct Reset {
+        ~Reset() { running = nullptr; }
+    } reset;
+    std::vector<std::pair<CompletionFn, TransferResult>> cbs;
+    std::vector<ReceivedNotification> notes;
+    NotificationFn handler;
+    {
+        std::lock_guard lk(mu_);
+        cbs.swap(callbacks_);
+        handler = notification_handler_;
+        if (handler) {
+            notes.swap(received_);
+        } else {
+            for (auto& r : received_)
+                undrained_.push_back(std::move(r));
+            received_.clear();
+        }
+    }
+    for (auto& [fn, res] : cbs)
+        fn(res);
+    for (auto& n : notes)
+        handler(n);
+}
+
+bool Agent::Impl::arm() {
+    std::lock_guard lk(mu_);
+    if (!callbacks_.empty() || !received_.empty())
+        return false;
+    return backend_->arm();
+}
+
+void Agent::Impl::wake() {
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void Agent::Impl::thread_main() {
+    while (!stop_) {
+        progress();
+        if (!arm())
+            continue;
+        epoll_event ev[4];
+        ::epoll_wait(epoll_fd_, ev, 4, static_cast<int>(kTick.count()));
+    }
+}
+
+}  // namespace pdx

@@ -29,6 +29,9 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
             }
             co_return;
         }
+        if (attempt > 0) {
+            deps.metrics.retry(metrics::Leg::Decode);
+        }
         instances::InFlight in_flight = deps.registry.acquire(decode);
         const bool last = attempt + 1 >= attempts;
         upstream::Request attempt_req = last ? std::move(leg) : leg;
@@ -47,7 +50,6 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
             deps.registry.report_failure(*decode, upstream::to_string(f));
             log_failure(req.request_id, "decode", decode->name, upstream::to_string(f));
             if (upstream::request_not_sent(f) && !last) {
-                deps.metrics.retry(metrics::Leg::Decode);
                 exclude = decode.get();
                 continue;
             }

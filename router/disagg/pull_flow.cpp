@@ -45,6 +45,9 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, upstream
             }
             co_return PrefillEnd::Answered;
         }
+        if (attempt > 0) {
+            deps.metrics.retry(Leg::Prefill);
+        }
         instances::InFlight in_flight = deps.registry.acquire(p);
         const bool last = attempt + 1 >= attempts;
         upstream::Request attempt_req = last ? std::move(leg) : leg;
@@ -73,7 +76,6 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, upstream
             deps.registry.report_failure(*p, reason);
             log_failure(req.request_id, "prefill", p->name, reason);
             if (!last) {
-                deps.metrics.retry(Leg::Prefill);
                 exclude = p.get();
                 continue;
             }

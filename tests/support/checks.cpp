@@ -65,6 +65,9 @@ std::vector<std::string> error_events(const std::string& body) {
     std::vector<Server*> all = pd.prefill;
     all.insert(all.end(), pd.decode.begin(), pd.decode.end());
     for (auto* s : all) {
+        if (!s->proc.running()) {
+            continue;
+        }
         auto st = sim_state(*s);
         if (counter(st, "protocol_violations") != 0) {
             return ::testing::AssertionFailure()
@@ -84,7 +87,9 @@ std::vector<std::string> error_events(const std::string& body) {
     auto f = ::testing::AssertionFailure();
     f << "prefill KV blocks still held after " << ms_between(start, Clock::now()) << " ms:";
     for (auto* p : pd.prefill) {
-        f << "\n  " << p->name << ": " << sim_state(*p).dump();
+        if (p->proc.running()) {
+            f << "\n  " << p->name << ": " << sim_state(*p).dump();
+        }
     }
     return f;
 }
@@ -92,6 +97,9 @@ std::vector<std::string> error_events(const std::string& body) {
 long long sum_counter(const std::vector<Server*>& servers, const std::string& name) {
     long long sum = 0;
     for (auto* s : servers) {
+        if (!s->proc.running()) {
+            continue;  // killed on purpose by the test
+        }
         long long v = counter(sim_state(*s), name);
         if (v < 0) {
             throw std::runtime_error(s->name + ": /debug/state has no counter '" + name + "'");

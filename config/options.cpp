@@ -75,7 +75,7 @@ const std::array kOptions = {
            .help = "largest client request head (default 16384)",
            .size = &Config::max_header_bytes, .min = 1, .max = std::uint64_t{1} << 24},
     Option{.name = "max-concurrent-requests", .kind = Kind::Number, .meta = "N",
-           .help = "requests handled at once; more get 503 (default 1024)",
+           .help = "requests handled at once; more get 429 (default 1024)",
            .size = &Config::max_concurrent_requests, .min = 1, .max = 1000000},
     Option{.name = "on-missing-kv-params", .kind = Kind::OnMissingKv, .meta = "error|recompute",
            .help = "when P answers without kv_transfer_params (default error)",

@@ -1,4 +1,5 @@
 #include "sim/faults.hpp"
+#include "router/common/json_depth.hpp"
 
 #include "sim/openai.hpp"
 
@@ -44,7 +45,7 @@ bool read_bool(const json& obj, const char* key, bool& out, std::string& error) 
 }  // namespace
 
 std::optional<std::string> FaultPlan::set(std::string_view body) {
-    json obj = json::parse(body, nullptr, false);
+    json obj = parse_untrusted_json(body);
     if (obj.is_discarded() || !obj.is_object()) {
         return "fault body must be a JSON object";
     }

@@ -1,6 +1,7 @@
 // Completions and chat for both roles: faults, the prefill leg (one token + KV handle), the
 // decode leg (read the KV named by the handle, then generate), streaming and non-stream answers.
 #include "router/common/log.hpp"
+#include "router/common/json_depth.hpp"
 #include "router/common/uuid.hpp"
 #include "sim/generation.hpp"
 #include "sim/sim_impl.hpp"
@@ -198,7 +199,7 @@ awaitable<KvReadOutcome> read_kv(SimServer::Impl& im, const KvHandle& h) {
         co_return KvReadOutcome{false, "KV read from prefill " + ep.authority() +
                                            " failed with HTTP " + std::to_string(status)};
     }
-    json b = json::parse(res.response.body(), nullptr, false);
+    json b = parse_untrusted_json(res.response.body());
     if (!b.is_object() || !b.contains("blocks") || !b.contains("bytes") ||
         !b.contains("checksum") || !b["blocks"].is_number_unsigned() ||
         !b["bytes"].is_number_unsigned() || !b["checksum"].is_string()) {

@@ -1,4 +1,5 @@
 #include "sim/openai.hpp"
+#include "router/common/json_depth.hpp"
 
 #include "router/common/uuid.hpp"
 #include "sim/generation.hpp"
@@ -92,7 +93,7 @@ std::optional<RequestError> parse_generation_request(Api api, std::string_view b
                                                      GenerationRequest& out) {
     out = GenerationRequest{};
     out.api = api;
-    out.body = json::parse(body, nullptr, false);
+    out.body = parse_untrusted_json(body);
     if (out.body.is_discarded()) {
         return fail("request body is not valid JSON");
     }

@@ -1,4 +1,5 @@
 #include "router/common/log.hpp"
+#include "router/common/json_depth.hpp"
 #include "sim/generation.hpp"
 #include "sim/sim_impl.hpp"
 
@@ -43,7 +44,7 @@ std::string_view path_of(std::string_view target) {
 }
 
 json parse_object(std::string_view body) {
-    json j = json::parse(body, nullptr, false);
+    json j = parse_untrusted_json(body);
     return j.is_object() ? j : json();
 }
 

@@ -1,4 +1,5 @@
 #include "sim/state.hpp"
+#include "router/common/json_depth.hpp"
 
 #include <cstdio>
 
@@ -15,7 +16,7 @@ void SimState::add_violation(std::string message) {
 }
 
 void SimState::log_request(std::string_view path, json headers, std::string_view body) {
-    json parsed = json::parse(body, nullptr, false);
+    json parsed = parse_untrusted_json(body);
     if (parsed.is_discarded()) {
         parsed = std::string(body);
     }

@@ -73,6 +73,7 @@ perftest_bw() {
 
 echo "# pdx transfer core vs ucx_perftest -t ucp_put_bw, $(date -u +%FT%TZ), $(nproc) cores"
 echo "# bench: $bench (depth $depth, ${time_ms} ms per cell, best of $rounds rounds, extra: ${extra:-none})"
+echo "# load at start:$(uptime | sed 's/.*load average//')"
 for tls in ${tls_list//,/ }; do
   echo
   echo "## transport $tls ($(tls_env "$tls"))"
@@ -123,3 +124,5 @@ for tls in ${tls_list//,/ }; do
       printf "post overhead, 1024 contiguous ids (1 descriptor): %.1f ns per block id\n", postc
     }' <<<"$csv"
 done
+echo
+echo "# load at end:$(uptime | sed 's/.*load average//')"

@@ -11,6 +11,11 @@ ValidationError fail(Errc e, std::string message, std::string param = {}) {
 }  // namespace
 
 ValidationError parse_object(std::string_view body, disagg::Json& out) {
+    if (!json_depth_ok(body)) {
+        out = disagg::Json();
+        return fail(Errc::BadJson, "request body nests JSON deeper than " +
+                                       std::to_string(kMaxJsonDepth) + " levels");
+    }
     out = disagg::Json::parse(body, nullptr, false);
     if (out.is_discarded()) {
         out = disagg::Json();

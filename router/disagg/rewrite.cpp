@@ -142,6 +142,9 @@ std::string make_decode_body(std::string_view original, const Json& handle) {
 }
 
 HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
+    if (!json_depth_ok(prefill_answer)) {
+        return HandleStatus::NotJson;
+    }
     Json answer = Json::parse(prefill_answer, nullptr, false);
     if (answer.is_discarded() || !answer.is_object()) {
         return HandleStatus::NotJson;
@@ -158,6 +161,7 @@ HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
     }
     return HandleStatus::Ok;
 }
+
 
 bool is_json_content_type(std::string_view value) noexcept {
     auto semi = value.find(';');

@@ -2,6 +2,7 @@
 // Pure request/response rewriting for the disaggregated flows (PROTOCOLS.md §1–2): the prefill
 // body, the decode body, the KV handle in P's answer, the request id and the headers both legs
 // carry. No I/O here, so every rule is unit-tested directly.
+#include "router/common/json_depth.hpp"
 #include "router/server/http_server.hpp"
 #include "router/upstream/client.hpp"
 
@@ -64,6 +65,7 @@ struct KvHandle {
 };
 enum class HandleStatus { Ok, NotJson, Missing };
 HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out);
+
 
 // "application/json" with optional parameters, case-insensitive.
 bool is_json_content_type(std::string_view value) noexcept;

@@ -55,7 +55,7 @@ public:
     awaitable<bool> probe_all_at_startup();
 
     struct AdminResult {
-        unsigned status;
+        unsigned status = 0;
         std::string body;  // the JSON to send: {"message": ...} or the OpenAI error shape
     };
     // POST /instances/add. 400 bad type/address or model mismatch; 502 probe failed (instance

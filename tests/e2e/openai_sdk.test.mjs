@@ -24,6 +24,10 @@ const PDSIM = process.env.PDSIM ?? (buildDir && join(buildDir, 'sim', 'pdsim'));
 
 const dir = mkdtempSync(join(tmpdir(), 'pdr-e2e-'));
 const procs = [];
+// Never leave servers behind, whatever ends this process.
+process.on('exit', () => {
+  for (const p of procs) if (!p.exited) p.child.kill('SIGKILL');
+});
 
 function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));

@@ -2,8 +2,6 @@
 // instances, timeouts, missing KV params, mid-stream failures, and no stranded KV after any.
 #include <gtest/gtest.h>
 
-#include <signal.h>
-
 #include <thread>
 
 #include "tests/support/checks.hpp"
@@ -147,6 +145,7 @@ TEST_F(FailureTest, PrefillWithoutKvParamsIs502NamingThem) {
                   .value_or(0),
               1.0)
         << m;
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
 TEST_F(FailureTest, PrefillWithoutKvParamsRecomputesWhenConfigured) {
@@ -209,6 +208,46 @@ TEST_F(FailureTest, DecodeErrorsAreRelayed) {
     auto m = metrics_text(*pd.router);
     EXPECT_GE(metric(m, "pdrouter_upstream_errors_total", {{"leg", "decode"}}).value_or(0), 2.0)
         << m;
+}
+
+TEST_F(FailureTest, DecodeTimeoutIs504AndAbortFreesTheBlocks) {
+    // D holds the request (before reading the KV) longer than --decode-timeout-ms: the router
+    // answers 504 and aborts D, and pdsim D releases P's blocks (vLLM behaviour on abort).
+    auto& pd = start(PdOptions{}
+                         .sim({"--kv-lease-seconds", "30"})
+                         .router(fast_router({"--decode-timeout-ms", "400"})));
+    sim_fault(*pd.decode[0], {{"delay_ms", 3000}});
+    auto t0 = Clock::now();
+    auto r = send_generation(*pd.router, completion_body("slow decode", 3, true));
+    double took = ms_between(t0, Clock::now());
+    EXPECT_EQ(r.status, 504) << r.describe();
+    EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+    EXPECT_LT(took, 2500.0);
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_upstream_errors_total", {{"leg", "decode"}, {"kind", "timeout"}})
+                  .value_or(0),
+              1.0)
+        << m;
+    // The lease is 30 s here, so only the abort path can free the blocks in time.
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+    EXPECT_GE(counter(sim_state(*pd.prefill[0]), "freed_by_abort"), 1);
+}
+
+TEST_F(FailureTest, DecodeIdleMidStreamBecomesErrorEvent) {
+    auto& pd =
+        start(PdOptions{}.sim(kFastSim).router(fast_router({"--decode-idle-timeout-ms", "300"})));
+    sim_fault(*pd.decode[0], {{"token_delay_ms", 1500}});
+    json body = chat_body("idle stream", 4, true);
+    auto t = http_request_timed(
+        pd.router->port,
+        HttpRequest{
+            "POST", "/v1/chat/completions", {{"Content-Type", "application/json"}}, body.dump()},
+        Ms{10000});
+    EXPECT_EQ(t.response.status, 200) << t.response.describe();
+    EXPECT_EQ(error_events(t.response.body).size(), 1u) << t.response.body;
+    EXPECT_EQ(t.response.body.find("[DONE]"), std::string::npos) << t.response.body;
+    EXPECT_LT(ms_between(t.sent, t.end_at), 1400.0) << "the idle timeout did not fire";
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
 TEST_F(FailureTest, DecodeFailsMidStreamErrorEventNoDone) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/support/process.hpp"
+#include "tests/support/sse.hpp"
 
 namespace pdr::test {
 
@@ -95,6 +96,9 @@ HttpResponse http_post(unsigned short port, const std::string& target, const std
 HttpResponse http_post_json(unsigned short port, const std::string& target,
                             const nlohmann::json& body, const Headers& headers = {},
                             Ms timeout = Ms{10000});
+// Sends `req` on an open connection (keep-alive: pass "Connection: keep-alive" in the headers)
+// and reads exactly one response.
+HttpResponse http_exchange(Connection& c, const HttpRequest& req, Ms timeout = Ms{10000});
 // Sends raw bytes and reads one response.
 HttpResponse http_raw(unsigned short port, const std::string& raw, Ms timeout = Ms{10000});
 
@@ -110,12 +114,6 @@ struct TimedResponse {
 };
 TimedResponse http_request_timed(unsigned short port, const HttpRequest& req,
                                  Ms timeout = Ms{20000});
-
-// SSE helpers: the payloads of "data: X" events (without the prefix), in order.
-std::vector<std::string> sse_data(const std::string& body);
-// The concatenated generated text of a completion/chat answer, stream or not. For streams, the
-// events' choices[0].text or choices[0].delta.content. Sets `error` on unparsable input.
-std::string answer_text(const std::string& body, bool stream, bool chat, std::string& error);
 
 double ms_between(Clock::time_point a, Clock::time_point b);
 

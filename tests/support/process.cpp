@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,18 +61,6 @@ std::optional<Process> Process::spawn(const std::string& exe, const std::vector<
         error = "not an executable: " + exe + " (is PDR_BUILD_DIR set and the target built?)";
         return std::nullopt;
     }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                     0644);
-    if (stderr_path.empty()) {
-        posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    } else {
-        posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
-                                         O_WRONLY | O_CREAT | O_APPEND, 0644);
-    }
-
     std::vector<std::string> argv_s;
     argv_s.push_back(exe);
     argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -84,13 +72,44 @@ std::optional<Process> Process::spawn(const std::string& exe, const std::vector<
     }
     argv.push_back(nullptr);
 
-    pid_t pid = -1;
-    int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-        error = "posix_spawn " + exe + ": " + std::strerror(rc);
+    // Open the files in the parent so the child only dup2s (async-signal-safe after fork).
+    const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int out = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int err = stderr_path.empty() ? -1
+                                        : ::open(stderr_path.c_str(),
+                                                 O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    auto close_all = [&] {
+        for (int fd : {in, out, err}) {
+            if (fd >= 0) {
+                ::close(fd);
+            }
+        }
+    };
+    if (in < 0 || out < 0 || (!stderr_path.empty() && err < 0)) {
+        error = "cannot open log file " + log_path + ": " + std::strerror(errno);
+        close_all();
         return std::nullopt;
     }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        error = std::string("fork: ") + std::strerror(errno);
+        close_all();
+        return std::nullopt;
+    }
+    if (pid == 0) {
+        // Child: die with the test process (a crashed or timed-out test leaves no servers).
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != parent) {
+            ::_exit(127);
+        }
+        ::dup2(in, 0);
+        ::dup2(out, 1);
+        ::dup2(err >= 0 ? err : out, 2);
+        ::execve(exe.c_str(), argv.data(), environ);
+        ::_exit(127);
+    }
+    close_all();
     Process p;
     p.pid_ = pid;
     p.log_path_ = log_path;

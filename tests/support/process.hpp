@@ -1,6 +1,7 @@
 #pragma once
-// Child processes for integration tests: spawn an executable with its stdout+stderr going to a
-// log file, wait for the port file it writes, stop it with SIGTERM then SIGKILL after a bound.
+// Child processes for integration tests: spawn an executable (fork+exec; the child gets SIGKILL
+// if the test process dies) with its stdout+stderr going to a log file, wait for the port file it
+// writes, stop it with SIGTERM then SIGKILL after a bound.
 #include <sys/types.h>
 
 #include <chrono>

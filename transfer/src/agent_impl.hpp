@@ -56,7 +56,13 @@ public:
         Clock::time_point deadline{};
         RegionId region = 0;
         std::uint64_t conn = 0;
-        bool backend_pending = true;
+        std::uint32_t remote_region = 0;
+        bool backend_pending = true;          // the backend or the post queue may touch its memory
+        std::uint32_t ops = 0;                // backend operations (chunks) outstanding
+        std::vector<detail::Segment> queued;  // segments left for the progress context
+        std::size_t next = 0;                 // first segment of `queued` not yet posted
+        Status op_status = Status::Ok;        // first backend failure
+        std::string op_message;
         std::optional<Notification> notify;
         CompletionFn on_complete;
     };
@@ -71,6 +77,10 @@ public:
     // transfers / progress (agent_transfer.cpp)
     Result<TransferHandle> post(const TransferRequest& req, Direction dir);
     void finish(TransferHandle h, Xfer& x, Status s, std::string message);
+    // Finishes and forgets `it` once neither the backend nor the post queue references it.
+    void settle(std::unordered_map<TransferHandle, Xfer>::iterator it);
+    bool pump_locked();  // posts one queued chunk; true if more chunks wait
+    bool needs_progress_locked() const;
     void drop_backend_op(Xfer& x);
     Result<void> send_locked(Peer& p, const Notification& n, std::uint8_t flags);
     std::size_t progress();
@@ -98,6 +108,7 @@ public:
     PeerHandle next_peer_ = 0;
 
     std::unordered_map<TransferHandle, Xfer> xfers_;
+    std::deque<TransferHandle> post_queue_;  // transfers with segments left to post, FIFO
     std::unordered_map<TransferHandle, TransferResult> history_;
     std::deque<TransferHandle> history_order_;
     TransferHandle next_xfer_ = 0;
@@ -117,8 +128,18 @@ public:
     int epoll_fd_ = -1;
     std::thread thread_;
     std::atomic<bool> stop_{false};
+    bool sleeping_ = false;    // (mu_) the progress thread is (about to be) blocked in epoll_wait
+    int waiters_ = 0;          // (mu_) callers blocked in wait() on cv_
+    Clock::time_point now_{};  // (mu_) set while post() delivers inline completions
     Clock::time_point next_heartbeat_{};
     static constexpr std::chrono::milliseconds kTick{10};
+    // Requests up to this size are posted on the caller's thread; larger ones (and any request
+    // behind a queued one) go to the progress context, in chunks of at most these sizes.
+    static constexpr std::size_t kInlineSegments = 16;
+    static constexpr std::uint64_t kInlineBytes = std::uint64_t{1} << 20;
+    static constexpr std::size_t kChunkSegments = 128;
+    static constexpr std::uint64_t kChunkBytes = std::uint64_t{4} << 20;
+    static constexpr int kChunksPerProgress = 8;
 };
 
 }  // namespace pdx

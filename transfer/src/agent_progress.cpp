@@ -1,10 +1,70 @@
-// Agent: deadlines, heartbeats, lease sweeps, callbacks and the progress loop.
+// Agent: queued posts, deadlines, heartbeats, lease sweeps, callbacks and the progress loop.
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include "agent_impl.hpp"
 
 namespace pdx {
+
+// ---- queued posts --------------------------------------------------------------------------
+
+bool Agent::Impl::needs_progress_locked() const {
+    return !post_queue_.empty() || !callbacks_.empty() || !received_.empty() || backend_->busy();
+}
+
+bool Agent::Impl::pump_locked() {
+    while (!post_queue_.empty()) {
+        TransferHandle h = post_queue_.front();
+        auto it = xfers_.find(h);
+        if (it == xfers_.end()) {  // dropped with its peer
+            post_queue_.pop_front();
+            continue;
+        }
+        Xfer& x = it->second;
+        if (!is_terminal(x.res.status) && Clock::now() >= x.deadline)
+            finish(h, x, Status::Expired, "deadline passed");  // post nothing for it
+        if (is_terminal(x.res.status) || x.op_status != Status::Ok || x.next >= x.queued.size()) {
+            post_queue_.pop_front();  // canceled/expired/failed: post nothing more
+            x.queued = {};
+            x.next = 0;
+            settle(it);
+            continue;
+        }
+        std::size_t n = 0;
+        std::uint64_t bytes = 0;
+        while (x.next + n < x.queued.size() && n < kChunkSegments &&
+               (n == 0 || bytes + x.queued[x.next + n].bytes <= kChunkBytes))
+            bytes += x.queued[x.next + n++].bytes;
+        std::span<const detail::Segment> chunk(x.queued.data() + x.next, n);
+        auto st = backend_->post(x.conn, x.res.direction, regions_[x.region].mem, x.remote_region,
+                                 chunk, h);
+        x.next += n;
+        if (st) {
+            ++x.ops;
+        } else {
+            x.op_status = st.status();
+            x.op_message = st.message();
+            finish(h, x, x.op_status, x.op_message);  // now, even if earlier chunks are pending
+        }
+        if (x.next >= x.queued.size() || !st) {
+            post_queue_.pop_front();
+            x.queued = {};
+            x.next = 0;
+            settle(it);
+        }
+        return !post_queue_.empty();
+    }
+    return false;
+}
+
+void Agent::Impl::settle(std::unordered_map<TransferHandle, Xfer>::iterator it) {
+    Xfer& x = it->second;
+    if (x.ops > 0 || x.next < x.queued.size())
+        return;
+    drop_backend_op(x);
+    finish(it->first, x, x.op_status, std::move(x.op_message));
+    xfers_.erase(it);
+}
 
 // ---- progress ----------------------------------------------------------------------------
 
@@ -46,6 +106,17 @@ void Agent::Impl::tick_locked(Clock::time_point now) {
 
 std::size_t Agent::Impl::progress() {
     std::size_t n = 0;
+    // Queued transfers: a bounded number of chunks per call, the lock released between them so
+    // callers of write_blocks/poll never wait behind a whole large transfer.
+    for (int i = 0; i < kChunksPerProgress; ++i) {
+        std::lock_guard lk(mu_);
+        if (post_queue_.empty())
+            break;
+        bool more = pump_locked();
+        n += 1 + backend_->progress();
+        if (!more)
+            break;
+    }
     {
         std::lock_guard lk(mu_);
         std::uint64_t v;
@@ -100,7 +171,7 @@ void Agent::Impl::run_callbacks() {
 
 bool Agent::Impl::arm() {
     std::lock_guard lk(mu_);
-    if (!callbacks_.empty() || !received_.empty())
+    if (needs_progress_locked())
         return false;
     return backend_->arm();
 }
@@ -113,10 +184,18 @@ void Agent::Impl::wake() {
 void Agent::Impl::thread_main() {
     while (!stop_) {
         progress();
-        if (!arm())
-            continue;
+        {
+            // sleeping_ is set under the lock that post() checks it under: a post that comes
+            // after this point sees it and writes the wake-up fd.
+            std::lock_guard lk(mu_);
+            if (stop_ || needs_progress_locked() || !backend_->arm())
+                continue;
+            sleeping_ = true;
+        }
         epoll_event ev[4];
         ::epoll_wait(epoll_fd_, ev, 4, static_cast<int>(kTick.count()));
+        std::lock_guard lk(mu_);
+        sleeping_ = false;
     }
 }
 

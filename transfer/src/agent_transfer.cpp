@@ -8,9 +8,9 @@
 namespace pdx {
 namespace {
 
-std::uint64_t ns_since(Clock::time_point t) {
+std::uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
     return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+        std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
 
 void add_latency(LatencyStat& s, std::uint64_t ns) {
@@ -18,6 +18,21 @@ void add_latency(LatencyStat& s, std::uint64_t ns) {
     s.total_ns += ns;
     if (ns > s.max_ns)
         s.max_ns = ns;
+}
+
+// Splits segments longer than Impl::kChunkBytes into pieces of that size (order kept).
+void split_large(std::vector<detail::Segment>& segs) {
+    constexpr std::uint64_t kMax = Agent::Impl::kChunkBytes;
+    bool any = false;
+    for (const auto& s : segs)
+        any = any || s.bytes > kMax;
+    if (!any)
+        return;
+    std::vector<detail::Segment> out;
+    for (const auto& s : segs)
+        for (std::uint64_t off = 0; off < s.bytes; off += kMax)
+            out.push_back({s.local_addr + off, s.remote_addr + off, std::min(kMax, s.bytes - off)});
+    segs = std::move(out);
 }
 
 }  // namespace
@@ -108,20 +123,32 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         return refuse(plan.status(), plan.message());
 
     TransferHandle h = ++next_xfer_;
-    auto post_status = backend_->post(peer.conn, dir, region.mem, rl.region, plan->segments, h);
-    if (!post_status)
-        return refuse(post_status.status(), post_status.message());
+    const bool inline_post = post_queue_.empty() && plan->segments.size() <= kInlineSegments &&
+                             plan->bytes <= kInlineBytes;
+    if (inline_post) {
+        auto st = backend_->post(peer.conn, dir, region.mem, rl.region, plan->segments, h);
+        if (!st)
+            return refuse(st.status(), st.message());
+    }
+    const auto descriptors = static_cast<std::uint32_t>(plan->segments.size());
     Xfer x;
     x.res.handle = h;
     x.res.transfer_id = req.transfer_id;
     x.res.peer = peer.handle;
     x.res.direction = dir;
     x.res.bytes = plan->bytes;
-    x.res.descriptors = static_cast<std::uint32_t>(plan->segments.size());
+    x.res.descriptors = descriptors;
     x.posted = t0;
     x.deadline = req.deadline == Clock::time_point{} ? t0 + cfg_.default_deadline : req.deadline;
     x.region = ll.region;
     x.conn = peer.conn;
+    x.remote_region = rl.region;
+    x.ops = inline_post ? 1 : 0;
+    if (!inline_post) {
+        x.queued = std::move(plan->segments);
+        split_large(x.queued);  // bounds the lock hold time of one chunk
+        post_queue_.push_back(h);
+    }
     x.notify = req.notify;
     x.on_complete = req.on_complete;
     ++region.ops;
@@ -130,10 +157,22 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     ++stats_.transfers_posted;
     ++stats_.transfers_in_flight;
     stats_.blocks_requested += req.local_ids.size();
-    stats_.descriptors_posted += plan->segments.size();
-    add_latency(stats_.post, ns_since(t0));
+    stats_.descriptors_posted += descriptors;
+    now_ = Clock::now();  // one clock read for the post latency and an inline completion
+    if (inline_post)
+        backend_->deliver_completed();  // e.g. shm: data and flush completed inside post()
+    add_latency(stats_.post, ns_between(t0, now_));
+    now_ = {};
+    // Wake the progress context only if it has something to do and may be asleep.
+    bool wake_up = needs_progress_locked() || xfers_.count(h) != 0;
+    if (cfg_.progress == ProgressMode::Thread) {
+        wake_up = wake_up && sleeping_;
+        if (wake_up)
+            sleeping_ = false;
+    }
     lk.unlock();
-    wake();
+    if (wake_up)
+        wake();
     return h;
 }
 
@@ -156,7 +195,8 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
             (x.res.direction == Direction::Write ? stats_.bytes_written : stats_.bytes_read) +=
                 x.res.bytes;
             ++stats_.transfers_ok;
-            add_latency(stats_.completion, ns_since(x.posted));
+            add_latency(stats_.completion,
+                        ns_between(x.posted, now_ == Clock::time_point{} ? Clock::now() : now_));
             break;
         case Status::Expired:
             ++stats_.transfers_expired;
@@ -198,7 +238,8 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
     if (x.on_complete)
         callbacks_.emplace_back(std::move(x.on_complete), x.res);
     x.on_complete = nullptr;
-    cv_.notify_all();
+    if (waiters_ > 0)
+        cv_.notify_all();
 }
 
 Result<void> Agent::Impl::send_locked(Peer& p, const Notification& n, std::uint8_t flags) {
@@ -212,9 +253,16 @@ void Agent::Impl::on_op_complete(std::uint64_t op, Status status, std::string me
     auto it = xfers_.find(op);
     if (it == xfers_.end())
         return;
-    drop_backend_op(it->second);
-    finish(op, it->second, status, std::move(message));
-    xfers_.erase(it);
+    Xfer& x = it->second;
+    if (x.ops > 0)
+        --x.ops;
+    if (status != Status::Ok && x.op_status == Status::Ok) {
+        x.op_status = status;
+        x.op_message = std::move(message);
+    }
+    if (x.op_status != Status::Ok)
+        finish(op, x, x.op_status, x.op_message);  // report now; forgotten in settle()
+    settle(it);
 }
 
 void Agent::Impl::on_message(std::span<const std::byte> message) {
@@ -299,6 +347,7 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
     if (impl_->cfg_.progress == ProgressMode::Thread) {
         std::unique_lock lk(impl_->mu_);
         Status s = Status::NotFound;
+        ++impl_->waiters_;
         impl_->cv_.wait_until(lk, until, [&] {
             auto it = impl_->xfers_.find(handle);
             if (it != impl_->xfers_.end())
@@ -309,11 +358,15 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
                 s = Status::NotFound;
             return s != Status::InProgress;
         });
+        --impl_->waiters_;
         return s;
     }
     for (;;) {
+        Status s = poll(handle);  // often already terminal (completed inside write_blocks)
+        if (s != Status::InProgress)
+            return s;
         progress();
-        Status s = poll(handle);
+        s = poll(handle);
         if (s != Status::InProgress || Clock::now() >= until)
             return s;
         if (arm()) {

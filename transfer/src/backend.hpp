@@ -63,6 +63,11 @@ public:
     virtual Result<void> send(std::uint64_t conn, std::vector<std::byte> message) = 0;
 
     virtual std::size_t progress() = 0;
+    // Reports operations that already completed (e.g. inside post()) without progressing the
+    // transport. Returns the number reported.
+    virtual std::size_t deliver_completed() { return 0; }
+    // True if the transport holds work that only progress() can finish (e.g. unsent messages).
+    virtual bool busy() const { return false; }
     virtual int event_fd() const = 0;  // -1 if none
     virtual bool arm() = 0;            // false: more work pending
 };

@@ -1,8 +1,9 @@
 // UCX backend: ucp_put_nbx/ucp_get_nbx per merged segment, then ucp_ep_flush_nbx; the transfer
-// completes when every request and the flush are done (so a Done notification sent afterwards
-// follows data that is visible at the target). Notifications are eager active messages.
-// UCX calls happen under the agent's lock (worker in SERIALIZED mode); request callbacks only
-// record results, which progress() reports after ucp_worker_progress returns.
+// completes when the flush is done (puts carry no request or callback of their own; gets do) (so a
+// Done notification sent afterwards follows data that is visible at the target). Notifications are
+// eager active messages. UCX calls happen under the agent's lock (worker in SERIALIZED mode);
+// request callbacks only record results, which progress() reports after ucp_worker_progress
+// returns.
 #include <ucp/api/ucp.h>
 
 #include <chrono>
@@ -212,18 +213,31 @@ public:
         ucp_rkey_h rkey = c.rkeys[remote_region];
         auto* op = new Op{this, op_id, 0, false, UCS_OK};
         ucp_request_param_t rp{};
-        rp.op_attr_mask =
-            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-        rp.cb.send = &UcxBackend::op_cb;
-        rp.user_data = op;
         rp.memh = static_cast<ucp_mem_h>(local.handle);
-        for (const auto& s : segments) {
-            auto* buf = reinterpret_cast<void*>(s.local_addr);
-            ucs_status_ptr_t r = dir == Direction::Write
-                                     ? ucp_put_nbx(c.ep, buf, s.bytes, s.remote_addr, rkey, &rp)
-                                     : ucp_get_nbx(c.ep, buf, s.bytes, s.remote_addr, rkey, &rp);
-            if (!track(op, r))
-                break;
+        if (dir == Direction::Write) {
+            // No request or callback per put: the flush below completes after every put.
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+            if (segments.size() > 1)
+                rp.op_attr_mask |= UCP_OP_ATTR_FLAG_MULTI_SEND;
+            for (const auto& s : segments) {
+                ucs_status_ptr_t r = ucp_put_nbx(c.ep, reinterpret_cast<void*>(s.local_addr),
+                                                 s.bytes, s.remote_addr, rkey, &rp);
+                if (UCS_PTR_IS_ERR(r)) {
+                    op->status = UCS_PTR_STATUS(r);
+                    break;
+                }
+                if (r != nullptr)
+                    ucp_request_free(r);  // released by UCX when the put completes
+            }
+        } else {
+            rp.op_attr_mask =
+                UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+            rp.cb.send = &UcxBackend::op_cb;
+            rp.user_data = op;
+            for (const auto& s : segments)
+                if (!track(op, ucp_get_nbx(c.ep, reinterpret_cast<void*>(s.local_addr), s.bytes,
+                                           s.remote_addr, rkey, &rp)))
+                    break;
         }
         if (op->status == UCS_OK) {
             ucp_request_param_t fp{};
@@ -233,6 +247,7 @@ public:
             track(op, ucp_ep_flush_nbx(c.ep, &fp));
         }
         op->posted = true;
+        kicked_ = kicked_ || op->pending > 0;  // one progress round before the worker is armed
         maybe_done(op);
         return {};
     }
@@ -258,31 +273,42 @@ public:
             delete sb;
             return {Status::Failed, ucs_message("ucp_am_send_nbx", UCS_PTR_STATUS(r))};
         }
+        kicked_ = true;  // the send needs progress to finish
         return {};
     }
 
     std::size_t progress() override {
+        kicked_ = false;
         std::size_t n = 0;
         for (int i = 0; i < 4096 && ucp_worker_progress(worker_) != 0; ++i)
             ++n;
         reap_closing();
-        auto done = std::move(done_);
-        done_.clear();
+        // Order of arrival: messages received this round came before the connection errors
+        // (a Done sent just before the peer exited must still be attributed to that peer), and
+        // errors before completions, so operations that failed with them end as PeerGone.
+        auto messages = std::move(messages_);
+        messages_.clear();
+        for (auto& m : messages)
+            ev_.on_message(m);
         auto errors = std::move(errors_);
         errors_.clear();
-        // connection errors first, so operations that failed with them end as PeerGone
         for (auto& [token, st] : errors)
             if (conns_.count(token))
                 ev_.on_conn_error(token, ucs_status_string(st));
+        n += messages.size() + errors.size() + deliver_completed();
+        return n;
+    }
+    std::size_t deliver_completed() override {
+        if (done_.empty())
+            return 0;
+        auto done = std::move(done_);
+        done_.clear();
         for (auto& [id, st] : done)
             ev_.on_op_complete(id, to_status(st),
                                st == UCS_OK ? std::string() : ucs_message("ucx transfer", st));
-        for (auto& m : messages_)
-            ev_.on_message(m);
-        n += done.size() + errors.size() + messages_.size();
-        messages_.clear();
-        return n;
+        return done.size();
     }
+    bool busy() const override { return kicked_ || !done_.empty(); }
     int event_fd() const override { return efd_; }
     bool arm() override {
         if (!done_.empty() || !errors_.empty() || !messages_.empty())
@@ -419,6 +445,7 @@ private:
     std::vector<std::pair<std::uint64_t, ucs_status_t>> done_;
     std::vector<std::pair<std::uint64_t, ucs_status_t>> errors_;
     std::vector<std::vector<std::byte>> messages_;
+    bool kicked_ = false;  // work was queued in UCX since the last progress()
 };
 
 }  // namespace

@@ -86,6 +86,15 @@ TEST(ValidateGeneration, KeepsKeyOrderOfTheClientBody) {
     EXPECT_EQ(out.body.dump(), R"({"prompt":"p","z":1,"model":"m","a":2})");
 }
 
+TEST(ValidateGeneration, RejectsDeepNestingBeforeParsing) {
+    ParsedGeneration out;
+    const std::string body =
+        R"({"model":"m","prompt":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+    ValidationError err = validate_generation(kCmpl, kJson, body, out);
+    EXPECT_EQ(err.errc, Errc::BadJson);
+    EXPECT_NE(err.message.find("deeper"), std::string::npos);
+}
+
 TEST(ParseObject, RejectsNonObjects) {
     disagg::Json j;
     EXPECT_TRUE(parse_object(R"({"request_ids":[]})", j).ok());

@@ -192,6 +192,13 @@ TEST(LegRequest, CarriesTheDocumentedHeadersOnly) {
     EXPECT_EQ(bare["X-Request-Id"], "rid-2");
 }
 
+TEST(KvHandle, TooDeepAnswerIsRejectedBeforeParsing) {
+    KvHandle h;
+    const std::string deep = "{\"kv_transfer_params\":{\"a\":" + std::string(kMaxJsonDepth, '[') +
+                             std::string(kMaxJsonDepth, ']') + "}}";
+    EXPECT_EQ(parse_kv_handle(deep, h), HandleStatus::NotJson);
+}
+
 TEST(ContentType, JsonWithParametersIsAccepted) {
     EXPECT_TRUE(is_json_content_type("application/json"));
     EXPECT_TRUE(is_json_content_type("Application/JSON"));

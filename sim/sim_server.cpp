@@ -1,5 +1,5 @@
-#include "router/common/log.hpp"
 #include "router/common/json_depth.hpp"
+#include "router/common/log.hpp"
 #include "sim/generation.hpp"
 #include "sim/sim_impl.hpp"
 

@@ -3,7 +3,7 @@
 // prefill leg and the KV handover). Prints a Markdown table and the targets' verdicts.
 //
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
-//                  [--delays 0,10] [--quick]
+//                  [--delays 0,10] [--answers json,stream] [--quick]
 #include "bench/router/load.hpp"
 #include "bench/router/process.hpp"
 
@@ -27,6 +27,7 @@ struct Options {
     std::size_t requests = 3000;
     int max_tokens = 16;
     std::vector<int> delays{0, 10};
+    std::vector<bool> answers{false, true};  // stream?
 };
 
 std::string prompt_text() {
@@ -98,6 +99,13 @@ Options parse(int argc, char** argv) {
             while (std::getline(ss, d, ',')) {
                 o.delays.push_back(std::stoi(d));
             }
+        } else if (a == "--answers") {
+            o.answers.clear();
+            std::stringstream ss(next());
+            std::string d;
+            while (std::getline(ss, d, ',')) {
+                o.answers.push_back(d == "stream");
+            }
         } else if (a == "--quick") {
             o.requests = 200;
         } else {
@@ -139,7 +147,7 @@ int main(int argc, char** argv) try {
                      o.concurrency, n, n / 10};
         Row prefill_row{"prefill", delay, false, pdr::bench::run_load(pre)};
         print_row(prefill_row);
-        for (bool stream : {false, true}) {
+        for (bool stream : o.answers) {
             LoadSpec direct{{"127.0.0.1", decode.port()}, "/v1/completions", body(o, stream), stream,
                             o.concurrency, n, n / 10};
             Row d{"direct D", delay, stream, pdr::bench::run_load(direct)};

@@ -3,8 +3,9 @@
 # and prints ours / ucx_perftest per message size, then the merge and post-overhead targets.
 #   bench/transfer/run.sh [--bench PATH] [--tls tcp,shm] [--sizes 64K,1M,16M] [--depth 4]
 #                         [--time-ms 1000] [--rounds 3] [--extra "--eventfd ..."]
-# Each measurement is repeated --rounds times, ours and ucx_perftest interleaved, and the best
-# round of each is kept (best-of-N filters interference from other processes on a shared box).
+# Each measurement is repeated --rounds times, ours and ucx_perftest interleaved (perftest sized
+# to run as long as our cell), and the best round of each is kept (best-of-N filters
+# interference from other processes on a shared box).
 # Both tools use memory allocated through UCX (UCP_MEM_MAP_ALLOCATE), both ends on 127.0.0.1.
 # Bounded: each perftest client runs under `timeout`, each bench run is time-limited per cell.
 set -euo pipefail
@@ -52,13 +53,13 @@ tls_env() {  # prints the UCX environment for a transport name
 }
 
 # ucx_perftest ucp_put_bw: prints bytes/s (perftest "MB/s" is MiB/s), or 0 on failure.
+# The iteration count makes perftest run about as long as our cell (--time-ms at the rate ours
+# just measured), so both face the same share of the machine's load: a 5 ms perftest run can
+# fit in one scheduling quantum that a 1 s run never gets on a loaded box.
 perftest_bw() {
-  local tls=$1 size=$2 iters port srv out mbs
-  if [[ "$tls" == tcp ]]; then
-    iters=$(( size >= 16777216 ? 10 : (size >= 1048576 ? 100 : 1000) ))
-  else
-    iters=$(( size >= 16777216 ? 60 : (size >= 1048576 ? 600 : 4000) ))
-  fi
+  local tls=$1 size=$2 ours_gbps=$3 iters port srv out mbs
+  iters=$(awk -v g="$ours_gbps" -v s="$size" -v t="$time_ms" 'BEGIN {
+    n = int(g * 1e9 * t / 1000 / s); if (n < 10) n = 10; if (n > 2000000) n = 2000000; print n }')
   port=$(( 20000 + RANDOM % 20000 ))
   env $(tls_env "$tls") timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
   srv=$!
@@ -86,7 +87,7 @@ for tls in ${tls_list//,/ }; do
             --depth "$depth" --time-ms "$time_ms" --min-iters 5 --max-iters 1000000 --no-post \
             --no-verify --csv $extra)
       o=$(awk -F, -v b="$b" '$1=="write" && $3==b && $4==1 {print $8}' <<<"$csv")
-      p=$(perftest_bw "$tls" "$b")
+      p=$(perftest_bw "$tls" "$b" "${o:-0}")
       ours=$(awk -v a="$ours" -v b="${o:-0}" 'BEGIN { print (b > a) ? b : a }')
       pt=$(awk -v a="$pt" -v b="$p" 'BEGIN { print (b > a) ? b : a }')
     done

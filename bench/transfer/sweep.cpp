@@ -64,8 +64,8 @@ Result<TransferHandle> Sweep::post(bool write, std::size_t size_index,
     req.local_ids = local;
     req.remote_ids = remote;
     req.transfer_id = next_id_++;
-    req.deadline = Clock::now() + kWait;
     auto t0 = Clock::now();
+    req.deadline = t0 + kWait;
     auto r = write ? agent_.write_blocks(req) : agent_.read_blocks(req);
     post_us += Sec(Clock::now() - t0).count() * 1e6;
     return r;

@@ -26,6 +26,7 @@ struct Options {
     bool csv = false;
     bool register_memory = false;  // malloc + register_region instead of allocate_region
     bool eventfd = false;          // ProgressMode::EventFd on the initiator
+    std::int64_t inline_kib = -1;  // Config::inline_post_bytes in KiB (-1: the default)
 };
 
 struct Cell {

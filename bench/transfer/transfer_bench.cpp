@@ -5,7 +5,7 @@
 //   pdx_transfer_bench --tls tcp|shm|loopback [--sizes 4K,64K,1M] [--blocks 1,1024]
 //       [--patterns contig,scatter] [--ops write,read] [--region-mib 64] [--depth 4]
 //       [--time-ms 200] [--min-iters 3] [--max-iters 2000] [--post-iters 200] [--no-post]
-//       [--no-verify] [--register] [--eventfd] [--csv]
+//       [--no-verify] [--register] [--eventfd] [--inline-kib N] [--csv]
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,6 +94,8 @@ Options parse(int argc, char** argv) {
             o.register_memory = true;
         else if (a == "--eventfd")
             o.eventfd = true;
+        else if (a == "--inline-kib")
+            o.inline_kib = std::stol(val());
         else if (a == "--csv")
             o.csv = true;
         else
@@ -130,6 +132,9 @@ bool make_side(const Options& o, const char* name, bool initiator, Side& s) {
     }
     if (initiator && o.eventfd)
         cfg.progress = ProgressMode::EventFd;
+    if (o.inline_kib >= 0)
+        cfg.inline_post_bytes = cfg.inline_post_bytes_peer_mode =
+            static_cast<std::uint64_t>(o.inline_kib) << 10;
     cfg.max_transfer_bytes = o.region_bytes;
     auto a = Agent::create(cfg);
     if (!a) {

@@ -12,30 +12,30 @@ namespace pdr {
 enum class Errc {
     Ok = 0,
     // client input
-    BadJson = 1,          // 400 invalid_request_error
-    NotAnObject,          // 400
-    MissingField,         // 400
-    InvalidField,         // 400
-    UnsupportedMediaType, // 415
-    BodyTooLarge,         // 413
-    HeadersTooLarge,      // 431
-    NotFound,             // 404
-    MethodNotAllowed,     // 405
-    Unauthorized,         // 401
-    Forbidden,            // 403
-    Conflict,             // 409
-    TooManyRequests,      // 429 (max concurrent requests reached)
+    BadJson = 1,           // 400 invalid_request_error
+    NotAnObject,           // 400
+    MissingField,          // 400
+    InvalidField,          // 400
+    UnsupportedMediaType,  // 415
+    BodyTooLarge,          // 413
+    HeadersTooLarge,       // 431
+    NotFound,              // 404
+    MethodNotAllowed,      // 405
+    Unauthorized,          // 401
+    Forbidden,             // 403
+    Conflict,              // 409
+    TooManyRequests,       // 429 (max concurrent requests reached)
     // upstream / availability
-    NoPrefillInstance,    // 503
-    NoDecodeInstance,     // 503
-    UpstreamConnect,      // 502
-    UpstreamTimeout,      // 504
-    UpstreamProtocol,     // 502 (unparsable answer)
-    UpstreamClosed,       // 502 (connection closed before a full answer)
-    MissingKvParams,      // 502 (prefill answered without kv_transfer_params)
-    ShuttingDown,         // 503
-    Internal,             // 500
-    BadHttp,              // 400 malformed HTTP request (added by the net layer)
+    NoPrefillInstance,  // 503
+    NoDecodeInstance,   // 503
+    UpstreamConnect,    // 502
+    UpstreamTimeout,    // 504
+    UpstreamProtocol,   // 502 (unparsable answer)
+    UpstreamClosed,     // 502 (connection closed before a full answer)
+    MissingKvParams,    // 502 (prefill answered without kv_transfer_params)
+    ShuttingDown,       // 503
+    Internal,           // 500
+    BadHttp,            // 400 malformed HTTP request (added by the net layer)
 };
 
 const boost::system::error_category& router_category() noexcept;

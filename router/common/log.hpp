@@ -19,11 +19,11 @@ void write(Level level, std::string_view component, std::string_view message,
 
 }  // namespace pdr::log
 
-#define PDR_LOG(lvl, component, ...)                                                       \
-    do {                                                                                   \
-        if (static_cast<int>(lvl) >= static_cast<int>(::pdr::log::level())) {             \
-            ::pdr::log::write(lvl, component, __VA_ARGS__);                                 \
-        }                                                                                  \
+#define PDR_LOG(lvl, component, ...)                                          \
+    do {                                                                      \
+        if (static_cast<int>(lvl) >= static_cast<int>(::pdr::log::level())) { \
+            ::pdr::log::write(lvl, component, __VA_ARGS__);                   \
+        }                                                                     \
     } while (0)
 #define PDR_DEBUG(component, ...) PDR_LOG(::pdr::log::Level::Debug, component, __VA_ARGS__)
 #define PDR_INFO(component, ...) PDR_LOG(::pdr::log::Level::Info, component, __VA_ARGS__)

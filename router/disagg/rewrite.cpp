@@ -145,7 +145,18 @@ HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
     if (!json_depth_ok(prefill_answer)) {
         return HandleStatus::NotJson;
     }
-    Json answer = Json::parse(prefill_answer, nullptr, false);
+    // Only kv_transfer_params is needed from P's (often long) answer: the callback drops every
+    // other top-level member while parsing, so the DOM holds just the root and the handle. The
+    // verdicts (valid JSON object, key present, last duplicate wins) are those of a full parse.
+    bool in_kv = false;
+    auto keep_handle_only = [&in_kv](int depth, Json::parse_event_t event, Json& parsed) {
+        if (depth == 1 && event == Json::parse_event_t::key) {
+            in_kv = parsed.is_string() && parsed.get_ref<const std::string&>() == kKvKey;
+            return in_kv;
+        }
+        return depth < 1 || in_kv;
+    };
+    Json answer = Json::parse(prefill_answer, keep_handle_only, false);
     if (answer.is_discarded() || !answer.is_object()) {
         return HandleStatus::NotJson;
     }

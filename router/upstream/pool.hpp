@@ -13,6 +13,7 @@ struct Conn {
     beast::tcp_stream stream;
     beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)
     Clock::time_point idle_since{};
+    std::unique_ptr<char[]> body_buf;  // StreamImpl's body buffer, reused while pooled
 };
 using ConnPtr = std::unique_ptr<Conn>;
 
@@ -80,7 +81,7 @@ private:
     bool keep_alive_;
     std::size_t max_body_;
     http::response_parser<http::buffer_body> parser_;
-    std::unique_ptr<char[]> buf_;
+    char* buf_ = nullptr;  // owned by conn_ (Conn::body_buf)
     bool done_ = false;
     bool canceled_ = false;
     bool closed_ = false;

@@ -11,8 +11,13 @@ StreamImpl::StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPt
       conn_(std::move(conn)),
       timeouts_(t),
       keep_alive_(keep_alive),
-      max_body_(max_body),
-      buf_(new char[kBufferSize]) {
+      max_body_(max_body) {
+    // One body buffer per pooled connection, not per response: saves a 16 KiB malloc/free
+    // (and the malloc consolidation it triggers) on every leg.
+    if (!conn_->body_buf) {
+        conn_->body_buf = std::make_unique<char[]>(kBufferSize);
+    }
+    buf_ = conn_->body_buf.get();
     parser_.header_limit(kMaxResponseHeader);
     parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (head_request) {
@@ -52,7 +57,7 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
     try {
         for (;;) {
             auto& body = parser_.get().body();
-            body.data = buf_.get();
+            body.data = buf_;
             body.size = kBufferSize;
             conn_->stream.expires_after(timeouts_.idle);
             auto [ec, n] =
@@ -68,7 +73,7 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
                 drop();
                 co_return f;
             }
-            out.append(buf_.get(), got);
+            out.append(buf_, got);
             if (parser_.is_done()) {
                 finish();
                 co_return Failure::None;

@@ -131,12 +131,11 @@ public:
     bool sleeping_ = false;    // (mu_) the progress thread is (about to be) blocked in epoll_wait
     int waiters_ = 0;          // (mu_) callers blocked in wait() on cv_
     Clock::time_point now_{};  // (mu_) set while post() delivers inline completions
+    Xfer* inline_xfer_ = nullptr;  // (mu_) the transfer post() is completing inline
+    TransferHandle inline_op_ = 0;
     Clock::time_point next_heartbeat_{};
     static constexpr std::chrono::milliseconds kTick{10};
-    // Requests up to this size are posted on the caller's thread; larger ones (and any request
-    // behind a queued one) go to the progress context, in chunks of at most these sizes.
-    static constexpr std::size_t kInlineSegments = 16;
-    static constexpr std::uint64_t kInlineBytes = std::uint64_t{1} << 20;
+    // Queued requests (see Config::inline_post_*) are posted in chunks of at most these sizes.
     static constexpr std::size_t kChunkSegments = 128;
     static constexpr std::uint64_t kChunkBytes = std::uint64_t{4} << 20;
     static constexpr int kChunksPerProgress = 8;

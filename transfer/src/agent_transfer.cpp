@@ -123,8 +123,10 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         return refuse(plan.status(), plan.message());
 
     TransferHandle h = ++next_xfer_;
-    const bool inline_post = post_queue_.empty() && plan->segments.size() <= kInlineSegments &&
-                             plan->bytes <= kInlineBytes;
+    const std::uint64_t inline_bytes =
+        peer.peer_error_mode ? cfg_.inline_post_bytes_peer_mode : cfg_.inline_post_bytes;
+    const bool inline_post = post_queue_.empty() && plan->segments.size() <= cfg_.inline_post_ops &&
+                             plan->bytes <= inline_bytes;
     if (inline_post) {
         auto st = backend_->post(peer.conn, dir, region.mem, rl.region, plan->segments, h);
         if (!st)
@@ -151,20 +153,29 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     }
     x.notify = req.notify;
     x.on_complete = req.on_complete;
-    ++region.ops;
-    peer.in_flight.insert(h);
-    xfers_.emplace(h, std::move(x));
     ++stats_.transfers_posted;
     ++stats_.transfers_in_flight;
     stats_.blocks_requested += req.local_ids.size();
     stats_.descriptors_posted += descriptors;
     now_ = Clock::now();  // one clock read for the post latency and an inline completion
-    if (inline_post)
-        backend_->deliver_completed();  // e.g. shm: data and flush completed inside post()
+    if (inline_post) {
+        // e.g. shm: data and flush often complete inside backend post(); such a transfer ends
+        // here without ever entering xfers_ (see on_op_complete)
+        inline_op_ = h;
+        inline_xfer_ = &x;
+        backend_->deliver_completed();
+        inline_xfer_ = nullptr;
+    }
     add_latency(stats_.post, ns_between(t0, now_));
     now_ = {};
+    const bool pending = x.backend_pending;
+    if (pending) {
+        ++region.ops;
+        peer.in_flight.insert(h);
+        xfers_.emplace(h, std::move(x));
+    }
     // Wake the progress context only if it has something to do and may be asleep.
-    bool wake_up = needs_progress_locked() || xfers_.count(h) != 0;
+    bool wake_up = needs_progress_locked() || pending;
     if (cfg_.progress == ProgressMode::Thread) {
         wake_up = wake_up && sleeping_;
         if (wake_up)
@@ -250,6 +261,13 @@ Result<void> Agent::Impl::send_locked(Peer& p, const Notification& n, std::uint8
 }
 
 void Agent::Impl::on_op_complete(std::uint64_t op, Status status, std::string message) {
+    if (inline_xfer_ && op == inline_op_) {  // completed inside post(): not in xfers_ (yet)
+        Xfer& x = *inline_xfer_;
+        x.ops = 0;
+        x.backend_pending = false;  // post() never pinned the region for it
+        finish(op, x, status, std::move(message));
+        return;
+    }
     auto it = xfers_.find(op);
     if (it == xfers_.end())
         return;
@@ -343,12 +361,10 @@ Result<void> Agent::cancel(TransferHandle handle) {
 }
 
 Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
-    auto until = Clock::now() + timeout;
     if (impl_->cfg_.progress == ProgressMode::Thread) {
         std::unique_lock lk(impl_->mu_);
         Status s = Status::NotFound;
-        ++impl_->waiters_;
-        impl_->cv_.wait_until(lk, until, [&] {
+        auto done = [&] {
             auto it = impl_->xfers_.find(handle);
             if (it != impl_->xfers_.end())
                 s = it->second.res.status;
@@ -357,10 +373,15 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
             else
                 s = Status::NotFound;
             return s != Status::InProgress;
-        });
+        };
+        if (done())  // often already terminal (completed inside write_blocks)
+            return s;
+        ++impl_->waiters_;
+        impl_->cv_.wait_until(lk, Clock::now() + timeout, done);
         --impl_->waiters_;
         return s;
     }
+    auto until = Clock::now() + timeout;
     for (;;) {
         Status s = poll(handle);  // often already terminal (completed inside write_blocks)
         if (s != Status::InProgress)

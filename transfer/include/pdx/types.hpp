@@ -109,6 +109,15 @@ struct Config {
     std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger requests: Invalid
     std::uint32_t max_blocks_per_transfer = 1u << 20;           // longer id lists: Invalid
     std::size_t completed_history = 65536;  // terminal transfers kept for poll()
+    // Requests of at most this many operations (after merging) and bytes are posted on the
+    // caller's thread (lowest latency; over shm the copy runs inside write_blocks); larger ones,
+    // and any request behind a queued one, are posted by the progress context in chunks.
+    // inline_post_ops = 0: always queue. Peers in UCX peer-failure mode have no shm lanes (tcp
+    // or remote): for them the smaller inline_post_bytes_peer_mode applies, so a socket write
+    // of a large request does not block the caller.
+    std::uint32_t inline_post_ops = 16;
+    std::uint64_t inline_post_bytes = std::uint64_t{1} << 20;
+    std::uint64_t inline_post_bytes_peer_mode = std::uint64_t{8} << 10;
 };
 
 // Blocks of one layout: block i lives at region base + offset + i * stride, block_bytes long.

@@ -9,9 +9,9 @@ namespace {
 struct Shared {
     const LoadSpec& spec;
     upstream::Client& client;
-    std::size_t to_issue;       // requests still to start in this phase
+    std::size_t to_issue;  // requests still to start in this phase
     Clock::time_point deadline;
-    LoadResult* result;         // null during warm-up
+    LoadResult* result;  // null during warm-up
 };
 
 upstream::Request make_request(const LoadSpec& spec) {

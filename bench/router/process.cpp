@@ -1,14 +1,14 @@
 #include "bench/router/process.hpp"
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <chrono>
 #include <csignal>
-#include <fcntl.h>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 namespace pdr::bench {
 namespace {
@@ -24,7 +24,8 @@ std::string read_file(const std::string& path) {
 
 Child::Child(std::vector<std::string> argv, const std::string& log_path) {
     static int serial = 0;
-    port_file_ = "/tmp/pdr-bench-" + std::to_string(getpid()) + "-" + std::to_string(++serial) + ".port";
+    port_file_ =
+        "/tmp/pdr-bench-" + std::to_string(getpid()) + "-" + std::to_string(++serial) + ".port";
     ::unlink(port_file_.c_str());
     argv.insert(argv.end(), {"--port", "0", "--port-file", port_file_});
     std::vector<char*> args;
@@ -63,7 +64,9 @@ Child::Child(std::vector<std::string> argv, const std::string& log_path) {
     throw std::runtime_error(argv[0] + " did not report its port in 15 s; see " + log_path);
 }
 
-Child::~Child() { stop(); }
+Child::~Child() {
+    stop();
+}
 
 double Child::cpu_seconds() const {
     // /proc/<pid>/stat: fields 14 and 15 are utime and stime in clock ticks; the command name

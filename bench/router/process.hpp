@@ -1,8 +1,8 @@
 #pragma once
 // Child processes for the benchmark: spawn with a port file, wait for the port, read CPU time
 // and peak RSS from /proc, stop with SIGTERM.
-#include <string>
 #include <sys/types.h>
+#include <string>
 #include <vector>
 
 namespace pdr::bench {
@@ -19,8 +19,8 @@ public:
     unsigned short port() const { return port_; }
     pid_t pid() const { return pid_; }
 
-    double cpu_seconds() const;     // utime + stime so far
-    double peak_rss_mib() const;    // VmHWM
+    double cpu_seconds() const;   // utime + stime so far
+    double peak_rss_mib() const;  // VmHWM
     void stop();
 
 private:

@@ -39,9 +39,8 @@ std::string prompt_text() {
 }
 
 std::string body(const Options& o, bool stream) {
-    return R"({"model":"pdsim-model","prompt":")" + prompt_text() +
-           R"(","max_tokens":)" + std::to_string(o.max_tokens) +
-           (stream ? R"(,"stream":true})" : R"(,"stream":false})");
+    return R"({"model":"pdsim-model","prompt":")" + prompt_text() + R"(","max_tokens":)" +
+           std::to_string(o.max_tokens) + (stream ? R"(,"stream":true})" : R"(,"stream":false})");
 }
 
 // What pdrouter sends to the prefill instance: the cost of the prefill leg on its own.
@@ -65,7 +64,8 @@ void print_row(const Row& r) {
                 r.stream ? "stream" : "json", r.label.c_str(), r.delay, r.result.rps(),
                 percentile(r.result.latency_ms, 50), percentile(r.result.latency_ms, 99),
                 percentile(r.result.ttfb_ms, 50), percentile(r.result.ttfb_ms, 99),
-                r.cpu_us_per_req < 0 ? "      -" : std::to_string(static_cast<int>(r.cpu_us_per_req)).c_str(),
+                r.cpu_us_per_req < 0 ? "      -"
+                                     : std::to_string(static_cast<int>(r.cpu_us_per_req)).c_str(),
                 r.result.failed);
     if (r.result.failed > 0) {
         std::printf("<!-- first error: %s -->\n", r.result.first_error.c_str());
@@ -124,37 +124,55 @@ int main(int argc, char** argv) try {
     const std::string pdrouter = o.bin_dir + "/router/pdrouter";
     std::printf("pdrouter_bench: concurrency %zu, %zu requests per row, max_tokens %d\n\n",
                 o.concurrency, o.requests, o.max_tokens);
-    std::printf("| answer  | path       | decode delay | req/s | p50 ms | p99 ms | TTFB p50 | TTFB p99 | "
-                "pdrouter CPU us/req | failed |\n");
+    std::printf(
+        "| answer  | path       | decode delay | req/s | p50 ms | p99 ms | TTFB p50 | TTFB p99 | "
+        "pdrouter CPU us/req | failed |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     bool targets_met = true;
     std::ostringstream verdicts;
     double peak_rss = 0;
     for (int delay : o.delays) {
-        Child prefill({pdsim, "--role", "prefill", "--kv-lease-seconds", "5", "--log-level", "warn"},
-                      "/tmp/pdr-bench-prefill.log");
+        Child prefill(
+            {pdsim, "--role", "prefill", "--kv-lease-seconds", "5", "--log-level", "warn"},
+            "/tmp/pdr-bench-prefill.log");
         Child decode({pdsim, "--role", "decode", "--token-delay-ms", std::to_string(delay),
                       "--log-level", "warn"},
                      "/tmp/pdr-bench-decode.log");
-        Child router({pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()),
-                      "--decode", "127.0.0.1:" + std::to_string(decode.port()), "--log-level",
-                      "warn"},
-                     "/tmp/pdr-bench-router.log");
+        Child router(
+            {pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()), "--decode",
+             "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn"},
+            "/tmp/pdr-bench-router.log");
         // Streams and long answers take longer per request: keep each row bounded in time.
         std::size_t n = delay > 0 ? std::max<std::size_t>(o.requests / 4, 100) : o.requests;
 
-        LoadSpec pre{{"127.0.0.1", prefill.port()}, "/v1/completions", prefill_body(), false,
-                     o.concurrency, n, n / 10};
+        LoadSpec pre{{"127.0.0.1", prefill.port()},
+                     "/v1/completions",
+                     prefill_body(),
+                     false,
+                     o.concurrency,
+                     n,
+                     n / 10};
         Row prefill_row{"prefill", delay, false, pdr::bench::run_load(pre)};
         print_row(prefill_row);
         for (bool stream : o.answers) {
-            LoadSpec direct{{"127.0.0.1", decode.port()}, "/v1/completions", body(o, stream), stream,
-                            o.concurrency, n, n / 10};
+            LoadSpec direct{{"127.0.0.1", decode.port()},
+                            "/v1/completions",
+                            body(o, stream),
+                            stream,
+                            o.concurrency,
+                            n,
+                            n / 10};
             Row d{"direct D", delay, stream, pdr::bench::run_load(direct)};
             print_row(d);
-            LoadSpec via{{"127.0.0.1", router.port()}, "/v1/completions", body(o, stream), stream,
-                         o.concurrency, n, n / 10};
-            pdr::bench::run_load(LoadSpec{via.target, via.path, via.body, stream, o.concurrency, n / 10, 0});
+            LoadSpec via{{"127.0.0.1", router.port()},
+                         "/v1/completions",
+                         body(o, stream),
+                         stream,
+                         o.concurrency,
+                         n,
+                         n / 10};
+            pdr::bench::run_load(
+                LoadSpec{via.target, via.path, via.body, stream, o.concurrency, n / 10, 0});
             double cpu0 = router.cpu_seconds();
             Row r{"pdrouter", delay, stream, pdr::bench::run_load(via)};
             double cpu1 = router.cpu_seconds();
@@ -167,16 +185,18 @@ int main(int argc, char** argv) try {
                      << " ms: pdrouter CPU " << static_cast<int>(r.cpu_us_per_req)
                      << " us/request (target <= 100): " << (cpu_ok ? "met" : "NOT met") << "\n";
             if (stream) {
-                double budget = percentile(d.result.ttfb_ms, 50) + percentile(prefill_row.result.latency_ms, 50);
+                double budget = percentile(d.result.ttfb_ms, 50) +
+                                percentile(prefill_row.result.latency_ms, 50);
                 double extra = percentile(r.result.ttfb_ms, 50) - budget;
                 bool ttfb_ok = extra <= 1.0;
                 targets_met = targets_met && ttfb_ok;
                 char line[256];
-                std::snprintf(line, sizeof line,
-                              "- stream, decode delay %d ms: TTFB p50 through pdrouter %.2f ms vs direct "
-                              "decode TTFB + prefill leg %.2f ms: %+.2f ms (target <= +1 ms): %s\n",
-                              delay, percentile(r.result.ttfb_ms, 50), budget, extra,
-                              ttfb_ok ? "met" : "NOT met");
+                std::snprintf(
+                    line, sizeof line,
+                    "- stream, decode delay %d ms: TTFB p50 through pdrouter %.2f ms vs direct "
+                    "decode TTFB + prefill leg %.2f ms: %+.2f ms (target <= +1 ms): %s\n",
+                    delay, percentile(r.result.ttfb_ms, 50), budget, extra,
+                    ttfb_ok ? "met" : "NOT met");
                 verdicts << line;
             }
         }
@@ -184,8 +204,8 @@ int main(int argc, char** argv) try {
     }
     bool rss_ok = peak_rss <= 30;
     targets_met = targets_met && rss_ok;
-    std::printf("\n%s- pdrouter peak RSS %.1f MiB (target <= 30): %s\n", verdicts.str().c_str(), peak_rss,
-                rss_ok ? "met" : "NOT met");
+    std::printf("\n%s- pdrouter peak RSS %.1f MiB (target <= 30): %s\n", verdicts.str().c_str(),
+                peak_rss, rss_ok ? "met" : "NOT met");
     std::printf("\nall targets %s\n", targets_met ? "met" : "NOT met");
     return 0;
 } catch (const std::exception& e) {

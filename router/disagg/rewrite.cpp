@@ -173,7 +173,6 @@ HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
     return HandleStatus::Ok;
 }
 
-
 bool is_json_content_type(std::string_view value) noexcept {
     auto semi = value.find(';');
     std::string_view media = trim(value.substr(0, semi));

@@ -66,7 +66,6 @@ struct KvHandle {
 enum class HandleStatus { Ok, NotJson, Missing };
 HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out);
 
-
 // "application/json" with optional parameters, case-insensitive.
 bool is_json_content_type(std::string_view value) noexcept;
 

@@ -28,14 +28,14 @@ struct Endpoint {
 
 enum class Failure {
     None,
-    Connect,         // resolve/connect refused or failed: the request was NOT sent (safe to retry)
-    ConnectTimeout,  // connect did not finish in time: the request was NOT sent (safe to retry)
-    Write,           // failed while sending the request
-    ResponseTimeout, // no complete response head (or body, for request()) in time
-    IdleTimeout,     // a streaming body stalled longer than the idle timeout
-    Read,            // connection closed or failed while reading the response
-    Protocol,        // unparsable HTTP from upstream, or a body over the size limit
-    Canceled,        // cancelled by the caller
+    Connect,          // resolve/connect refused or failed: the request was NOT sent (safe to retry)
+    ConnectTimeout,   // connect did not finish in time: the request was NOT sent (safe to retry)
+    Write,            // failed while sending the request
+    ResponseTimeout,  // no complete response head (or body, for request()) in time
+    IdleTimeout,      // a streaming body stalled longer than the idle timeout
+    Read,             // connection closed or failed while reading the response
+    Protocol,         // unparsable HTTP from upstream, or a body over the size limit
+    Canceled,         // cancelled by the caller
 };
 std::string_view to_string(Failure f) noexcept;
 // True for failures where the upstream never received the request.
@@ -51,8 +51,8 @@ struct Timeouts {
 
 struct PoolLimits {
     std::size_t max_idle_per_endpoint = 64;
-    Duration idle_ttl{30'000};               // idle pooled connections older than this are closed
-    std::size_t max_response_body = 64 << 20; // request(): bigger bodies fail with Protocol
+    Duration idle_ttl{30'000};                 // idle pooled connections older than this are closed
+    std::size_t max_response_body = 64 << 20;  // request(): bigger bodies fail with Protocol
 };
 
 using Request = http::request<http::string_body>;
@@ -60,8 +60,8 @@ using Response = http::response<http::string_body>;
 
 struct Result {
     Failure failure = Failure::None;
-    error_code ec;       // the underlying error, for logs
-    Response response;   // valid when failure == None (any HTTP status)
+    error_code ec;      // the underlying error, for logs
+    Response response;  // valid when failure == None (any HTTP status)
     bool ok() const noexcept { return failure == Failure::None; }
 };
 

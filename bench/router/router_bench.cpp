@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -73,6 +74,14 @@ void print_row(const Row& r) {
     std::fflush(stdout);
 }
 
+// The 1/5/15 min load averages, to note the machine's state beside the numbers.
+std::string load_average() {
+    std::ifstream in("/proc/loadavg");
+    std::string one, five, fifteen;
+    in >> one >> five >> fifteen;
+    return one + " " + five + " " + fifteen;
+}
+
 Options parse(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
@@ -122,8 +131,10 @@ int main(int argc, char** argv) try {
     Options o = parse(argc, argv);
     const std::string pdsim = o.bin_dir + "/sim/pdsim";
     const std::string pdrouter = o.bin_dir + "/router/pdrouter";
-    std::printf("pdrouter_bench: concurrency %zu, %zu requests per row, max_tokens %d\n\n",
-                o.concurrency, o.requests, o.max_tokens);
+    std::printf(
+        "pdrouter_bench: concurrency %zu, %zu requests per row, max_tokens %d; load "
+        "average at start %s\n\n",
+        o.concurrency, o.requests, o.max_tokens, load_average().c_str());
     std::printf(
         "| answer  | path       | decode delay | req/s | p50 ms | p99 ms | TTFB p50 | TTFB p99 | "
         "pdrouter CPU us/req | failed |\n");
@@ -143,7 +154,9 @@ int main(int argc, char** argv) try {
              "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn"},
             "/tmp/pdr-bench-router.log");
         // Streams and long answers take longer per request: keep each row bounded in time.
-        std::size_t n = delay > 0 ? std::max<std::size_t>(o.requests / 4, 100) : o.requests;
+        // (CPU is read in 10 ms clock ticks: a row needs >= ~50 ticks of pdrouter CPU to be
+        // read within ~2 %.)
+        std::size_t n = delay > 0 ? std::max<std::size_t>(o.requests / 2, 100) : o.requests;
 
         LoadSpec pre{{"127.0.0.1", prefill.port()},
                      "/v1/completions",
@@ -206,7 +219,8 @@ int main(int argc, char** argv) try {
     targets_met = targets_met && rss_ok;
     std::printf("\n%s- pdrouter peak RSS %.1f MiB (target <= 30): %s\n", verdicts.str().c_str(),
                 peak_rss, rss_ok ? "met" : "NOT met");
-    std::printf("\nall targets %s\n", targets_met ? "met" : "NOT met");
+    std::printf("\nall targets %s (load average at end %s)\n", targets_met ? "met" : "NOT met",
+                load_average().c_str());
     return 0;
 } catch (const std::exception& e) {
     std::fprintf(stderr, "pdrouter_bench: %s\n", e.what());

@@ -1,5 +1,6 @@
 #include "router/server/connection.hpp"
 
+#include "router/common/http_wire.hpp"
 #include "router/common/log.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -65,8 +66,18 @@ public:
         res.keep_alive(keep_alive_);
         res.prepare_payload();
         conn_.stream.expires_after(conn_.server.limits.write_timeout);
-        auto [ec, n] = co_await http::async_write(conn_.stream, res, use_tuple);
-        (void)n;
+        error_code ec;
+        if (!res.chunked()) {
+            // Head and body in one gather write (the bytes Beast's serializer would send).
+            auto buffers = wire::message_buffers(conn_.head_buf, res);
+            auto [wec, n] = co_await net::async_write(conn_.stream, buffers, use_tuple);
+            (void)n;
+            ec = wec;
+        } else {
+            auto [wec, n] = co_await http::async_write(conn_.stream, res, use_tuple);
+            (void)n;
+            ec = wec;
+        }
         if (ec) {
             failed_write(ec);
         } else {
@@ -88,9 +99,11 @@ public:
         keep_alive_ = req_.keep_alive() && head.keep_alive() && !conn_.server.draining;
         head.keep_alive(keep_alive_);
         head.chunked(true);
-        http::response_serializer<http::empty_body> sr{head};
+        std::string& text = conn_.head_buf;
+        text.clear();
+        wire::append_head(text, head.base());
         conn_.stream.expires_after(conn_.server.limits.write_timeout);
-        auto [ec, n] = co_await http::async_write_header(conn_.stream, sr, use_tuple);
+        auto [ec, n] = co_await net::async_write(conn_.stream, net::buffer(text), use_tuple);
         (void)n;
         if (ec) {
             failed_write(ec);

@@ -4,6 +4,7 @@
 #include "router/server/http_server.hpp"
 
 #include <list>
+#include <string>
 #include <vector>
 
 namespace pdr::server::detail {
@@ -21,6 +22,7 @@ struct Connection {
     beast::flat_buffer buffer;
     tcp::endpoint remote;
     Phase phase = Phase::Idle;
+    std::string head_buf;  // scratch for serialized response heads (reused per response)
     std::list<Connection*>::iterator pos;  // in ServerState::connections
 
     // Closes the socket now; pending operations complete with operation_aborted.

@@ -2,6 +2,8 @@
 
 #include "router/upstream/pool.hpp"
 
+#include "router/common/http_wire.hpp"
+
 namespace pdr::upstream {
 
 std::string Endpoint::authority() const {
@@ -45,6 +47,15 @@ std::string_view to_string(Failure f) noexcept {
 }
 
 namespace {
+
+// Sends the request: head and body in one gather write (the bytes http::async_write would send).
+awaitable<std::tuple<error_code, std::size_t>> write_request(detail::Conn& c, const Request& req) {
+    if (req.chunked()) {
+        co_return co_await http::async_write(c.stream, req, use_tuple);
+    }
+    auto buffers = wire::message_buffers(c.head_buf, req);
+    co_return co_await net::async_write(c.stream, buffers, use_tuple);
+}
 
 void prepare(Request& req, const std::string& authority) {
     if (req.find(http::field::host) == req.end()) {
@@ -105,7 +116,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             }
             detail::Conn& c = *a.conn;
             c.stream.expires_after(t.response);
-            auto [wec, wn] = co_await http::async_write(c.stream, req, use_tuple);
+            auto [wec, wn] = co_await write_request(c, req);
             (void)wn;
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {
@@ -159,7 +170,7 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 co_return o;
             }
             a.conn->stream.expires_after(t.response);
-            auto [wec, wn] = co_await http::async_write(a.conn->stream, req, use_tuple);
+            auto [wec, wn] = co_await write_request(*a.conn, req);
             (void)wn;
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {

@@ -14,6 +14,7 @@ struct Conn {
     beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)
     Clock::time_point idle_since{};
     std::unique_ptr<char[]> body_buf;  // StreamImpl's body buffer, reused while pooled
+    std::string head_buf;              // scratch for the serialized request head
 };
 using ConnPtr = std::unique_ptr<Conn>;
 

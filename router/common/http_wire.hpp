@@ -1,0 +1,75 @@
+#pragma once
+// Message heads serialized into one string, byte for byte as Beast's serializer writes them, so
+// that a whole message goes out as one gather write of two buffers (head, body) instead of going
+// through Beast's serializer and its many small buffers (one per header field).
+#include "router/common/io.hpp"
+
+#include <array>
+#include <string>
+
+namespace pdr::wire {
+
+namespace detail {
+
+inline void append_version(std::string& out, unsigned version) {
+    out.append("HTTP/");
+    out.push_back(static_cast<char>('0' + version / 10));
+    out.push_back('.');
+    out.push_back(static_cast<char>('0' + version % 10));
+}
+
+template <class Fields>
+void append_fields(std::string& out, const Fields& fields) {
+    for (const auto& f : fields) {
+        out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
+    }
+    out.append("\r\n");
+}
+
+}  // namespace detail
+
+// "<method> <target> HTTP/x.y\r\n" + fields + "\r\n", appended to `out`.
+template <class Fields>
+void append_head(std::string& out, const http::header<true, Fields>& h) {
+    out.append(h.method_string());
+    if (!h.target().empty()) {
+        out.push_back(' ');
+        out.append(h.target());
+    }
+    out.push_back(' ');
+    detail::append_version(out, h.version());
+    out.append("\r\n");
+    detail::append_fields(out, h);
+}
+
+// "HTTP/x.y ### <reason>\r\n" + fields + "\r\n", appended to `out`.
+template <class Fields>
+void append_head(std::string& out, const http::header<false, Fields>& h) {
+    const unsigned code = h.result_int();
+    detail::append_version(out, h.version());
+    out.push_back(' ');
+    out.push_back(static_cast<char>('0' + code / 100));
+    out.push_back(static_cast<char>('0' + (code / 10) % 10));
+    out.push_back(static_cast<char>('0' + code % 10));
+    out.push_back(' ');
+    beast::string_view reason = h.reason();
+    if (reason.empty()) {
+        reason = http::obsolete_reason(static_cast<http::status>(code));
+    }
+    out.append(reason.data(), reason.size());
+    out.append("\r\n");
+    detail::append_fields(out, h);
+}
+
+// A string_body message as written by http::async_write, when it is not chunked: the caller
+// checks `msg.chunked()` and uses Beast's serializer for chunked messages. `head` is scratch
+// space (kept by the caller to reuse its capacity) and must live until the write completes.
+template <bool IsRequest, class Fields>
+std::array<net::const_buffer, 2> message_buffers(
+    std::string& head, const http::message<IsRequest, http::string_body, Fields>& msg) {
+    head.clear();
+    append_head(head, msg.base());
+    return {net::buffer(head), net::buffer(msg.body())};
+}
+
+}  // namespace pdr::wire

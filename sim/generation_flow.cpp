@@ -1,6 +1,6 @@
 // Completions and chat for both roles: faults, the prefill leg (one token + KV handle), the
 // decode leg (read the KV named by the handle, then generate), streaming and non-stream answers.
-#include "router/common/json_depth.hpp"
+#include "router/common/json_limits.hpp"
 #include "router/common/log.hpp"
 #include "router/common/uuid.hpp"
 #include "sim/generation.hpp"

@@ -1,5 +1,5 @@
 #include "sim/openai.hpp"
-#include "router/common/json_depth.hpp"
+#include "router/common/json_limits.hpp"
 
 #include "router/common/uuid.hpp"
 #include "sim/generation.hpp"

@@ -1,4 +1,4 @@
-#include "router/common/json_depth.hpp"
+#include "router/common/json_limits.hpp"
 #include "router/common/log.hpp"
 #include "sim/generation.hpp"
 #include "sim/sim_impl.hpp"

@@ -97,7 +97,9 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     }
     if (action == AdminAction::List) {
         metrics.admin_request(name, "ok");
-        co_await disagg::respond_relayed(ex, 200, "application/json", registry.to_json().dump());
+        co_await disagg::respond_relayed(
+            ex, 200, "application/json",
+            registry.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         co_return;
     }
     disagg::Json body;

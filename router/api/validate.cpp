@@ -1,5 +1,8 @@
 #include "router/api/validate.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace pdr::api {
 
 namespace {
@@ -8,13 +11,86 @@ ValidationError fail(Errc e, std::string message, std::string param = {}) {
     return ValidationError{e, std::move(message), std::move(param)};
 }
 
+// The integer in `v` (unsigned values above INT64_MAX are clamped); false if it is not one.
+bool as_int(const disagg::Json& v, std::int64_t& out) {
+    if (v.is_number_unsigned()) {
+        out = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), INT64_MAX));
+        return true;
+    }
+    if (v.is_number_integer()) {
+        out = v.get<std::int64_t>();
+        return true;
+    }
+    return false;
+}
+
+// `key` absent or null, or an integer >= `min` (stored in `value`; -1 when absent). The prefill
+// leg overwrites these fields, so a bad value must be refused here: otherwise P would prefill (and
+// hold KV for) a request that D then rejects.
+ValidationError check_count(const disagg::Json& j, const char* key, std::int64_t min,
+                            std::int64_t& value) {
+    value = -1;
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        return {};
+    }
+    if (!as_int(*it, value)) {
+        return fail(Errc::InvalidField, std::string(key) + " must be an integer", key);
+    }
+    if (value < min) {
+        return fail(Errc::InvalidField,
+                    std::string(key) + " must be at least " + std::to_string(min) + ", got " +
+                        std::to_string(value),
+                    key);
+    }
+    return {};
+}
+
+ValidationError check_generation_limits(const disagg::Json& j, bool stream) {
+    std::int64_t limit = -1;  // the smallest upper bound given
+    for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+        std::int64_t v = -1;
+        if (auto err = check_count(j, key, 1, v); !err.ok()) {
+            return err;
+        }
+        if (v >= 0 && (limit < 0 || v < limit)) {
+            limit = v;
+        }
+    }
+    for (const char* key : {"min_tokens", "min_completion_tokens"}) {
+        std::int64_t v = -1;
+        if (auto err = check_count(j, key, 0, v); !err.ok()) {
+            return err;
+        }
+        if (limit >= 0 && v > limit) {
+            return fail(
+                Errc::InvalidField,
+                std::string(key) + " must not exceed max_tokens (" + std::to_string(limit) + ")",
+                key);
+        }
+    }
+    auto options = j.find("stream_options");
+    if (options != j.end() && !options->is_null()) {
+        if (!options->is_object()) {
+            return fail(Errc::InvalidField, "stream_options must be an object", "stream_options");
+        }
+        if (!stream) {
+            return fail(Errc::InvalidField, "stream_options can only be set when stream is true",
+                        "stream_options");
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 ValidationError parse_object(std::string_view body, disagg::Json& out) {
-    if (!json_depth_ok(body)) {
+    if (!json_shape_ok(body)) {
         out = disagg::Json();
         return fail(Errc::BadJson, "request body nests JSON deeper than " +
-                                       std::to_string(kMaxJsonDepth) + " levels");
+                                       std::to_string(kMaxJsonDepth) +
+                                       " levels or has an object with more than " +
+                                       std::to_string(kMaxJsonObjectMembers) + " members");
     }
     out = disagg::Json::parse(body, nullptr, false);
     if (out.is_discarded()) {
@@ -70,7 +146,7 @@ ValidationError validate_generation(GenerationKind kind, std::string_view conten
         }
         out.stream = stream->get<bool>();
     }
-    return {};
+    return check_generation_limits(j, out.stream);
 }
 
 }  // namespace pdr::api

@@ -6,8 +6,19 @@
 
 namespace pdr::disagg {
 
+namespace {
+
+// Time D needs, at worst, to take a request: a full connect timeout, capped at a quarter of the
+// lease so short (test) leases still leave room for the first attempt.
+Duration handover_margin(const config::Config& cfg) {
+    return std::min(cfg.connect_timeout, cfg.kv_lease_timeout / 4);
+}
+
+}  // namespace
+
 awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCanceler& canceler,
-                               std::string body, FirstByteHook on_first_byte) {
+                               std::string body, FirstByteHook on_first_byte,
+                               HandleValidity handle) {
     using instances::Role;
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
                                       deps.cfg.decode_idle_timeout};
@@ -17,6 +28,18 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
     const instances::Instance* exclude = nullptr;
     std::string last_error;
     for (int attempt = 0;; ++attempt) {
+        if (handle.until != nullptr &&
+            handle.until(handle.ctx) - Clock::now() < handover_margin(deps.cfg)) {
+            deps.metrics.upstream_error(metrics::Leg::Decode,
+                                        metrics::UpstreamErrorKind::KvLeaseExpiring);
+            const std::string why =
+                "the prefill's KV lease would expire before a decode instance "
+                "could take the request" +
+                (last_error.empty() ? "" : " (last try: " + last_error + ")");
+            log_failure(req.request_id, "decode", {}, why);
+            co_await respond_error(req.exchange, Errc::UpstreamTimeout, why);
+            co_return;
+        }
         instances::InstancePtr decode = deps.registry.pick(Role::Decode, exclude);
         if (!decode) {
             if (attempt == 0) {

@@ -73,7 +73,11 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, upstream
                 last_errc = Errc::UpstreamProtocol;
             }
             last_error = p->name + " " + reason;
-            deps.registry.report_failure(*p, reason);
+            if (result.ok()) {
+                deps.registry.report_server_error(*p, reason);
+            } else {
+                deps.registry.report_failure(*p, reason);
+            }
             log_failure(req.request_id, "prefill", p->name, reason);
             if (!last) {
                 exclude = p.get();
@@ -124,7 +128,15 @@ struct HandoverState {
     kv::LeaseKeeper::Hold hold;
     metrics::RouterMetrics* metrics = nullptr;
     Clock::time_point prefill_answered;
+    Duration lease{0};
     bool seen = false;
+
+    // With refreshes off (inactive hold) only P's first lease counts.
+    static Clock::time_point kv_valid_until(void* ctx) {
+        auto* self = static_cast<HandoverState*>(ctx);
+        return self->hold.active() ? self->hold.lease_until()
+                                   : self->prefill_answered + self->lease;
+    }
 
     static void on_first_byte(void* ctx) {
         auto* self = static_cast<HandoverState*>(ctx);
@@ -167,7 +179,7 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
     }
     if (end == PrefillEnd::Recompute) {
         deps.metrics.recomputes.inc();
-        co_await run_decode_leg(deps, req, canceler, std::string(req.raw_body), {});
+        co_await run_decode_leg(deps, req, canceler, make_plain_decode_body(req.raw_body), {});
         co_return;
     }
 
@@ -175,19 +187,21 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
     HandoverState state;
     state.metrics = &deps.metrics;
     state.prefill_answered = Clock::now();
+    state.lease = deps.cfg.kv_lease_timeout;
     std::string p_request_id =
         handle.remote_request_id.empty() ? req.request_id : handle.remote_request_id;
     state.hold = deps.lease_keeper.hold(std::move(p_request_id), prefill->endpoint);
     std::string decode_body = make_decode_body(req.raw_body, handle.params);
     handle.params = Json();
     FirstByteHook hook{&HandoverState::on_first_byte, &state};
-    co_await run_decode_leg(deps, req, canceler, std::move(decode_body), hook);
+    HandleValidity validity{&HandoverState::kv_valid_until, &state};
+    co_await run_decode_leg(deps, req, canceler, std::move(decode_body), hook, validity);
 }
 
 awaitable<void> run_direct_flow(FlowDeps& deps, FlowRequest& req) {
     deps.metrics.flow_started(metrics::FlowMode::Direct);
     UpstreamCanceler canceler(req.exchange);
-    co_await run_decode_leg(deps, req, canceler, std::string(req.raw_body), {});
+    co_await run_decode_leg(deps, req, canceler, make_plain_decode_body(req.raw_body), {});
 }
 
 }  // namespace pdr::disagg

@@ -141,8 +141,19 @@ std::string make_decode_body(std::string_view original, const Json& handle) {
     return dump(body);
 }
 
+std::string make_plain_decode_body(std::string_view original) {
+    if (original.find(kKvKey) == std::string_view::npos) {
+        return std::string(original);
+    }
+    Json body = Json::parse(original, nullptr, false);
+    if (!body.is_object() || body.erase(std::string(kKvKey)) == 0) {
+        return std::string(original);
+    }
+    return dump(body);
+}
+
 HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
-    if (!json_depth_ok(prefill_answer)) {
+    if (!json_shape_ok(prefill_answer)) {
         return HandleStatus::NotJson;
     }
     // Only kv_transfer_params is needed from P's (often long) answer: the callback drops every

@@ -2,7 +2,7 @@
 // Pure request/response rewriting for the disaggregated flows (PROTOCOLS.md §1–2): the prefill
 // body, the decode body, the KV handle in P's answer, the request id and the headers both legs
 // carry. No I/O here, so every rule is unit-tested directly.
-#include "router/common/json_depth.hpp"
+#include "router/common/json_limits.hpp"
 #include "router/server/http_server.hpp"
 #include "router/upstream/client.hpp"
 
@@ -56,6 +56,10 @@ Json prefill_kv_request();
 // the client already sent a kv_transfer_params key it is replaced. `original` must be the text
 // of a JSON object.
 std::string make_decode_body(std::string_view original, const Json& handle);
+// The body of a decode leg without a handle (recompute, direct flow): the client's original text,
+// minus any `kv_transfer_params` the client put there itself — KV handles only ever come from
+// prefill answers, so a client cannot point a decode instance at blocks of its choosing.
+std::string make_plain_decode_body(std::string_view original);
 
 // P's KV handle: the top-level `kv_transfer_params` object of P's answer. Missing, null or not
 // an object → no handle.

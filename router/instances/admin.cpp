@@ -12,7 +12,8 @@ namespace {
 constexpr std::string_view kLog = "instances";
 
 std::string message_body(const std::string& message) {
-    return nlohmann::json{{"message", message}}.dump();
+    return nlohmann::json{{"message", message}}.dump(-1, ' ', false,
+                                                     nlohmann::json::error_handler_t::replace);
 }
 
 std::string quoted_list(const std::vector<std::string>& models) {

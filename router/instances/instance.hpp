@@ -30,6 +30,7 @@ struct Instance {
     bool removed = false;  // removed via admin API: no new picks, in-flight finish
     std::size_t in_flight = 0;
     std::uint64_t requests = 0, failures = 0;
+    int consecutive_server_errors = 0;  // 5xx answers in a row (reset by any success)
     std::string last_error;
 
     // Health-check state (owned by the Registry's health loop).

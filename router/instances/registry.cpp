@@ -184,7 +184,16 @@ void Registry::report_failure(Instance& inst, std::string_view reason) {
         mark_down(inst, reason);
 }
 
+void Registry::report_server_error(Instance& inst, std::string_view reason) {
+    ++inst.failures;
+    inst.last_error = std::string(reason);
+    if (++inst.consecutive_server_errors >= kServerErrorsToMarkDown && inst.up && !inst.removed) {
+        mark_down(inst, reason);
+    }
+}
+
 void Registry::report_success(Instance& inst) {
+    inst.consecutive_server_errors = 0;
     if (inst.up)
         return;
     inst.up = true;

@@ -69,8 +69,12 @@ public:
     // Round robin over instances that are up and not removed, skipping `exclude`; null if none.
     InstancePtr pick(Role role, const Instance* exclude = nullptr);
     InFlight acquire(const InstancePtr& inst) { return InFlight(inst); }
-    // A leg failed on `inst` (connect failure, timeout, 5xx): marks it down now.
+    // A leg could not reach `inst` (connect failure, timeout, broken answer): marks it down now.
     void report_failure(Instance& inst, std::string_view reason);
+    // `inst` answered a leg with a 5xx: it is reachable but failing. It is marked down only after
+    // kServerErrorsToMarkDown such answers in a row, so one bad request cannot empty the pool.
+    void report_server_error(Instance& inst, std::string_view reason);
+    static constexpr int kServerErrorsToMarkDown = 3;
     // A leg (or probe) succeeded on `inst`: marks it up.
     void report_success(Instance& inst);
 

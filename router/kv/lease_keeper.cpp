@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <variant>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,10 @@ LeaseKeeper::Hold& LeaseKeeper::Hold::operator=(Hold&& o) noexcept {
         token_ = o.token_;
     }
     return *this;
+}
+
+Clock::time_point LeaseKeeper::Hold::lease_until() const {
+    return keeper_->entries_.at(token_).confirmed + keeper_->cfg_.kv_lease_timeout;
 }
 
 void LeaseKeeper::Hold::first_byte() {
@@ -79,7 +84,7 @@ LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::En
     g.refreshing.insert(token);
     ++g.holds;
     by_id_.emplace(p_request_id, token);
-    entries_.emplace(token, Entry{std::move(p_request_id), std::move(key), true});
+    entries_.emplace(token, Entry{std::move(p_request_id), std::move(key), true, Clock::now()});
     ++refreshing_;
     metrics_.kv_handles_held.set(static_cast<double>(refreshing_));
     return Hold(this, token);
@@ -192,14 +197,16 @@ awaitable<void> LeaseKeeper::refresh_loop() {
             if (g.in_progress || g.refreshing.empty() || g.due > now)
                 continue;
             std::vector<std::string> ids;
-            ids.reserve(g.refreshing.size());
-            for (auto token : g.refreshing)
+            std::vector<std::uint64_t> tokens(g.refreshing.begin(), g.refreshing.end());
+            ids.reserve(tokens.size());
+            for (auto token : tokens)
                 ids.push_back(entries_.at(token).id);
             std::sort(ids.begin(), ids.end());
             ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
             g.in_progress = true;
             g.due = now + period_;
-            net::co_spawn(ex_, refresh_group(key, std::move(ids)), net::detached);
+            net::co_spawn(ex_, refresh_group(key, std::move(ids), std::move(tokens)),
+                          net::detached);
         }
         tick_timer_.expires_after(tick);
         co_await tick_timer_.async_wait();
@@ -208,13 +215,24 @@ awaitable<void> LeaseKeeper::refresh_loop() {
     }
 }
 
-awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::string> ids) {
+awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::string> ids,
+                                           std::vector<std::uint64_t> tokens) {
     using namespace net::experimental::awaitable_operators;
     auto alive = alive_;
     const upstream::Endpoint ep = groups_.at(key).endpoint;
-    co_await (post_batches(ep, std::move(ids), true) || wait_stop());
+    const Clock::time_point sent = Clock::now();
+    auto done = co_await (post_batches(ep, std::move(ids), true) || wait_stop());
     if (!*alive)
         co_return;
+    const bool* all_ok = std::get_if<0>(&done);
+    if (all_ok != nullptr && *all_ok) {
+        // P extended these leases at the latest when it got the refresh.
+        for (auto token : tokens) {
+            auto e = entries_.find(token);
+            if (e != entries_.end())
+                e->second.confirmed = std::max(e->second.confirmed, sent);
+        }
+    }
     auto it = groups_.find(key);
     if (it == groups_.end())
         co_return;

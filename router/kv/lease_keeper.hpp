@@ -52,6 +52,9 @@ public:
         void first_byte();
         void reset();  // same as destruction
         bool active() const noexcept { return keeper_ != nullptr; }
+        // Until when P is known to hold the blocks: the hold's start (P's answer) or the last
+        // refresh P acknowledged, plus the lease. Only meaningful while active().
+        Clock::time_point lease_until() const;
 
     private:
         friend class LeaseKeeper;
@@ -84,6 +87,7 @@ private:
         std::string id;
         std::string p_key;  // authority of P
         bool refreshing = true;
+        Clock::time_point confirmed;  // hold start, then the send time of each acknowledged refresh
     };
     struct Group {  // one per P with at least one Hold alive
         upstream::Endpoint endpoint;
@@ -101,7 +105,8 @@ private:
     awaitable<bool> post_batches(upstream::Endpoint ep, std::vector<std::string> ids,
                                  bool count_sent);
     awaitable<void> refresh_loop();
-    awaitable<void> refresh_group(std::string key, std::vector<std::string> ids);
+    awaitable<void> refresh_group(std::string key, std::vector<std::string> ids,
+                                  std::vector<std::uint64_t> tokens);
     awaitable<void> forward_group(upstream::Endpoint ep, std::vector<std::string> ids,
                                   std::shared_ptr<Join> join);
     awaitable<void> wait_stop();

@@ -56,6 +56,8 @@ std::string_view to_string(UpstreamErrorKind k) noexcept {
             return "status_5xx";
         case UpstreamErrorKind::MissingKvParams:
             return "missing_kv_params";
+        case UpstreamErrorKind::KvLeaseExpiring:
+            return "kv_lease_expiring";
     }
     return "protocol";
 }

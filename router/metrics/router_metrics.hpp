@@ -39,8 +39,9 @@ enum class UpstreamErrorKind {
     Status4xx,
     Status5xx,
     MissingKvParams,
+    KvLeaseExpiring,  // the handle's lease would lapse before D could take it: not sent
 };
-inline constexpr std::size_t kUpstreamErrorKindCount = 10;
+inline constexpr std::size_t kUpstreamErrorKindCount = 11;
 
 enum class DisconnectPhase { Prefill, Handover, Decode };
 inline constexpr std::size_t kDisconnectPhaseCount = 3;

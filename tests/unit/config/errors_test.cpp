@@ -51,10 +51,21 @@ TEST(ConfigErrors, NonNumericAndOutOfRange) {
                  "1..2147483647 (milliseconds)");
     expect_error(parse(with_instances({"--kv-lease-timeout-ms", "1.5"})),
                  "pdrouter: invalid value '1.5' for --kv-lease-timeout-ms: expected an integer "
-                 "1..2147483647 (milliseconds)");
+                 "100..2147483647 (milliseconds)");
+    // A lease under 100 ms would make the lease keeper hammer prefills with refreshes.
+    expect_error(parse(with_instances({"--kv-lease-timeout-ms", "99"})),
+                 "pdrouter: invalid value '99' for --kv-lease-timeout-ms: expected an integer "
+                 "100..2147483647 (milliseconds)");
+    // Bodies are buffered in memory: the limit is capped at 1 GiB.
+    expect_error(parse(with_instances({"--max-body-bytes", "1073741825"})),
+                 "pdrouter: invalid value '1073741825' for --max-body-bytes: expected an integer "
+                 "1..1073741824 (bytes)");
+    expect_error(parse(with_instances({"--demo-token-delay-ms", "60001"})),
+                 "pdrouter: invalid value '60001' for --demo-token-delay-ms: expected an integer "
+                 "0..60000 (milliseconds)");
     expect_error(parse(with_instances({"--max-body-bytes", "0"})),
                  "pdrouter: invalid value '0' for --max-body-bytes: expected an integer "
-                 "1..1099511627776 (bytes)");
+                 "1..1073741824 (bytes)");
     expect_error(parse(with_instances({"--max-concurrent-requests", "99999999999999999999999"})),
                  "pdrouter: invalid value '99999999999999999999999' for "
                  "--max-concurrent-requests: expected an integer 1..1000000");

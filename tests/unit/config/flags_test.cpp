@@ -72,7 +72,7 @@ TEST(ConfigFlags, EveryValueFlag) {
         "--client-idle-timeout-ms",
         "16",
         "--kv-lease-timeout-ms",
-        "17",
+        "1700",
         "--health-interval-ms",
         "18",
         "--health-backoff-max-ms",
@@ -112,7 +112,7 @@ TEST(ConfigFlags, EveryValueFlag) {
     EXPECT_EQ(c.decode_idle_timeout.count(), 14);
     EXPECT_EQ(c.request_read_timeout.count(), 15);
     EXPECT_EQ(c.client_idle_timeout.count(), 16);
-    EXPECT_EQ(c.kv_lease_timeout.count(), 17);
+    EXPECT_EQ(c.kv_lease_timeout.count(), 1700);
     EXPECT_EQ(c.health_interval.count(), 18);
     EXPECT_EQ(c.health_backoff_max.count(), 19);
     EXPECT_EQ(c.max_body_bytes, 1000u);

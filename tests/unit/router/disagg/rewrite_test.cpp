@@ -192,6 +192,18 @@ TEST(LegRequest, CarriesTheDocumentedHeadersOnly) {
     EXPECT_EQ(bare["X-Request-Id"], "rid-2");
 }
 
+TEST(PlainDecodeBody, KeepsTheTextButDropsAClientKvTransferParams) {
+    const std::string plain = R"({"model":"m",  "prompt":"p"})";
+    EXPECT_EQ(make_plain_decode_body(plain), plain);  // untouched, byte for byte
+    const std::string forged =
+        R"({"model":"m","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.9.9.9"},"prompt":"p"})";
+    Json out = Json::parse(make_plain_decode_body(forged));
+    EXPECT_EQ(out, Json::parse(R"({"model":"m","prompt":"p"})"));
+    // The key named only inside a string value leaves the body as it is.
+    const std::string mention = R"({"model":"m","prompt":"kv_transfer_params"})";
+    EXPECT_EQ(make_plain_decode_body(mention), mention);
+}
+
 TEST(KvHandle, TooDeepAnswerIsRejectedBeforeParsing) {
     KvHandle h;
     const std::string deep = "{\"kv_transfer_params\":{\"a\":" + std::string(kMaxJsonDepth, '[') +

@@ -98,6 +98,28 @@ TEST_F(RegistryTest, PickSkipsDownInstancesAndExclude) {
     EXPECT_EQ(reg().pick(Role::Prefill, b.get()), nullptr);
 }
 
+TEST_F(RegistryTest, ServerErrorsMarkDownOnlyWhenConsecutive) {
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));
+    auto a = reg().find(Role::Prefill, "127.0.0.1:8001");
+    ASSERT_TRUE(a);
+    // One 5xx (e.g. a request the engine chokes on) keeps the instance in rotation.
+    reg().report_server_error(*a, "answered HTTP 500");
+    reg().report_server_error(*a, "answered HTTP 500");
+    EXPECT_TRUE(a->up);
+    EXPECT_EQ(a->failures, 2u);
+    // A success in between starts the count again.
+    reg().report_success(*a);
+    reg().report_server_error(*a, "answered HTTP 503");
+    reg().report_server_error(*a, "answered HTTP 503");
+    EXPECT_TRUE(a->up);
+    EXPECT_EQ(reg().pick(Role::Prefill), a);
+    // The third in a row takes it out until a probe or a leg succeeds.
+    reg().report_server_error(*a, "answered HTTP 503");
+    EXPECT_FALSE(a->up);
+    EXPECT_EQ(a->last_error, "answered HTTP 503");
+    EXPECT_EQ(reg().pick(Role::Prefill), nullptr);
+}
+
 TEST_F(RegistryTest, InFlightIsCountedByRaii) {
     reg().add_configured(Role::Decode, addr("127.0.0.1", 9001));
     auto d = reg().pick(Role::Decode);

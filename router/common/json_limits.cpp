@@ -1,22 +1,38 @@
-#include "router/common/json_depth.hpp"
+#include "router/common/json_limits.hpp"
+
+#include <array>
 
 namespace pdr {
 
-bool json_depth_ok(std::string_view text, std::size_t max_depth) noexcept {
+bool json_shape_ok(std::string_view text, std::size_t max_depth, std::size_t max_members) noexcept {
+    // Per open container: whether it is an object, and its member count so far (commas + 1).
+    struct Level {
+        bool object = false;
+        std::size_t members = 0;
+    };
+    std::array<Level, kMaxJsonDepth + 1> stack{};
+    const std::size_t depth_limit = max_depth < kMaxJsonDepth ? max_depth : kMaxJsonDepth;
     std::size_t depth = 0;
     const std::size_t n = text.size();
     for (std::size_t i = 0; i < n; ++i) {
         switch (text[i]) {
             case '[':
             case '{':
-                if (++depth > max_depth) {
+                if (++depth > depth_limit) {
                     return false;
                 }
+                stack[depth] = Level{text[i] == '{', 0};
                 break;
             case ']':
             case '}':
                 if (depth > 0) {
                     --depth;
+                }
+                break;
+            case ':':
+                // One colon per member: count members where they are introduced.
+                if (depth > 0 && stack[depth].object && ++stack[depth].members > max_members) {
+                    return false;
                 }
                 break;
             case '"':
@@ -41,7 +57,7 @@ bool json_depth_ok(std::string_view text, std::size_t max_depth) noexcept {
 }
 
 nlohmann::json parse_untrusted_json(std::string_view text) {
-    if (!json_depth_ok(text)) {
+    if (!json_shape_ok(text)) {
         return nlohmann::json(nlohmann::json::value_t::discarded);
     }
     return nlohmann::json::parse(text, nullptr, false);

@@ -43,22 +43,33 @@ Registry::AdminResult Registry::admin_result(std::string_view action, std::strin
     return AdminResult{status, std::move(body)};
 }
 
+std::optional<Registry::AdminResult> Registry::parse_admin_target(std::string_view action,
+                                                                  const std::string& type,
+                                                                  const std::string& instance,
+                                                                  Role& role,
+                                                                  config::InstanceAddress& addr) {
+    if (!parse_role(type, role)) {
+        return admin_result(
+            action, "bad_request", 400,
+            openai_error_body(Errc::InvalidField, "Invalid instance type.", "type"));
+    }
+    std::string why;
+    if (!config::parse_instance_address(instance, addr, why)) {
+        return admin_result(
+            action, "bad_request", 400,
+            openai_error_body(Errc::InvalidField,
+                              "Invalid instance '" + instance + "': " + why + ".", "instance"));
+    }
+    return std::nullopt;
+}
+
 awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
                                                std::string_view instance_in) {
     const std::string type(type_in), instance(instance_in);
     Role role{};
-    if (!parse_role(type, role)) {
-        co_return admin_result(
-            "add", "bad_request", 400,
-            openai_error_body(Errc::InvalidField, "Invalid instance type.", "type"));
-    }
     config::InstanceAddress addr;
-    std::string why;
-    if (!config::parse_instance_address(instance, addr, why)) {
-        co_return admin_result(
-            "add", "bad_request", 400,
-            openai_error_body(Errc::InvalidField,
-                              "Invalid instance '" + instance + "': " + why + ".", "instance"));
+    if (auto bad = parse_admin_target("add", type, instance, role, addr)) {
+        co_return std::move(*bad);
     }
     const std::string name = addr.text();
     if (find(role, name)) {
@@ -100,18 +111,9 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
 Registry::AdminResult Registry::remove(std::string_view type_in, std::string_view instance_in) {
     const std::string type(type_in), instance(instance_in);
     Role role{};
-    if (!parse_role(type, role)) {
-        return admin_result(
-            "remove", "bad_request", 400,
-            openai_error_body(Errc::InvalidField, "Invalid instance type.", "type"));
-    }
     config::InstanceAddress addr;
-    std::string why;
-    if (!config::parse_instance_address(instance, addr, why)) {
-        return admin_result(
-            "remove", "bad_request", 400,
-            openai_error_body(Errc::InvalidField,
-                              "Invalid instance '" + instance + "': " + why + ".", "instance"));
+    if (auto bad = parse_admin_target("remove", type, instance, role, addr)) {
+        return std::move(*bad);
     }
     const std::string name = addr.text();
     auto inst = find(role, name);

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,6 +99,10 @@ private:
     void prune(Role role);
     void update_counts(Role role);
     void mark_down(Instance& inst, std::string_view reason);
+    // Parses an admin body's `type` and `instance`; on failure, the 400 answer for `action`.
+    std::optional<AdminResult> parse_admin_target(std::string_view action, const std::string& type,
+                                                  const std::string& instance, Role& role,
+                                                  config::InstanceAddress& addr);
     AdminResult admin_result(std::string_view action, std::string_view result, unsigned status,
                              std::string body);
     upstream::Request make_get(std::string_view target) const;

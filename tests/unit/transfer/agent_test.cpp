@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "pdx/agent.hpp"
+#include "tests/unit/transfer/eventually.hpp"
 
 namespace pdx {
 namespace {
@@ -36,20 +37,7 @@ bool matches(std::span<const std::byte> b, std::uint32_t seed) {
     return true;
 }
 
-// Waits for a condition while driving `drive` (EventFd agents) with a bounded deadline.
-template <class F>
-bool eventually(F cond, std::initializer_list<Agent*> drive = {},
-                std::chrono::milliseconds t = 5s) {
-    auto until = Clock::now() + t;
-    while (Clock::now() < until) {
-        for (Agent* a : drive)
-            a->progress();
-        if (cond())
-            return true;
-        std::this_thread::sleep_for(1ms);
-    }
-    return cond();
-}
+using pdx::test::eventually;
 
 TransferRequest make_req(PeerHandle peer, LayoutId ll, std::span<const BlockId> lids, LayoutId rl,
                          std::span<const BlockId> rids, std::uint64_t id,

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "pdx/agent.hpp"
+#include "tests/unit/transfer/eventually.hpp"
 
 namespace pdx {
 namespace {
@@ -16,19 +17,7 @@ using namespace std::chrono_literals;
 constexpr std::uint64_t kBlock = 4096;
 constexpr std::uint32_t kBlocks = 2048;  // 8 MiB: large enough to be queued and chunked
 
-template <class F>
-bool eventually(F cond, std::initializer_list<Agent*> drive = {},
-                std::chrono::milliseconds t = 10s) {
-    auto until = Clock::now() + t;
-    while (Clock::now() < until) {
-        for (Agent* a : drive)
-            a->progress();
-        if (cond())
-            return true;
-        std::this_thread::sleep_for(1ms);
-    }
-    return cond();
-}
+using pdx::test::eventually;
 
 struct Param {
     const char* label;

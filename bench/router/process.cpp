@@ -1,6 +1,10 @@
 #include "bench/router/process.hpp"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
@@ -22,12 +26,7 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-Child::Child(std::vector<std::string> argv, const std::string& log_path) {
-    static int serial = 0;
-    port_file_ =
-        "/tmp/pdr-bench-" + std::to_string(getpid()) + "-" + std::to_string(++serial) + ".port";
-    ::unlink(port_file_.c_str());
-    argv.insert(argv.end(), {"--port", "0", "--port-file", port_file_});
+void Child::spawn(std::vector<std::string> argv, const std::string& log_path) {
     std::vector<char*> args;
     for (auto& a : argv) {
         args.push_back(a.data());
@@ -46,6 +45,15 @@ Child::Child(std::vector<std::string> argv, const std::string& log_path) {
         ::execv(args[0], args.data());
         ::_exit(127);
     }
+}
+
+Child::Child(std::vector<std::string> argv, const std::string& log_path) {
+    static int serial = 0;
+    port_file_ =
+        "/tmp/pdr-bench-" + std::to_string(getpid()) + "-" + std::to_string(++serial) + ".port";
+    ::unlink(port_file_.c_str());
+    argv.insert(argv.end(), {"--port", "0", "--port-file", port_file_});
+    spawn(argv, log_path);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
     while (std::chrono::steady_clock::now() < deadline) {
         std::string text = read_file(port_file_);
@@ -64,30 +72,58 @@ Child::Child(std::vector<std::string> argv, const std::string& log_path) {
     throw std::runtime_error(argv[0] + " did not report its port in 15 s; see " + log_path);
 }
 
+Child::Child(std::vector<std::string> argv, const std::string& log_path, unsigned short port)
+    : port_(port) {
+    spawn(argv, log_path);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (std::chrono::steady_clock::now() < deadline) {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        bool up = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        if (fd >= 0) {
+            ::close(fd);
+        }
+        if (up) {
+            return;
+        }
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            throw std::runtime_error(argv[0] + " exited at start-up; see " + log_path);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    stop();
+    throw std::runtime_error(argv[0] + " did not listen on port " + std::to_string(port) +
+                             " in 15 s; see " + log_path);
+}
+
 Child::~Child() {
     stop();
 }
 
 double Child::cpu_seconds() const {
-    // /proc/<pid>/stat: fields 14 and 15 are utime and stime in clock ticks; the command name
-    // (field 2) may contain spaces, so parse after the closing parenthesis.
-    std::string stat = read_file("/proc/" + std::to_string(pid_) + "/stat");
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) {
-        return 0;
-    }
-    std::istringstream in(stat.substr(close + 2));
-    std::string field;
-    double utime = 0;
-    double stime = 0;
-    for (int i = 3; i <= 15 && (in >> field); ++i) {
-        if (i == 14) {
-            utime = std::stod(field);
-        } else if (i == 15) {
-            stime = std::stod(field);
+    // Sum over the process's threads of /proc/<pid>/task/<tid>/schedstat's first field: time
+    // on a CPU in nanoseconds (user and system), far finer than /proc/<pid>/stat's 10 ms ticks.
+    const std::string task_dir = "/proc/" + std::to_string(pid_) + "/task";
+    double total_ns = 0;
+    if (DIR* dir = ::opendir(task_dir.c_str())) {
+        while (dirent* e = ::readdir(dir)) {
+            if (e->d_name[0] == '.') {
+                continue;
+            }
+            std::istringstream in(read_file(task_dir + "/" + e->d_name + "/schedstat"));
+            double ns = 0;
+            if (in >> ns) {
+                total_ns += ns;
+            }
         }
+        ::closedir(dir);
     }
-    return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    return total_ns / 1e9;
 }
 
 double Child::peak_rss_mib() const {
@@ -118,6 +154,24 @@ void Child::stop() {
     }
     pid_ = -1;
     ::unlink(port_file_.c_str());
+}
+
+unsigned short free_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+        throw std::runtime_error("socket() failed");
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        ::close(fd);
+        throw std::runtime_error("could not pick a free port");
+    }
+    ::close(fd);
+    return ntohs(addr.sin_port);
 }
 
 }  // namespace pdr::bench

@@ -3,14 +3,22 @@
 // prefill leg and the KV handover). Prints a Markdown table and the targets' verdicts.
 //
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
-//                  [--delays 0,10] [--answers json,stream] [--quick]
+//                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
+//
+// Reference: when nginx is installed (Debian `nginx-light`; `--nginx none` skips it), the same
+// load also goes through one nginx proxy hop (one worker, keep-alive upstream, unbuffered) to
+// the decode instance, and nginx's CPU per request is printed beside pdrouter's: the cost of a
+// plain single-hop proxy on this machine under the same load.
 #include "bench/router/load.hpp"
 #include "bench/router/process.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +37,7 @@ struct Options {
     int max_tokens = 16;
     std::vector<int> delays{0, 10};
     std::vector<bool> answers{false, true};  // stream?
+    std::string nginx = "/usr/sbin/nginx";   // "none": no reference rows
 };
 
 std::string prompt_text() {
@@ -74,6 +83,33 @@ void print_row(const Row& r) {
     std::fflush(stdout);
 }
 
+// One nginx worker in the foreground proxying 127.0.0.1:`listen` to the decode instance, with a
+// keep-alive upstream pool and unbuffered responses (streams relayed as they come).
+std::unique_ptr<Child> start_nginx(const Options& o, unsigned short decode_port) {
+    if (o.nginx == "none" || ::access(o.nginx.c_str(), X_OK) != 0) {
+        return nullptr;
+    }
+    const std::string dir = "/tmp/pdr-bench-nginx-" + std::to_string(::getpid());
+    ::mkdir(dir.c_str(), 0755);
+    const unsigned short listen = pdr::bench::free_port();
+    std::ofstream conf(dir + "/nginx.conf");
+    conf << "worker_processes 1;\ndaemon off;\nmaster_process off;\n"
+         << "error_log " << dir << "/error.log warn;\npid " << dir << "/nginx.pid;\n"
+         << "events { worker_connections 4096; }\n"
+         << "http {\n  access_log off;\n"
+         << "  client_body_temp_path " << dir << "/body;\n"
+         << "  proxy_temp_path " << dir << "/proxy;\n"
+         << "  upstream decode { server 127.0.0.1:" << decode_port << "; keepalive 64; }\n"
+         << "  server {\n    listen 127.0.0.1:" << listen << ";\n"
+         << "    location / {\n      proxy_pass http://decode;\n"
+         << "      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n"
+         << "      proxy_buffering off;\n    }\n  }\n}\n";
+    conf.close();
+    return std::make_unique<Child>(
+        std::vector<std::string>{o.nginx, "-p", dir, "-c", dir + "/nginx.conf"},
+        "/tmp/pdr-bench-nginx.log", listen);
+}
+
 // The 1/5/15 min load averages, to note the machine's state beside the numbers.
 std::string load_average() {
     std::ifstream in("/proc/loadavg");
@@ -115,6 +151,8 @@ Options parse(int argc, char** argv) {
             while (std::getline(ss, d, ',')) {
                 o.answers.push_back(d == "stream");
             }
+        } else if (a == "--nginx") {
+            o.nginx = next();
         } else if (a == "--quick") {
             o.requests = 200;
         } else {
@@ -153,9 +191,8 @@ int main(int argc, char** argv) try {
             {pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()), "--decode",
              "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn"},
             "/tmp/pdr-bench-router.log");
+        std::unique_ptr<Child> nginx = start_nginx(o, decode.port());
         // Streams and long answers take longer per request: keep each row bounded in time.
-        // (CPU is read in 10 ms clock ticks: a row needs >= ~50 ticks of pdrouter CPU to be
-        // read within ~2 %.)
         std::size_t n = delay > 0 ? std::max<std::size_t>(o.requests / 2, 100) : o.requests;
 
         LoadSpec pre{{"127.0.0.1", prefill.port()},
@@ -177,6 +214,22 @@ int main(int argc, char** argv) try {
                             n / 10};
             Row d{"direct D", delay, stream, pdr::bench::run_load(direct)};
             print_row(d);
+            double nginx_cpu = -1;
+            if (nginx) {
+                LoadSpec hop = direct;
+                hop.target = {"127.0.0.1", nginx->port()};
+                hop.warmup = 0;
+                hop.requests = n / 10;
+                pdr::bench::run_load(hop);
+                hop.requests = n;
+                double c0 = nginx->cpu_seconds();
+                Row g{"nginx hop", delay, stream, pdr::bench::run_load(hop)};
+                double c1 = nginx->cpu_seconds();
+                std::size_t served = g.result.ok + g.result.failed + n / 10;
+                g.cpu_us_per_req = (c1 - c0) * 1e6 / static_cast<double>(served);
+                nginx_cpu = g.cpu_us_per_req;
+                print_row(g);
+            }
             LoadSpec via{{"127.0.0.1", router.port()},
                          "/v1/completions",
                          body(o, stream),
@@ -196,7 +249,16 @@ int main(int argc, char** argv) try {
             targets_met = targets_met && cpu_ok && r.result.failed == 0 && d.result.failed == 0;
             verdicts << "- " << (stream ? "stream" : "json") << ", decode delay " << delay
                      << " ms: pdrouter CPU " << static_cast<int>(r.cpu_us_per_req)
-                     << " us/request (target <= 100): " << (cpu_ok ? "met" : "NOT met") << "\n";
+                     << " us/request (target <= 100): " << (cpu_ok ? "met" : "NOT met");
+            if (nginx_cpu > 0) {
+                char ref[160];
+                std::snprintf(ref, sizeof ref,
+                              "; one nginx hop under the same load: %.0f us/request (pdrouter = "
+                              "%.2f x nginx)",
+                              nginx_cpu, r.cpu_us_per_req / nginx_cpu);
+                verdicts << ref;
+            }
+            verdicts << "\n";
             if (stream) {
                 double budget = percentile(d.result.ttfb_ms, 50) +
                                 percentile(prefill_row.result.latency_ms, 50);

@@ -11,30 +11,17 @@ ValidationError fail(Errc e, std::string message, std::string param = {}) {
     return ValidationError{e, std::move(message), std::move(param)};
 }
 
-// The integer in `v` (unsigned values above INT64_MAX are clamped); false if it is not one.
-bool as_int(const disagg::Json& v, std::int64_t& out) {
-    if (v.is_number_unsigned()) {
-        out = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), INT64_MAX));
-        return true;
-    }
-    if (v.is_number_integer()) {
-        out = v.get<std::int64_t>();
-        return true;
-    }
-    return false;
-}
-
 // `key` absent or null, or an integer >= `min` (stored in `value`; -1 when absent). The prefill
 // leg overwrites these fields, so a bad value must be refused here: otherwise P would prefill (and
 // hold KV for) a request that D then rejects.
-ValidationError check_count(const disagg::Json& j, const char* key, std::int64_t min,
+ValidationError check_count(const JsonObjectView& j, const char* key, std::int64_t min,
                             std::int64_t& value) {
     value = -1;
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) {
+    const JsonMember* m = j.find(key);
+    if (m == nullptr || m->kind == JsonKind::Null) {
         return {};
     }
-    if (!as_int(*it, value)) {
+    if (m->kind != JsonKind::Number || !json_integer(m->value, value)) {
         return fail(Errc::InvalidField, std::string(key) + " must be an integer", key);
     }
     if (value < min) {
@@ -46,7 +33,7 @@ ValidationError check_count(const disagg::Json& j, const char* key, std::int64_t
     return {};
 }
 
-ValidationError check_generation_limits(const disagg::Json& j, bool stream) {
+ValidationError check_generation_limits(const JsonObjectView& j, bool stream) {
     std::int64_t limit = -1;  // the smallest upper bound given
     for (const char* key : {"max_tokens", "max_completion_tokens"}) {
         std::int64_t v = -1;
@@ -69,9 +56,9 @@ ValidationError check_generation_limits(const disagg::Json& j, bool stream) {
                 key);
         }
     }
-    auto options = j.find("stream_options");
-    if (options != j.end() && !options->is_null()) {
-        if (!options->is_object()) {
+    const JsonMember* options = j.find("stream_options");
+    if (options != nullptr && options->kind != JsonKind::Null) {
+        if (options->kind != JsonKind::Object) {
             return fail(Errc::InvalidField, "stream_options must be an object", "stream_options");
         }
         if (!stream) {
@@ -82,15 +69,19 @@ ValidationError check_generation_limits(const disagg::Json& j, bool stream) {
     return {};
 }
 
+ValidationError shape_error() {
+    return fail(Errc::BadJson, "request body nests JSON deeper than " +
+                                   std::to_string(kMaxJsonDepth) +
+                                   " levels or has an object with more than " +
+                                   std::to_string(kMaxJsonObjectMembers) + " members");
+}
+
 }  // namespace
 
 ValidationError parse_object(std::string_view body, disagg::Json& out) {
     if (!json_shape_ok(body)) {
         out = disagg::Json();
-        return fail(Errc::BadJson, "request body nests JSON deeper than " +
-                                       std::to_string(kMaxJsonDepth) +
-                                       " levels or has an object with more than " +
-                                       std::to_string(kMaxJsonObjectMembers) + " members");
+        return shape_error();
     }
     out = disagg::Json::parse(body, nullptr, false);
     if (out.is_discarded()) {
@@ -113,38 +104,52 @@ ValidationError validate_generation(GenerationKind kind, std::string_view conten
                         : "unsupported Content-Type '" + std::string(content_type) +
                               "'; expected application/json");
     }
-    if (auto err = parse_object(body, out.body); !err.ok()) {
-        return err;
+    switch (out.body.scan(body)) {
+        case JsonScanStatus::Ok:
+            break;
+        case JsonScanStatus::NotObject:
+            return fail(Errc::NotAnObject, "request body must be a JSON object");
+        case JsonScanStatus::TooDeep:
+        case JsonScanStatus::TooManyMembers:
+            return shape_error();
+        case JsonScanStatus::NotJson:
+            // A text both malformed and too deep gets the shape message, as parse_object says.
+            if (!json_shape_ok(body)) {
+                return shape_error();
+            }
+            return fail(Errc::BadJson, body.empty()
+                                           ? "request body is empty; expected a JSON object"
+                                           : "request body is not valid JSON");
     }
-    const disagg::Json& j = out.body;
-    auto model = j.find("model");
-    if (model == j.end() || model->is_null()) {
+    const JsonObjectView& j = out.body;
+    const JsonMember* model = j.find("model");
+    if (model == nullptr || model->kind == JsonKind::Null) {
         return fail(Errc::MissingField, "you must provide a model parameter", "model");
     }
-    if (!model->is_string()) {
+    if (model->kind != JsonKind::String) {
         return fail(Errc::InvalidField, "model must be a string", "model");
     }
     if (kind == GenerationKind::Completions) {
-        auto prompt = j.find("prompt");
-        if (prompt == j.end() || prompt->is_null()) {
+        const JsonMember* prompt = j.find("prompt");
+        if (prompt == nullptr || prompt->kind == JsonKind::Null) {
             return fail(Errc::MissingField, "you must provide a prompt parameter", "prompt");
         }
     } else {
-        auto messages = j.find("messages");
-        if (messages == j.end() || messages->is_null()) {
+        const JsonMember* messages = j.find("messages");
+        if (messages == nullptr || messages->kind == JsonKind::Null) {
             return fail(Errc::MissingField, "you must provide a messages parameter", "messages");
         }
-        if (!messages->is_array()) {
+        if (messages->kind != JsonKind::Array) {
             return fail(Errc::InvalidField, "messages must be an array", "messages");
         }
     }
     out.stream = false;
-    auto stream = j.find("stream");
-    if (stream != j.end() && !stream->is_null()) {
-        if (!stream->is_boolean()) {
+    const JsonMember* stream = j.find("stream");
+    if (stream != nullptr && stream->kind != JsonKind::Null) {
+        if (stream->kind != JsonKind::Boolean) {
             return fail(Errc::InvalidField, "stream must be a boolean", "stream");
         }
-        out.stream = stream->get<bool>();
+        out.stream = stream->value == "true";
     }
     return check_generation_limits(j, out.stream);
 }

@@ -19,11 +19,11 @@ struct ValidationError {
 };
 
 struct ParsedGeneration {
-    disagg::Json body;    // the parsed client body (an object)
+    JsonObjectView body;  // the scanned client body (an object); points into the body text
     bool stream = false;  // "stream": true
 };
 
-// `content_type` is the request's Content-Type value ("" when absent).
+// `content_type` is the request's Content-Type value ("" when absent). `body` must outlive `out`.
 ValidationError validate_generation(GenerationKind kind, std::string_view content_type,
                                     std::string_view body, ParsedGeneration& out);
 

@@ -28,14 +28,14 @@ struct FlowDeps {
     const config::Config& cfg;
 };
 
-// One validated generation request. `body` is the parsed client body; flows may consume it.
+// One validated generation request. `body` is the scanned client body (views into raw_body).
 struct FlowRequest {
     server::Exchange& exchange;
     metrics::Route route = metrics::Route::Completions;
     std::string target;           // upstream path, e.g. "/v1/completions"
     std::string request_id;       // sent on both legs and back to the client
     const std::string& raw_body;  // the client's body exactly as received
-    Json body;                    // parsed client body (an object)
+    JsonObjectView body;          // scanned client body (an object)
     bool stream = false;          // the client asked for SSE
     Clock::time_point started;    // when the router got the request
     LegHeaders headers;

@@ -192,7 +192,7 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
         handle.remote_request_id.empty() ? req.request_id : handle.remote_request_id;
     state.hold = deps.lease_keeper.hold(std::move(p_request_id), prefill->endpoint);
     std::string decode_body = make_decode_body(req.raw_body, handle.params);
-    handle.params = Json();
+    handle.params = std::string();
     FirstByteHook hook{&HandoverState::on_first_byte, &state};
     HandleValidity validity{&HandoverState::kv_valid_until, &state};
     co_await run_decode_leg(deps, req, canceler, std::move(decode_body), hook, validity);

@@ -91,95 +91,78 @@ upstream::Request make_leg_request(http::verb verb, std::string_view target,
     return req;
 }
 
-Json prefill_kv_request() {
-    Json kv = Json::object();
-    kv["do_remote_decode"] = true;
-    kv["do_remote_prefill"] = false;
-    kv["remote_engine_id"] = nullptr;
-    kv["remote_block_ids"] = nullptr;
-    kv["remote_host"] = nullptr;
-    kv["remote_port"] = nullptr;
-    return kv;
+std::string make_prefill_body(const JsonObjectView& body) {
+    using Op = JsonEdit::Op;
+    return body.rewrite({{"stream", "false", Op::Set},
+                         {"stream_options", {}, Op::Erase},
+                         {"max_tokens", "1", Op::Set},
+                         {"max_completion_tokens", "1", Op::SetIfPresent},
+                         {"min_tokens", {}, Op::Erase},
+                         {"min_completion_tokens", {}, Op::Erase},
+                         {kKvKey, kPrefillKvRequest, Op::Set}});
 }
 
-std::string make_prefill_body(Json& body) {
-    body["stream"] = false;
-    body.erase("stream_options");
-    body["max_tokens"] = 1;
-    if (body.contains("max_completion_tokens")) {
-        body["max_completion_tokens"] = 1;
-    }
-    body.erase("min_tokens");
-    body.erase("min_completion_tokens");
-    body[std::string(kKvKey)] = prefill_kv_request();
-    return dump(body);
-}
-
-std::string make_decode_body(std::string_view original, const Json& handle) {
+std::string make_decode_body(std::string_view original, std::string_view handle) {
     std::string_view text = trim(original);
     bool mentions_key = text.find(kKvKey) != std::string_view::npos;
     if (!mentions_key && text.size() >= 2 && text.front() == '{' && text.back() == '}') {
         // Splice: `<original without its closing brace>[,]"kv_transfer_params":<handle>}`.
         std::string_view head = text.substr(0, text.size() - 1);
         bool empty_object = trim(head) == "{";
-        std::string handle_text = dump(handle);
         std::string out;
-        out.reserve(head.size() + kKvKey.size() + handle_text.size() + 8);
+        out.reserve(head.size() + kKvKey.size() + handle.size() + 8);
         out.append(head);
         if (!empty_object) {
             out.push_back(',');
         }
-        out.append("\"").append(kKvKey).append("\":").append(handle_text).push_back('}');
+        out.append("\"").append(kKvKey).append("\":").append(handle).push_back('}');
         return out;
     }
     // Rare: the client sent its own kv_transfer_params (or the text is unusual): replace it.
-    Json body = Json::parse(original, nullptr, false);
-    if (!body.is_object()) {
-        body = Json::object();
+    JsonObjectView body;
+    if (body.scan(original) != JsonScanStatus::Ok) {
+        std::string out = "{\"";
+        out.append(kKvKey).append("\":").append(handle).push_back('}');
+        return out;
     }
-    body[std::string(kKvKey)] = handle;
-    return dump(body);
+    return body.rewrite({{kKvKey, handle, JsonEdit::Op::Set}});
 }
 
 std::string make_plain_decode_body(std::string_view original) {
     if (original.find(kKvKey) == std::string_view::npos) {
         return std::string(original);
     }
-    Json body = Json::parse(original, nullptr, false);
-    if (!body.is_object() || body.erase(std::string(kKvKey)) == 0) {
+    JsonObjectView body;
+    if (body.scan(original) != JsonScanStatus::Ok || body.find(kKvKey) == nullptr) {
         return std::string(original);
     }
-    return dump(body);
+    return body.rewrite({{kKvKey, {}, JsonEdit::Op::Erase}});
 }
 
 HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
+    // Only kv_transfer_params is needed from P's (often long) answer: the scan validates the
+    // whole text (same verdicts as a full parse; the last of duplicate keys wins) and keeps the
+    // handle's bytes as they are.
     if (!json_shape_ok(prefill_answer)) {
         return HandleStatus::NotJson;
     }
-    // Only kv_transfer_params is needed from P's (often long) answer: the callback drops every
-    // other top-level member while parsing, so the DOM holds just the root and the handle. The
-    // verdicts (valid JSON object, key present, last duplicate wins) are those of a full parse.
-    bool in_kv = false;
-    auto keep_handle_only = [&in_kv](int depth, Json::parse_event_t event, Json& parsed) {
-        if (depth == 1 && event == Json::parse_event_t::key) {
-            in_kv = parsed.is_string() && parsed.get_ref<const std::string&>() == kKvKey;
-            return in_kv;
-        }
-        return depth < 1 || in_kv;
-    };
-    Json answer = Json::parse(prefill_answer, keep_handle_only, false);
-    if (answer.is_discarded() || !answer.is_object()) {
+    JsonObjectView answer;
+    if (answer.scan(prefill_answer) != JsonScanStatus::Ok) {
         return HandleStatus::NotJson;
     }
-    auto it = answer.find(kKvKey);
-    if (it == answer.end() || !it->is_object() || it->empty()) {
+    const JsonMember* kv = answer.find(kKvKey);
+    if (kv == nullptr || kv->kind != JsonKind::Object) {
         return HandleStatus::Missing;
     }
-    out.params = std::move(*it);
+    JsonObjectView params;
+    if (params.scan(kv->value) != JsonScanStatus::Ok || params.members().empty()) {
+        return HandleStatus::Missing;
+    }
+    out.params.assign(kv->value);
     out.remote_request_id.clear();
-    auto rid = out.params.find("remote_request_id");
-    if (rid != out.params.end() && rid->is_string()) {
-        out.remote_request_id = rid->get<std::string>();
+    const JsonMember* rid = params.find("remote_request_id");
+    if (rid != nullptr && rid->kind == JsonKind::String) {
+        out.remote_request_id = json_string(rid->value);
     }
     return HandleStatus::Ok;
 }

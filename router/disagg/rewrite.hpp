@@ -3,6 +3,7 @@
 // body, the decode body, the KV handle in P's answer, the request id and the headers both legs
 // carry. No I/O here, so every rule is unit-tested directly.
 #include "router/common/json_limits.hpp"
+#include "router/common/json_scan.hpp"
 #include "router/server/http_server.hpp"
 #include "router/upstream/client.hpp"
 
@@ -14,8 +15,9 @@
 
 namespace pdr::disagg {
 
-// Client bodies are parsed once into an insertion-ordered JSON object so that what we send on
-// keeps the client's key order.
+// JSON documents the router builds itself (status pages, errors); insertion-ordered. Client
+// bodies and prefill answers are never parsed into one: they are scanned (JsonObjectView) and
+// passed on as the bytes they were, with only the documented top-level fields changed.
 using Json = nlohmann::ordered_json;
 
 // Compact serialization that never throws (invalid UTF-8 is replaced).
@@ -42,20 +44,22 @@ upstream::Request make_leg_request(http::verb verb, std::string_view target,
                                    std::string_view request_id, const LegHeaders& headers,
                                    std::string body);
 
-// Turns the parsed client body into the prefill body in place (the original text is kept by the
-// caller for the decode leg): stream:false, no stream_options, max_tokens:1,
-// max_completion_tokens:1 if present, no min_tokens/min_completion_tokens, and the pull-mode
-// kv_transfer_params request object (with its explicit nulls). Returns the serialized body.
-std::string make_prefill_body(Json& body);
+// The prefill body from the scanned client body: every member as the client wrote it, in its
+// order, except stream:false, no stream_options, max_tokens:1, max_completion_tokens:1 if
+// present, no min_tokens/min_completion_tokens, and the pull-mode kv_transfer_params request
+// object (with its explicit nulls).
+std::string make_prefill_body(const JsonObjectView& body);
 
-// The pull-mode kv_transfer_params object sent to P.
-Json prefill_kv_request();
+// The pull-mode kv_transfer_params object sent to P, as text.
+inline constexpr std::string_view kPrefillKvRequest =
+    R"({"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,)"
+    R"("remote_block_ids":null,"remote_host":null,"remote_port":null})";
 
 // The decode body: the client's original body text plus "kv_transfer_params": <handle>. The
 // original bytes are kept as they are (the handle is spliced in before the closing brace); if
 // the client already sent a kv_transfer_params key it is replaced. `original` must be the text
 // of a JSON object.
-std::string make_decode_body(std::string_view original, const Json& handle);
+std::string make_decode_body(std::string_view original, std::string_view handle);
 // The body of a decode leg without a handle (recompute, direct flow): the client's original text,
 // minus any `kv_transfer_params` the client put there itself — KV handles only ever come from
 // prefill answers, so a client cannot point a decode instance at blocks of its choosing.
@@ -64,7 +68,7 @@ std::string make_plain_decode_body(std::string_view original);
 // P's KV handle: the top-level `kv_transfer_params` object of P's answer. Missing, null or not
 // an object → no handle.
 struct KvHandle {
-    Json params;                    // the object, verbatim
+    std::string params;             // the object's text, verbatim
     std::string remote_request_id;  // params.remote_request_id when it is a string, else empty
 };
 enum class HandleStatus { Ok, NotJson, Missing };

@@ -87,7 +87,7 @@ TEST(ValidateGeneration, Table) {
         EXPECT_EQ(err.param, row.param);
         if (row.errc == Errc::Ok) {
             EXPECT_TRUE(err.ok());
-            EXPECT_TRUE(out.body.is_object());
+            EXPECT_NE(out.body.find("model"), nullptr);
         } else {
             EXPECT_FALSE(err.message.empty());
             EXPECT_EQ(static_cast<unsigned>(error_info(err.errc).status), row.http_status);
@@ -111,7 +111,11 @@ TEST(ValidateGeneration, KeepsKeyOrderOfTheClientBody) {
     ParsedGeneration out;
     ASSERT_TRUE(
         validate_generation(kCmpl, kJson, R"({"prompt":"p","z":1,"model":"m","a":2})", out).ok());
-    EXPECT_EQ(out.body.dump(), R"({"prompt":"p","z":1,"model":"m","a":2})");
+    std::string keys;
+    for (const JsonMember& m : out.body.members()) {
+        keys.append(m.key).push_back(' ');
+    }
+    EXPECT_EQ(keys, "prompt z model a ");
 }
 
 TEST(ValidateGeneration, RejectsDeepNestingBeforeParsing) {

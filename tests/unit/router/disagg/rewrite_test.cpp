@@ -13,11 +13,17 @@ Json parse(std::string_view s) {
     return Json::parse(s);
 }
 
+// The prefill body for a client body text (scanned as the router does).
+std::string prefill_body_of(std::string_view text) {
+    JsonObjectView body;
+    EXPECT_EQ(body.scan(text), JsonScanStatus::Ok) << text;
+    return make_prefill_body(body);
+}
+
 TEST(PrefillBody, RewritesExactlyTheDocumentedFields) {
-    Json body = parse(R"({"model":"m","prompt":"hi","stream":true,
+    const std::string out = prefill_body_of(R"({"model":"m","prompt":"hi","stream":true,
         "stream_options":{"include_usage":true},"max_tokens":50,"max_completion_tokens":40,
         "min_tokens":3,"min_completion_tokens":2,"temperature":0.5,"n":1})");
-    const std::string out = make_prefill_body(body);
     EXPECT_EQ(out, R"({"model":"m","prompt":"hi","stream":false,"max_tokens":1,)"
                    R"("max_completion_tokens":1,"temperature":0.5,"n":1,)"
                    R"("kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,)"
@@ -26,8 +32,8 @@ TEST(PrefillBody, RewritesExactlyTheDocumentedFields) {
 }
 
 TEST(PrefillBody, AddsStreamAndMaxTokensButNotMaxCompletionTokens) {
-    Json body = parse(R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
-    Json out = parse(make_prefill_body(body));
+    Json out =
+        parse(prefill_body_of(R"({"model":"m","messages":[{"role":"user","content":"x"}]})"));
     EXPECT_EQ(out["stream"], false);
     EXPECT_EQ(out["max_tokens"], 1);
     EXPECT_FALSE(out.contains("max_completion_tokens"));
@@ -35,8 +41,25 @@ TEST(PrefillBody, AddsStreamAndMaxTokensButNotMaxCompletionTokens) {
     EXPECT_EQ(out["messages"], parse(R"([{"role":"user","content":"x"}])"));
 }
 
+TEST(PrefillBody, KeepsOtherValuesAsTheClientWroteThem) {
+    // Numbers, escapes and nested spacing pass through as bytes (no float reformatting).
+    const std::string out = prefill_body_of(
+        R"({"model":"m","prompt":"caf\u00e9","temperature":1.0E0,"logit_bias":{ "50256" : -100 }})");
+    EXPECT_EQ(out, R"({"model":"m","prompt":"caf\u00e9","temperature":1.0E0,)"
+                   R"("logit_bias":{ "50256" : -100 },"stream":false,"max_tokens":1,)"
+                   R"("kv_transfer_params":)" +
+                       std::string(kPrefillKvRequest) + "}");
+}
+
+TEST(PrefillBody, DuplicateKeysKeepTheLastValueAtTheFirstPlace) {
+    Json out = parse(prefill_body_of(R"({"model":"a","prompt":"p","model":"b","max_tokens":3})"));
+    EXPECT_EQ(out.dump(), R"({"model":"b","prompt":"p","max_tokens":1,"stream":false,)"
+                          R"("kv_transfer_params":)" +
+                              parse(kPrefillKvRequest).dump() + "}");
+}
+
 TEST(PrefillBody, KvRequestHasExactKeysWithExplicitNulls) {
-    Json kv = prefill_kv_request();
+    Json kv = parse(kPrefillKvRequest);
     ASSERT_TRUE(kv.is_object());
     EXPECT_EQ(kv.size(), 6u);
     EXPECT_EQ(kv["do_remote_decode"], true);
@@ -48,9 +71,8 @@ TEST(PrefillBody, KvRequestHasExactKeysWithExplicitNulls) {
 }
 
 TEST(PrefillBody, ReplacesAClientKvTransferParams) {
-    Json body = parse(R"({"model":"m","prompt":"p","kv_transfer_params":{"x":1}})");
-    Json out = parse(make_prefill_body(body));
-    EXPECT_EQ(out["kv_transfer_params"], parse(prefill_kv_request().dump()));
+    Json out = parse(prefill_body_of(R"({"model":"m","prompt":"p","kv_transfer_params":{"x":1}})"));
+    EXPECT_EQ(out["kv_transfer_params"], parse(kPrefillKvRequest));
 }
 
 constexpr std::string_view kPrefillAnswer =
@@ -67,7 +89,7 @@ TEST(KvHandle, ParsesTheObjectVerbatim) {
     KvHandle h;
     ASSERT_EQ(parse_kv_handle(kPrefillAnswer, h), HandleStatus::Ok);
     EXPECT_EQ(h.remote_request_id, "rid-7");
-    EXPECT_EQ(dump(h.params), kHandleText);  // same keys, same order, same values
+    EXPECT_EQ(h.params, kHandleText);  // the bytes P sent
 }
 
 TEST(KvHandle, MissingNullEmptyOrNotJson) {
@@ -79,6 +101,20 @@ TEST(KvHandle, MissingNullEmptyOrNotJson) {
     EXPECT_EQ(parse_kv_handle("not json", h), HandleStatus::NotJson);
     EXPECT_EQ(parse_kv_handle("[1,2]", h), HandleStatus::NotJson);
     EXPECT_EQ(parse_kv_handle("", h), HandleStatus::NotJson);
+}
+
+TEST(KvHandle, KeptByteForByteAndLastDuplicateWins) {
+    KvHandle h;
+    const std::string_view answer =
+        R"({"kv_transfer_params":{"a":1},"x":[],"kv_transfer_params":{ "remote_request_id" : )"
+        R"("r\u0031", "n": 1.50 }})";
+    ASSERT_EQ(parse_kv_handle(answer, h), HandleStatus::Ok);
+    EXPECT_EQ(h.params, R"({ "remote_request_id" : "r\u0031", "n": 1.50 })");
+    EXPECT_EQ(h.remote_request_id, "r1");
+    EXPECT_EQ(parse_kv_handle(R"({"kv_transfer_params":{"a":1},"bad":tru})", h),
+              HandleStatus::NotJson);
+    EXPECT_EQ(parse_kv_handle("{\"kv_transfer_params\":{\"a\":\"\xff\"}}", h),
+              HandleStatus::NotJson);
 }
 
 TEST(KvHandle, NonStringRequestIdIsIgnored) {
@@ -103,7 +139,7 @@ TEST(DecodeBody, IsTheOriginalTextPlusTheHandle) {
 }
 
 TEST(DecodeBody, EmptyObjectAndWhitespace) {
-    Json handle = parse(R"({"a":1})");
+    const std::string handle = R"({"a":1})";
     EXPECT_EQ(make_decode_body("{}", handle), R"({"kv_transfer_params":{"a":1}})");
     EXPECT_EQ(make_decode_body("  { \n }\n", handle), "{ \n \"kv_transfer_params\":{\"a\":1}}");
     EXPECT_EQ(parse(make_decode_body("{\"x\":[1,{}]}\r\n", handle)),
@@ -111,7 +147,7 @@ TEST(DecodeBody, EmptyObjectAndWhitespace) {
 }
 
 TEST(DecodeBody, ReplacesAClientKvTransferParams) {
-    Json handle = parse(R"({"a":1})");
+    const std::string handle = R"({"a":1})";
     const std::string out =
         make_decode_body(R"({"model":"m","kv_transfer_params":{"old":true},"prompt":"p"})", handle);
     Json j = parse(out);
@@ -122,11 +158,11 @@ TEST(DecodeBody, ReplacesAClientKvTransferParams) {
 }
 
 TEST(DecodeBody, KeyNameInsideAStringStillGivesValidJson) {
-    Json handle = parse(R"({"a":1})");
+    const std::string handle = R"({"a":1})";
     const std::string original = R"({"prompt":"say kv_transfer_params","model":"m"})";
     Json j = parse(make_decode_body(original, handle));
     EXPECT_EQ(j["prompt"], "say kv_transfer_params");
-    EXPECT_EQ(j["kv_transfer_params"], handle);
+    EXPECT_EQ(j["kv_transfer_params"], parse(handle));
 }
 
 server::Request client_request(std::initializer_list<std::pair<std::string, std::string>> hs) {

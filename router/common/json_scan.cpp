@@ -1,0 +1,620 @@
+#include "router/common/json_scan.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+namespace pdr {
+
+namespace {
+
+int hex_digit(char c) noexcept {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+bool is_digit(char c) noexcept {
+    return c >= '0' && c <= '9';
+}
+
+// Recursive-descent validator over one text. Positions are indexes into `s`.
+class Scanner {
+public:
+    Scanner(std::string_view s, std::size_t max_depth, std::size_t max_members)
+        : s_(s), max_depth_(max_depth), max_members_(max_members) {}
+
+    JsonScanStatus status = JsonScanStatus::Ok;
+    std::size_t pos = 0;
+
+    void skip_ws() noexcept {
+        while (pos < s_.size() &&
+               (s_[pos] == ' ' || s_[pos] == '\t' || s_[pos] == '\n' || s_[pos] == '\r')) {
+            ++pos;
+        }
+    }
+
+    bool fail(JsonScanStatus st = JsonScanStatus::NotJson) noexcept {
+        if (status == JsonScanStatus::Ok) {
+            status = st;
+        }
+        return false;
+    }
+
+    // A string starting at pos (a quote). Sets `escaped` when it holds a backslash.
+    bool string(bool& escaped) noexcept {
+        escaped = false;
+        ++pos;  // opening quote
+        const std::size_t n = s_.size();
+        while (pos < n) {
+            const auto c = static_cast<unsigned char>(s_[pos]);
+            if (c == '"') {
+                ++pos;
+                return true;
+            }
+            if (c < 0x20) {
+                return fail();
+            }
+            if (c == '\\') {
+                escaped = true;
+                if (!escape()) {
+                    return false;
+                }
+                continue;
+            }
+            if (c < 0x80) {
+                ++pos;
+                continue;
+            }
+            if (!utf8_sequence(c)) {
+                return false;
+            }
+        }
+        return fail();
+    }
+
+    // A value at pos; `depth` is the nesting of the container holding it.
+    bool value(std::size_t depth, JsonKind& kind) noexcept {
+        if (pos >= s_.size()) {
+            return fail();
+        }
+        switch (s_[pos]) {
+            case '{':
+                kind = JsonKind::Object;
+                return object(depth + 1, nullptr);
+            case '[':
+                kind = JsonKind::Array;
+                return array(depth + 1);
+            case '"': {
+                kind = JsonKind::String;
+                bool escaped = false;
+                return string(escaped);
+            }
+            case 't':
+                kind = JsonKind::Boolean;
+                return literal("true");
+            case 'f':
+                kind = JsonKind::Boolean;
+                return literal("false");
+            case 'n':
+                kind = JsonKind::Null;
+                return literal("null");
+            default:
+                kind = JsonKind::Number;
+                return number();
+        }
+    }
+
+    // An object at pos. When `top` is given, its members are recorded there.
+    bool object(std::size_t depth, std::vector<JsonMember>* top) {
+        if (depth > max_depth_) {
+            return fail(JsonScanStatus::TooDeep);
+        }
+        ++pos;  // '{'
+        skip_ws();
+        if (pos < s_.size() && s_[pos] == '}') {
+            ++pos;
+            return true;
+        }
+        std::size_t count = 0;
+        for (;;) {
+            if (pos >= s_.size() || s_[pos] != '"') {
+                return fail();
+            }
+            const std::size_t key_start = pos;
+            bool escaped = false;
+            if (!string(escaped)) {
+                return false;
+            }
+            const std::size_t key_end = pos;
+            if (++count > max_members_) {
+                return fail(JsonScanStatus::TooManyMembers);
+            }
+            skip_ws();
+            if (pos >= s_.size() || s_[pos] != ':') {
+                return fail();
+            }
+            ++pos;
+            skip_ws();
+            const std::size_t value_start = pos;
+            JsonKind kind = JsonKind::Null;
+            if (!value(depth, kind)) {
+                return false;
+            }
+            if (top != nullptr) {
+                JsonMember m;
+                m.key_text = s_.substr(key_start, key_end - key_start);
+                m.key = escaped ? std::string_view{} : m.key_text.substr(1, m.key_text.size() - 2);
+                m.value = s_.substr(value_start, pos - value_start);
+                m.kind = kind;
+                top->push_back(m);
+            }
+            skip_ws();
+            if (pos >= s_.size()) {
+                return fail();
+            }
+            if (s_[pos] == ',') {
+                ++pos;
+                skip_ws();
+                continue;
+            }
+            if (s_[pos] == '}') {
+                ++pos;
+                return true;
+            }
+            return fail();
+        }
+    }
+
+private:
+    bool array(std::size_t depth) {
+        if (depth > max_depth_) {
+            return fail(JsonScanStatus::TooDeep);
+        }
+        ++pos;  // '['
+        skip_ws();
+        if (pos < s_.size() && s_[pos] == ']') {
+            ++pos;
+            return true;
+        }
+        for (;;) {
+            JsonKind kind = JsonKind::Null;
+            if (!value(depth, kind)) {
+                return false;
+            }
+            skip_ws();
+            if (pos >= s_.size()) {
+                return fail();
+            }
+            if (s_[pos] == ',') {
+                ++pos;
+                skip_ws();
+                continue;
+            }
+            if (s_[pos] == ']') {
+                ++pos;
+                return true;
+            }
+            return fail();
+        }
+    }
+
+    bool literal(std::string_view word) noexcept {
+        if (s_.substr(pos, word.size()) != word) {
+            return fail();
+        }
+        pos += word.size();
+        return true;
+    }
+
+    bool digits() noexcept {
+        const std::size_t start = pos;
+        while (pos < s_.size() && is_digit(s_[pos])) {
+            ++pos;
+        }
+        return pos > start;
+    }
+
+    bool number() noexcept {
+        const std::size_t start = pos;
+        if (pos < s_.size() && s_[pos] == '-') {
+            ++pos;
+        }
+        if (pos >= s_.size()) {
+            return fail();
+        }
+        if (s_[pos] == '0') {
+            ++pos;
+        } else if (!digits()) {
+            return fail();
+        }
+        bool is_float = false;
+        if (pos < s_.size() && s_[pos] == '.') {
+            ++pos;
+            is_float = true;
+            if (!digits()) {
+                return fail();
+            }
+        }
+        if (pos < s_.size() && (s_[pos] == 'e' || s_[pos] == 'E')) {
+            ++pos;
+            is_float = true;
+            if (pos < s_.size() && (s_[pos] == '+' || s_[pos] == '-')) {
+                ++pos;
+            }
+            if (!digits()) {
+                return fail();
+            }
+        }
+        if (is_float) {
+            return finite_float(s_.substr(start, pos - start)) || fail();
+        }
+        return true;
+    }
+
+    // nlohmann refuses floats that overflow a double (underflow to 0 or a denormal is fine).
+    static bool finite_float(std::string_view text) noexcept {
+        double d = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
+        (void)ptr;
+        if (ec != std::errc::result_out_of_range) {
+            return true;
+        }
+        // Out of range: overflow or underflow. Tell them apart with strtod on a copy.
+        std::string copy(text);
+        return std::isfinite(std::strtod(copy.c_str(), nullptr));
+    }
+
+    bool escape() noexcept {
+        // s_[pos] == '\\'
+        if (pos + 1 >= s_.size()) {
+            return fail();
+        }
+        const char e = s_[pos + 1];
+        switch (e) {
+            case '"':
+            case '\\':
+            case '/':
+            case 'b':
+            case 'f':
+            case 'n':
+            case 'r':
+            case 't':
+                pos += 2;
+                return true;
+            case 'u':
+                break;
+            default:
+                return fail();
+        }
+        int cp = hex4(pos + 2);
+        if (cp < 0) {
+            return fail();
+        }
+        pos += 6;
+        if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return fail();  // a low surrogate on its own
+        }
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (pos + 1 >= s_.size() || s_[pos] != '\\' || s_[pos + 1] != 'u') {
+                return fail();
+            }
+            const int low = hex4(pos + 2);
+            if (low < 0xDC00 || low > 0xDFFF) {
+                return fail();
+            }
+            pos += 6;
+        }
+        return true;
+    }
+
+    int hex4(std::size_t at) const noexcept {
+        if (at + 4 > s_.size()) {
+            return -1;
+        }
+        int v = 0;
+        for (std::size_t i = 0; i < 4; ++i) {
+            const int d = hex_digit(s_[at + i]);
+            if (d < 0) {
+                return -1;
+            }
+            v = v * 16 + d;
+        }
+        return v;
+    }
+
+    // A multi-byte UTF-8 sequence whose first byte is `c` (>= 0x80), RFC 3629 ranges.
+    bool utf8_sequence(unsigned char c) noexcept {
+        std::size_t extra = 0;
+        unsigned char lo = 0x80;
+        unsigned char hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            extra = 1;
+        } else if (c == 0xE0) {
+            extra = 2;
+            lo = 0xA0;
+        } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+            extra = 2;
+        } else if (c == 0xED) {
+            extra = 2;
+            hi = 0x9F;
+        } else if (c == 0xF0) {
+            extra = 3;
+            lo = 0x90;
+        } else if (c >= 0xF1 && c <= 0xF3) {
+            extra = 3;
+        } else if (c == 0xF4) {
+            extra = 3;
+            hi = 0x8F;
+        } else {
+            return fail();
+        }
+        if (pos + extra >= s_.size()) {
+            return fail();
+        }
+        for (std::size_t i = 1; i <= extra; ++i) {
+            const auto b = static_cast<unsigned char>(s_[pos + i]);
+            const unsigned char min = i == 1 ? lo : 0x80;
+            const unsigned char max = i == 1 ? hi : 0xBF;
+            if (b < min || b > max) {
+                return fail();
+            }
+        }
+        pos += extra + 1;
+        return true;
+    }
+
+    std::string_view s_;
+    std::size_t max_depth_;
+    std::size_t max_members_;
+};
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) {
+        out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+}
+
+std::uint32_t read_hex4(std::string_view s, std::size_t at) {
+    std::uint32_t v = 0;
+    for (std::size_t i = 0; i < 4 && at + i < s.size(); ++i) {
+        v = v * 16 + static_cast<std::uint32_t>(std::max(0, hex_digit(s[at + i])));
+    }
+    return v;
+}
+
+}  // namespace
+
+JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth,
+                                    std::size_t max_members) {
+    members_.clear();
+    decoded_.clear();
+    duplicates_ = false;
+    if (text.size() >= 1 && static_cast<unsigned char>(text[0]) == 0xEF) {
+        if (text.substr(0, 3) != "\xEF\xBB\xBF") {
+            return JsonScanStatus::NotJson;
+        }
+        text.remove_prefix(3);
+    }
+    Scanner sc(text, max_depth, max_members);
+    sc.skip_ws();
+    if (sc.pos >= text.size()) {
+        return JsonScanStatus::NotJson;
+    }
+    bool ok = false;
+    bool is_object = text[sc.pos] == '{';
+    if (is_object) {
+        members_.reserve(16);
+        ok = sc.object(1, &members_);
+    } else {
+        JsonKind kind = JsonKind::Null;
+        ok = sc.value(0, kind);
+    }
+    if (ok) {
+        sc.skip_ws();
+        if (sc.pos != text.size()) {
+            ok = sc.fail();
+        }
+    }
+    if (!ok) {
+        members_.clear();
+        return sc.status == JsonScanStatus::Ok ? JsonScanStatus::NotJson : sc.status;
+    }
+    if (!is_object) {
+        return JsonScanStatus::NotObject;
+    }
+    for (JsonMember& m : members_) {
+        if (m.key.data() == nullptr) {  // escaped key: decode it
+            decoded_.push_back(json_string(m.key_text));
+            m.key = decoded_.back();
+        }
+    }
+    // Duplicate keys are rare; a quadratic check is cheap for the usual handful of members.
+    const std::size_t n = members_.size();
+    if (n <= 32) {
+        for (std::size_t i = 0; i < n && !duplicates_; ++i) {
+            for (std::size_t j = i + 1; j < n; ++j) {
+                if (members_[i].key == members_[j].key) {
+                    duplicates_ = true;
+                    break;
+                }
+            }
+        }
+    } else {
+        std::vector<std::string_view> keys;
+        keys.reserve(n);
+        for (const JsonMember& m : members_) {
+            keys.push_back(m.key);
+        }
+        std::sort(keys.begin(), keys.end());
+        duplicates_ = std::adjacent_find(keys.begin(), keys.end()) != keys.end();
+    }
+    return JsonScanStatus::Ok;
+}
+
+const JsonMember* JsonObjectView::find(std::string_view key) const noexcept {
+    for (auto it = members_.rbegin(); it != members_.rend(); ++it) {
+        if (it->key == key) {
+            return &*it;
+        }
+    }
+    return nullptr;
+}
+
+std::string JsonObjectView::rewrite(std::initializer_list<JsonEdit> edits) const {
+    std::size_t size = 2;
+    for (const JsonMember& m : members_) {
+        size += m.key_text.size() + m.value.size() + 2;
+    }
+    for (const JsonEdit& e : edits) {
+        size += e.key.size() + e.value.size() + 4;
+    }
+    std::string out;
+    out.reserve(size);
+    out.push_back('{');
+    bool first = true;
+    auto emit = [&](std::string_view key_text, std::string_view value) {
+        if (!first) {
+            out.push_back(',');
+        }
+        first = false;
+        out.append(key_text).push_back(':');
+        out.append(value);
+    };
+    auto edit_for = [&](std::string_view key) -> const JsonEdit* {
+        for (const JsonEdit& e : edits) {
+            if (e.key == key) {
+                return &e;
+            }
+        }
+        return nullptr;
+    };
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+        const JsonMember& m = members_[i];
+        std::string_view value = m.value;
+        if (duplicates_) {
+            bool seen_before = false;
+            for (std::size_t j = 0; j < i && !seen_before; ++j) {
+                seen_before = members_[j].key == m.key;
+            }
+            if (seen_before) {
+                continue;  // emitted at its first position already
+            }
+            value = find(m.key)->value;  // the last value wins
+        }
+        if (const JsonEdit* e = edit_for(m.key)) {
+            if (e->op != JsonEdit::Op::Erase) {
+                emit(m.key_text, e->value);
+            }
+            continue;
+        }
+        emit(m.key_text, value);
+    }
+    for (const JsonEdit& e : edits) {
+        if (e.op == JsonEdit::Op::Set && find(e.key) == nullptr) {
+            if (!first) {
+                out.push_back(',');
+            }
+            first = false;
+            out.append("\"").append(e.key).append("\":").append(e.value);
+        }
+    }
+    out.push_back('}');
+    return out;
+}
+
+bool json_integer(std::string_view text, std::int64_t& out) noexcept {
+    if (text.empty() || text.find_first_of(".eE") != std::string_view::npos) {
+        return false;
+    }
+    if (text.front() == '-') {
+        std::int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc{} || ptr != text.data() + text.size()) {
+            return false;
+        }
+        out = v;
+        return true;
+    }
+    std::uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc{} || ptr != text.data() + text.size()) {
+        return false;
+    }
+    out = static_cast<std::int64_t>(
+        std::min<std::uint64_t>(v, static_cast<std::uint64_t>(INT64_MAX)));
+    return true;
+}
+
+std::string json_string(std::string_view value_text) {
+    std::string out;
+    if (value_text.size() < 2) {
+        return out;
+    }
+    std::string_view s = value_text.substr(1, value_text.size() - 2);
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if (c != '\\' || i + 1 >= s.size()) {
+            out.push_back(c);
+            continue;
+        }
+        const char e = s[++i];
+        switch (e) {
+            case 'b':
+                out.push_back('\b');
+                break;
+            case 'f':
+                out.push_back('\f');
+                break;
+            case 'n':
+                out.push_back('\n');
+                break;
+            case 'r':
+                out.push_back('\r');
+                break;
+            case 't':
+                out.push_back('\t');
+                break;
+            case 'u': {
+                std::uint32_t cp = read_hex4(s, i + 1);
+                i += 4;
+                if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 < s.size() && s[i + 1] == '\\' &&
+                    s[i + 2] == 'u') {
+                    const std::uint32_t low = read_hex4(s, i + 3);
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                    i += 6;
+                }
+                append_utf8(out, cp);
+                break;
+            }
+            default:  // '"', '\\', '/'
+                out.push_back(e);
+                break;
+        }
+    }
+    return out;
+}
+
+}  // namespace pdr

@@ -446,8 +446,8 @@ JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth
     }
     for (JsonMember& m : members_) {
         if (m.key.data() == nullptr) {  // escaped key: decode it
-            decoded_.push_back(json_string(m.key_text));
-            m.key = decoded_.back();
+            decoded_.push_front(json_string(m.key_text));
+            m.key = decoded_.front();
         }
     }
     // Duplicate keys are rare; a quadratic check is cheap for the usual handful of members.

@@ -10,7 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <forward_list>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -60,7 +60,7 @@ public:
 
 private:
     std::vector<JsonMember> members_;
-    std::deque<std::string> decoded_;  // keys that contained escapes
+    std::forward_list<std::string> decoded_;  // keys that contained escapes (stable addresses)
     bool duplicates_ = false;
 };
 

@@ -22,8 +22,6 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
     using instances::Role;
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
                                       deps.cfg.decode_idle_timeout};
-    upstream::Request leg = make_leg_request(http::verb::post, req.target, req.request_id,
-                                             req.headers, std::move(body));
     const int attempts = 1 + std::max(0, deps.cfg.decode_retries);
     const instances::Instance* exclude = nullptr;
     std::string last_error;
@@ -57,7 +55,10 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
         }
         instances::InFlight in_flight = deps.registry.acquire(decode);
         const bool last = attempt + 1 >= attempts;
-        upstream::Request attempt_req = last ? std::move(leg) : leg;
+        // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
+        upstream::Request attempt_req =
+            make_leg_request(http::verb::post, req.target, req.request_id, req.headers,
+                             last ? std::move(body) : body);
         const Clock::time_point leg_start = Clock::now();
         upstream::Client::Opened opened =
             co_await deps.client.open(decode->endpoint, std::move(attempt_req), timeouts);

@@ -25,7 +25,7 @@ std::string status_reason(unsigned status, std::string_view body) {
 
 // Runs the prefill leg (with retries on another P). On Handle, `handle` and `prefill` are set.
 // Otherwise the client has been answered (or is gone), or the caller must recompute on D.
-awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, upstream::Request leg,
+awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::string body,
                                       KvHandle& handle, instances::InstancePtr& prefill) {
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.prefill_timeout,
                                       deps.cfg.prefill_timeout};
@@ -50,7 +50,10 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, upstream
         }
         instances::InFlight in_flight = deps.registry.acquire(p);
         const bool last = attempt + 1 >= attempts;
-        upstream::Request attempt_req = last ? std::move(leg) : leg;
+        // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
+        upstream::Request attempt_req =
+            make_leg_request(http::verb::post, req.target, req.request_id, req.headers,
+                             last ? std::move(body) : body);
         const Clock::time_point leg_start = Clock::now();
         upstream::Result result =
             co_await deps.client.request(p->endpoint, std::move(attempt_req), timeouts);
@@ -169,11 +172,10 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
         co_return;
     }
     UpstreamCanceler canceler(req.exchange);
-    upstream::Request prefill_req = make_leg_request(http::verb::post, req.target, req.request_id,
-                                                     req.headers, make_prefill_body(req.body));
     KvHandle handle;
     instances::InstancePtr prefill;
-    PrefillEnd end = co_await run_prefill_leg(deps, req, std::move(prefill_req), handle, prefill);
+    PrefillEnd end =
+        co_await run_prefill_leg(deps, req, make_prefill_body(req.body), handle, prefill);
     if (end == PrefillEnd::Answered) {
         co_return;
     }

@@ -99,6 +99,31 @@ void Client::Impl::close_key(const std::string& key) {
     idle.erase(it);
 }
 
+namespace {
+
+// A DNS lookup that the caller can stop waiting for: getaddrinfo runs on Asio's resolver thread
+// and cannot be interrupted, so the lookup runs detached and reports into this shared state;
+// the caller waits on `wake` (a timer that the lookup cancels when it is done), which honours
+// the connect timeout and the caller's cancellation (a client that goes away) at once.
+struct Lookup {
+    explicit Lookup(const net::any_io_executor& ex) : wake(ex, Clock::time_point::max()) {}
+    Timer wake;
+    bool done = false;
+    error_code ec;
+    tcp::resolver::results_type results;
+};
+
+awaitable<void> run_lookup(std::shared_ptr<Lookup> lookup, std::string host, std::string service) {
+    Resolver resolver(lookup->wake.get_executor());
+    auto [ec, results] = co_await resolver.async_resolve(host, service);
+    lookup->ec = ec;
+    lookup->results = std::move(results);
+    lookup->done = true;
+    lookup->wake.cancel();
+}
+
+}  // namespace
+
 awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c, const Endpoint& ep,
                                                                 const Timeouts& t) {
     error_code ec;
@@ -108,21 +133,27 @@ awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c,
         auto [cec] = co_await c.stream.async_connect(tcp::endpoint(addr, ep.port), use_tuple);
         ec = cec;
     } else {
-        // A DNS name: resolve (no timeout of its own), then connect under Timeouts::connect.
-        Resolver resolver(executor);
-        const std::string service = std::to_string(ep.port);
-        auto [rec, results] = co_await resolver.async_resolve(ep.host, service);
-        if (rec) {
-            co_return std::pair{
-                rec == net::error::operation_aborted ? Failure::Canceled : Failure::Connect, rec};
+        // A DNS name: the lookup gets Timeouts::connect, then the connect gets it again.
+        auto lookup = std::make_shared<Lookup>(executor);
+        net::co_spawn(executor, run_lookup(lookup, ep.host, std::to_string(ep.port)),
+                      net::detached);
+        if (!lookup->done) {
+            lookup->wake.expires_after(t.connect);
+            auto [wec] = co_await lookup->wake.async_wait();
+            (void)wec;
         }
-        // The resolver does not honour per-operation cancellation: check by hand.
         auto cs = co_await net::this_coro::cancellation_state;
         if (cs.cancelled() != net::cancellation_type::none) {
             co_return std::pair{Failure::Canceled, error_code{net::error::operation_aborted}};
         }
+        if (!lookup->done) {
+            co_return std::pair{Failure::ConnectTimeout, error_code{beast::error::timeout}};
+        }
+        if (lookup->ec) {
+            co_return std::pair{Failure::Connect, lookup->ec};
+        }
         c.stream.expires_after(t.connect);
-        auto [cec, endpoint] = co_await c.stream.async_connect(results, use_tuple);
+        auto [cec, endpoint] = co_await c.stream.async_connect(lookup->results, use_tuple);
         (void)endpoint;
         ec = cec;
     }

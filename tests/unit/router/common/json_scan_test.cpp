@@ -150,11 +150,11 @@ TEST(JsonScan, MembersAndValuesAsWritten) {
 
 TEST(JsonScan, LimitsOnDepthAndMembers) {
     JsonObjectView v;
-    const std::string deep = "{\"a\":" + std::string(kMaxJsonDepth, '[') +
-                             std::string(kMaxJsonDepth, ']') + "}";
+    const std::string deep =
+        "{\"a\":" + std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']') + "}";
     EXPECT_EQ(v.scan(deep), JsonScanStatus::TooDeep);
-    const std::string ok = "{\"a\":" + std::string(kMaxJsonDepth - 1, '[') +
-                           std::string(kMaxJsonDepth - 1, ']') + "}";
+    const std::string ok =
+        "{\"a\":" + std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']') + "}";
     EXPECT_EQ(v.scan(ok), JsonScanStatus::Ok);
     std::string wide = "{";
     for (std::size_t i = 0; i <= kMaxJsonObjectMembers; ++i) {
@@ -184,8 +184,8 @@ TEST(JsonScan, IntegersAsNlohmannStoresThem) {
 }
 
 TEST(JsonScan, StringsDecodeLikeNlohmann) {
-    for (std::string_view t : {R"("plain")", R"("a\"b\\c\/d")", R"("\b\f\n\r\t")", R"("\u00e9\u4e2d")",
-                               R"("\ud83d\ude00!")", R"("")"}) {
+    for (std::string_view t : {R"("plain")", R"("a\"b\\c\/d")", R"("\b\f\n\r\t")",
+                               R"("\u00e9\u4e2d")", R"("\ud83d\ude00!")", R"("")"}) {
         EXPECT_EQ(json_string(t), Ordered::parse(t).get<std::string>()) << t;
     }
 }

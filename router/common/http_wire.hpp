@@ -72,4 +72,33 @@ std::array<net::const_buffer, 2> message_buffers(
     return {net::buffer(head), net::buffer(msg.body())};
 }
 
+// Sends all of `buffers` on a beast::tcp_stream: at once, with one non-blocking gather send,
+// when the socket's send buffer takes them all (the common case: no timer, no suspension, no
+// completion to dispatch); otherwise the rest goes out with async_write under `timeout`.
+template <class Buffers>
+awaitable<error_code> send_all(beast::tcp_stream& stream, const Buffers& buffers,
+                               Duration timeout) {
+    tcp::socket& sock = stream.socket();
+    error_code ec;
+    if (!sock.non_blocking()) {
+        sock.non_blocking(true, ec);  // write_some below must never block
+    }
+    std::size_t sent = 0;
+    if (!ec) {
+        sent = sock.write_some(buffers, ec);
+        if (!ec && sent == net::buffer_size(buffers)) {
+            co_return error_code{};
+        }
+        if (ec && ec != net::error::would_block && ec != net::error::try_again) {
+            co_return ec;
+        }
+    }
+    beast::buffers_suffix<Buffers> rest(buffers);
+    rest.consume(ec ? 0 : sent);
+    stream.expires_after(timeout);
+    auto [wec, n] = co_await net::async_write(stream, rest, use_tuple);
+    (void)n;
+    co_return wec;
+}
+
 }  // namespace pdr::wire

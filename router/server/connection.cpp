@@ -5,6 +5,8 @@
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <array>
+#include <charconv>
 #include <optional>
 
 namespace pdr::server::detail {
@@ -65,15 +67,13 @@ public:
         keep_alive_ = req_.keep_alive() && res.keep_alive() && !conn_.server.draining;
         res.keep_alive(keep_alive_);
         res.prepare_payload();
-        conn_.stream.expires_after(conn_.server.limits.write_timeout);
         error_code ec;
         if (!res.chunked()) {
             // Head and body in one gather write (the bytes Beast's serializer would send).
             auto buffers = wire::message_buffers(conn_.head_buf, res);
-            auto [wec, n] = co_await net::async_write(conn_.stream, buffers, use_tuple);
-            (void)n;
-            ec = wec;
+            ec = co_await wire::send_all(conn_.stream, buffers, conn_.server.limits.write_timeout);
         } else {
+            conn_.stream.expires_after(conn_.server.limits.write_timeout);
             auto [wec, n] = co_await http::async_write(conn_.stream, res, use_tuple);
             (void)n;
             ec = wec;
@@ -102,9 +102,8 @@ public:
         std::string& text = conn_.head_buf;
         text.clear();
         wire::append_head(text, head.base());
-        conn_.stream.expires_after(conn_.server.limits.write_timeout);
-        auto [ec, n] = co_await net::async_write(conn_.stream, net::buffer(text), use_tuple);
-        (void)n;
+        error_code ec = co_await wire::send_all(conn_.stream, net::buffer(text),
+                                                conn_.server.limits.write_timeout);
         if (ec) {
             failed_write(ec);
         }
@@ -121,10 +120,17 @@ public:
         if (data.empty()) {
             co_return error_code{};  // an empty chunk would end the body
         }
-        conn_.stream.expires_after(conn_.server.limits.write_timeout);
-        auto chunk = http::make_chunk(net::const_buffer(data.data(), data.size()));
-        auto [ec, n] = co_await net::async_write(conn_.stream, chunk, use_tuple);
-        (void)n;
+        // "<hex size>\r\n" + data + "\r\n": the chunk framing Beast's make_chunk writes.
+        char size_line[24];
+        auto [end, fec] = std::to_chars(size_line, size_line + 16, data.size(), 16);
+        (void)fec;
+        *end++ = '\r';
+        *end++ = '\n';
+        const std::array<net::const_buffer, 3> chunk{
+            net::buffer(size_line, static_cast<std::size_t>(end - size_line)),
+            net::buffer(data.data(), data.size()), net::buffer("\r\n", 2)};
+        error_code ec =
+            co_await wire::send_all(conn_.stream, chunk, conn_.server.limits.write_timeout);
         if (ec) {
             failed_write(ec);
         }
@@ -138,9 +144,10 @@ public:
         if (gone_ || aborted_) {
             co_return net::error::not_connected;
         }
-        conn_.stream.expires_after(conn_.server.limits.write_timeout);
-        auto [ec, n] = co_await net::async_write(conn_.stream, http::make_chunk_last(), use_tuple);
-        (void)n;
+        static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+        error_code ec =
+            co_await wire::send_all(conn_.stream, net::buffer(kLastChunk.data(), kLastChunk.size()),
+                                    conn_.server.limits.write_timeout);
         if (ec) {
             failed_write(ec);
         } else {

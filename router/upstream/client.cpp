@@ -49,12 +49,15 @@ std::string_view to_string(Failure f) noexcept {
 namespace {
 
 // Sends the request: head and body in one gather write (the bytes http::async_write would send).
-awaitable<std::tuple<error_code, std::size_t>> write_request(detail::Conn& c, const Request& req) {
+awaitable<std::tuple<error_code, std::size_t>> write_request(detail::Conn& c, const Request& req,
+                                                             Duration timeout) {
     if (req.chunked()) {
         co_return co_await http::async_write(c.stream, req, use_tuple);
     }
     auto buffers = wire::message_buffers(c.head_buf, req);
-    co_return co_await net::async_write(c.stream, buffers, use_tuple);
+    // The caller has armed the stream's timer (expires_after) for the whole exchange.
+    error_code ec = co_await wire::send_all(c.stream, buffers, timeout);
+    co_return std::tuple{ec, ec ? std::size_t{0} : net::buffer_size(buffers)};
 }
 
 void prepare(Request& req, const std::string& authority) {
@@ -116,7 +119,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             }
             detail::Conn& c = *a.conn;
             c.stream.expires_after(t.response);
-            auto [wec, wn] = co_await write_request(c, req);
+            auto [wec, wn] = co_await write_request(c, req, t.response);
             (void)wn;
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {
@@ -170,7 +173,7 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 co_return o;
             }
             a.conn->stream.expires_after(t.response);
-            auto [wec, wn] = co_await write_request(*a.conn, req);
+            auto [wec, wn] = co_await write_request(*a.conn, req, t.response);
             (void)wn;
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {

@@ -1,5 +1,10 @@
 // Failure behaviour of the pull flow with real processes: upstream errors on either leg, dead
 // instances, timeouts, missing KV params, mid-stream failures, and no stranded KV after any.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -428,6 +433,77 @@ TEST_F(FailureTest, UndeliveredHandleIsFreedOneLeaseAfterTheLastRefresh) {
     EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 1);
     // Lease 1 s on pdsim; allow it plus slack.
     EXPECT_TRUE(kv_freed(pd, Ms{2500}));
+}
+
+// A loopback port where connects hang: a listener with backlog 0 whose one queue slot is taken,
+// so the kernel drops further SYNs (the connect times out instead of being refused).
+class BlackholePort {
+public:
+    BlackholePort() {
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof addr;
+        listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+            ::listen(listener_, 0) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+            throw std::runtime_error("blackhole listener");
+        }
+        port_ = ntohs(addr.sin_port);
+        filler_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (filler_ < 0 || ::connect(filler_, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+            throw std::runtime_error("blackhole filler");
+        }
+    }
+    ~BlackholePort() {
+        ::close(filler_);
+        ::close(listener_);
+    }
+    BlackholePort(const BlackholePort&) = delete;
+    BlackholePort& operator=(const BlackholePort&) = delete;
+    std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+private:
+    int listener_ = -1;
+    int filler_ = -1;
+    unsigned short port_ = 0;
+};
+
+TEST_F(FailureTest, HandleWhoseLeaseLapsedDuringDecodeRetriesIsNeverSentToDecode) {
+    // Decode instances: a real one and one whose connects hang. Refreshes are off, so P's lease
+    // (1.2 s as the router knows it) runs from P's answer; the hanging connect takes 1.5 s, so
+    // by the retry the handle is no longer safe to hand over: 504, and D never sees it.
+    BlackholePort hole;
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(
+        {"--kv-lease-timeout-ms", "1200", "--no-lease-refresh", "--connect-timeout-ms", "1500",
+         "--health-interval-ms", "60000", "--decode", hole.address()}));
+    int refused = 0;
+    int served = 0;
+    for (int i = 0; i < 2; ++i) {  // round robin: one of the two picks the hanging instance first
+        json body = completion_body("lease lapses " + std::to_string(i), 4, false);
+        const std::string id = "lapse-" + std::to_string(i);
+        auto r = send_generation(*pd.router, body, {{"X-Request-Id", id}});
+        if (r.status == 504) {
+            ++refused;
+            EXPECT_NE(error_message(r).find("lease"), std::string::npos) << r.body;
+            EXPECT_TRUE(requests_with_id(*pd.decode[0], id).empty()) << "handle sent to D";
+            EXPECT_EQ(requests_with_id(*pd.prefill[0], id).size(), 1u);
+        } else {
+            ++served;
+            EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+        }
+    }
+    EXPECT_EQ(refused, 1);
+    EXPECT_EQ(served, 1);
+    const std::string m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_upstream_errors_total",
+                     {{"leg", "decode"}, {"kind", "kv_lease_expiring"}})
+                  .value_or(0),
+              1.0)
+        << m;
+    // The refused handle's blocks go back when P's own lease (1 s) ends.
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
 }
 
 }  // namespace

@@ -6,8 +6,21 @@
 # Each measurement is repeated --rounds times, ours and ucx_perftest interleaved (perftest sized
 # to run as long as our cell), and the best round of each is kept (best-of-N filters
 # interference from other processes on a shared box).
-# Both tools use memory allocated through UCX (UCP_MEM_MAP_ALLOCATE), both ends on 127.0.0.1.
+# Both tools use memory allocated through UCX (UCP_MEM_MAP_ALLOCATE), both ends on 127.0.0.1,
+# the same UCX environment (UCX_TLS / UCX_NET_DEVICES below, plus whatever the caller exports).
 # Bounded: each perftest client runs under `timeout`, each bench run is time-limited per cell.
+#
+# tcp reference ("ref" column): UCX 1.13 has no RMA lane over tcp, so a put is emulated with
+# active messages that the TARGET must process. ucx_perftest 1.13's ucp_put_bw does not progress
+# its target during the measured loop (measured: the server process used 0.14 s of CPU in a
+# 3.5 s 4 MiB run, asleep in poll() in its barrier); UCX's async thread then handles the target's
+# socket, UCX_TCP_MAX_POLL (16) events per wake-up, and once puts outgrow the socket buffers
+# (>= 4 MiB here) perftest collapses to 0.03-0.07 GB/s (4 MiB recovers with UCX_TCP_MAX_POLL=1024,
+# 8-16 MiB do not). That figure measures perftest's harness, not the transport, so over tcp the
+# reference for a size is the best perftest figure at that size OR ANY SMALLER SIZE of the same
+# run (never lower than the same-size figure, so the ratio can only get stricter); both figures
+# are printed. Over shm puts are true one-sided memcpys and the same-size figure is used as is
+# (there the bandwidth legitimately falls with size: 64 KiB stays in cache, 16 MiB does not).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -78,7 +91,7 @@ echo "# load at start:$(uptime | sed 's/.*load average//')"
 for tls in ${tls_list//,/ }; do
   echo
   echo "## transport $tls ($(tls_env "$tls"))"
-  printf "%-9s %14s %14s %8s\n" size "ours GB/s" "perftest GB/s" ratio
+  rows=""
   for s in ${sizes//,/ }; do  # interleaved per size so both see the same machine load
     b=$(to_bytes "$s")
     ours=0 pt=0
@@ -91,11 +104,18 @@ for tls in ${tls_list//,/ }; do
       ours=$(awk -v a="$ours" -v b="${o:-0}" 'BEGIN { print (b > a) ? b : a }')
       pt=$(awk -v a="$pt" -v b="$p" 'BEGIN { print (b > a) ? b : a }')
     done
-    awk -v s="$s" -v o="${ours:-0}" -v p="$pt" 'BEGIN {
-      pg = p / 1e9; r = (pg > 0) ? o / pg : 0;
-      printf "%-9s %14.3f %14.3f %7.0f%%  %s\n", s, o, pg, r * 100,
-             (r >= 0.9 ? "met (>=90%)" : "NOT met (<90%)") }'
+    rows+="$b $s $ours $pt"$'\n'
   done
+  # ascending size; tcp: ref = best perftest figure at this size or a smaller one (see top)
+  printf "%-9s %14s %14s %14s %8s\n" size "ours GB/s" "perftest GB/s" "ref GB/s" ratio
+  sort -n <<<"$rows" | awk -v tls="$tls" 'NF == 4 {
+      pg = $4 / 1e9; ref = pg
+      if (tls == "tcp" && best > ref) ref = best
+      if (pg > best) best = pg
+      r = (ref > 0) ? $3 / ref : 0
+      printf "%-9s %14.3f %14.3f %14.3f %7.1f%%  %s%s\n", $2, $3, pg, ref, r * 100,
+             (r >= 0.9 ? "met (>=90%)" : "NOT met (<90%)"),
+             (ref > pg ? "  [ref: a smaller size; perftest at this size is below it]" : "") }'
   echo "### merging and post overhead ($tls)"
   csv=""
   for ((r = 0; r < rounds; ++r)); do

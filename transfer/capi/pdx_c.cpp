@@ -29,10 +29,22 @@ static_assert(PDX_UNSUPPORTED == static_cast<int>(pdx::Status::Unsupported));
 static_assert(PDX_MAX_NOTIFY_PAYLOAD == pdx::kMaxNotifyPayload);
 static_assert(PDX_NOTIFY_ABORT == static_cast<int>(pdx::NotifyKind::Abort));
 
+void fill_result(const pdx::TransferResult& r, pdx_transfer_result_t* out) {
+    out->handle = r.handle;
+    out->transfer_id = r.transfer_id;
+    out->peer = r.peer;
+    out->direction = static_cast<pdx_direction_t>(r.direction);
+    out->status = to_c(r.status);
+    out->bytes = r.bytes;
+    out->descriptors = r.descriptors;
+    copy_str(out->message, sizeof out->message, r.message);
+}
+
 pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_layout,
                       const uint32_t* local_ids, uint32_t remote_layout, const uint32_t* remote_ids,
                       size_t count, uint64_t transfer_id, uint32_t deadline_ms,
-                      const pdx_notification_t* notify, uint64_t* handle) {
+                      const pdx_notification_t* notify, pdx_completion_fn on_complete,
+                      void* user_data, uint64_t* handle) {
     if (!a || !handle)
         return fail(PDX_INVALID, "null agent or handle pointer");
     if (count && (!local_ids || !remote_ids))
@@ -52,6 +64,15 @@ pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_
             if (!to_cpp(notify, n))
                 return fail(PDX_INVALID, "invalid notification");
             req.notify = std::move(n);
+        }
+        if (on_complete) {
+            // Runs on the progress context (see pdx.h); C code cannot throw, and nothing the
+            // conversion does can, so no exception crosses the C frame.
+            req.on_complete = [on_complete, user_data](const pdx::TransferResult& r) {
+                pdx_transfer_result_t c{};
+                fill_result(r, &c);
+                on_complete(&c, user_data);
+            };
         }
         auto r = write ? a->agent->write_blocks(req) : a->agent->read_blocks(req);
         if (!r)
@@ -263,7 +284,16 @@ pdx_status_t pdx_write_blocks(pdx_agent_t* a, uint64_t peer, uint32_t local_layo
                               uint32_t deadline_ms, const pdx_notification_t* notify,
                               uint64_t* handle) {
     return transfer(a, true, peer, local_layout, local_ids, remote_layout, remote_ids, count,
-                    transfer_id, deadline_ms, notify, handle);
+                    transfer_id, deadline_ms, notify, nullptr, nullptr, handle);
+}
+
+pdx_status_t pdx_write_blocks_cb(pdx_agent_t* a, uint64_t peer, uint32_t local_layout,
+                                 const uint32_t* local_ids, uint32_t remote_layout,
+                                 const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
+                                 uint32_t deadline_ms, const pdx_notification_t* notify,
+                                 pdx_completion_fn on_complete, void* user_data, uint64_t* handle) {
+    return transfer(a, true, peer, local_layout, local_ids, remote_layout, remote_ids, count,
+                    transfer_id, deadline_ms, notify, on_complete, user_data, handle);
 }
 
 pdx_status_t pdx_read_blocks(pdx_agent_t* a, uint64_t peer, uint32_t local_layout,
@@ -271,7 +301,16 @@ pdx_status_t pdx_read_blocks(pdx_agent_t* a, uint64_t peer, uint32_t local_layou
                              const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
                              uint32_t deadline_ms, uint64_t* handle) {
     return transfer(a, false, peer, local_layout, local_ids, remote_layout, remote_ids, count,
-                    transfer_id, deadline_ms, nullptr, handle);
+                    transfer_id, deadline_ms, nullptr, nullptr, nullptr, handle);
+}
+
+pdx_status_t pdx_read_blocks_cb(pdx_agent_t* a, uint64_t peer, uint32_t local_layout,
+                                const uint32_t* local_ids, uint32_t remote_layout,
+                                const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
+                                uint32_t deadline_ms, pdx_completion_fn on_complete,
+                                void* user_data, uint64_t* handle) {
+    return transfer(a, false, peer, local_layout, local_ids, remote_layout, remote_ids, count,
+                    transfer_id, deadline_ms, nullptr, on_complete, user_data, handle);
 }
 
 pdx_status_t pdx_poll(pdx_agent_t* a, uint64_t handle) {
@@ -299,14 +338,7 @@ pdx_status_t pdx_result(pdx_agent_t* a, uint64_t handle, pdx_transfer_result_t* 
         auto r = a->agent->result(handle);
         if (!r)
             return check(r);
-        out->handle = r->handle;
-        out->transfer_id = r->transfer_id;
-        out->peer = r->peer;
-        out->direction = static_cast<pdx_direction_t>(r->direction);
-        out->status = to_c(r->status);
-        out->bytes = r->bytes;
-        out->descriptors = r->descriptors;
-        copy_str(out->message, sizeof out->message, r->message);
+        fill_result(*r, out);
         return PDX_OK;
     });
 }

@@ -77,6 +77,7 @@ public:
     // transfers / progress (agent_transfer.cpp)
     Result<TransferHandle> post(const TransferRequest& req, Direction dir);
     void finish(TransferHandle h, Xfer& x, Status s, std::string message);
+    void remember(TransferHandle h, const TransferResult& r);  // into the pollable history
     // Finishes and forgets `it` once neither the backend nor the post queue references it.
     void settle(std::unordered_map<TransferHandle, Xfer>::iterator it);
     bool pump_locked();  // posts one queued chunk; true if more chunks wait
@@ -109,6 +110,7 @@ public:
 
     std::unordered_map<TransferHandle, Xfer> xfers_;
     std::deque<TransferHandle> post_queue_;  // transfers with segments left to post, FIFO
+    detail::Plan plan_;                      // post()'s scratch plan (capacity reused)
     std::unordered_map<TransferHandle, TransferResult> history_;
     std::deque<TransferHandle> history_order_;
     TransferHandle next_xfer_ = 0;
@@ -128,11 +130,13 @@ public:
     int epoll_fd_ = -1;
     std::thread thread_;
     std::atomic<bool> stop_{false};
+    std::atomic<bool> wake_signalled_{false};  // wake() wrote wake_fd_ since progress() drained it
     bool sleeping_ = false;    // (mu_) the progress thread is (about to be) blocked in epoll_wait
     int waiters_ = 0;          // (mu_) callers blocked in wait() on cv_
     Clock::time_point now_{};  // (mu_) set while post() delivers inline completions
     Xfer* inline_xfer_ = nullptr;  // (mu_) the transfer post() is completing inline
     TransferHandle inline_op_ = 0;
+    Peer* inline_peer_ = nullptr;  // (mu_) its peer
     Clock::time_point next_heartbeat_{};
     static constexpr std::chrono::milliseconds kTick{10};
     // Queued requests (see Config::inline_post_*) are posted in chunks of at most these sizes.

@@ -108,27 +108,35 @@ std::size_t Agent::Impl::progress() {
     std::size_t n = 0;
     // Queued transfers: a bounded number of chunks per call, the lock released between them so
     // callers of write_blocks/poll never wait behind a whole large transfer.
+    // The transport is progressed between chunks only while more chunks wait; the last chunk
+    // is progressed below with everything else (each UCX progress call over tcp is a syscall).
     for (int i = 0; i < kChunksPerProgress; ++i) {
         std::lock_guard lk(mu_);
         if (post_queue_.empty())
             break;
         bool more = pump_locked();
-        n += 1 + backend_->progress();
+        ++n;
         if (!more)
             break;
+        n += backend_->progress();
     }
     {
         std::lock_guard lk(mu_);
         std::uint64_t v;
-        while (::read(wake_fd_, &v, sizeof v) > 0) {
-        }
-        if (timer_fd_ >= 0)
-            while (::read(timer_fd_, &v, sizeof v) > 0) {
+        // Drain the wake-up fd only when wake() wrote it (it sets the flag after writing), not
+        // with a failing read() per call.
+        if (wake_signalled_.exchange(false, std::memory_order_acquire))
+            while (::read(wake_fd_, &v, sizeof v) > 0) {
             }
         if (cfg_.progress == ProgressMode::EventFd) {
-            // refresh the epoll fd's ready list, so an outer (edge-triggered) loop sees edges
+            // refresh the epoll fd's ready list, so an outer (edge-triggered) loop sees edges;
+            // the tick timer is read only when it fired
             epoll_event ev[8];
-            ::epoll_wait(epoll_fd_, ev, 8, 0);
+            int ready = ::epoll_wait(epoll_fd_, ev, 8, 0);
+            for (int i = 0; i < ready; ++i)
+                if (ev[i].data.fd == timer_fd_)
+                    while (::read(timer_fd_, &v, sizeof v) > 0) {
+                    }
         }
         n += backend_->progress();
         tick_locked(Clock::now());
@@ -179,6 +187,7 @@ bool Agent::Impl::arm() {
 void Agent::Impl::wake() {
     std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+    wake_signalled_.store(true, std::memory_order_release);  // after the write: see progress()
 }
 
 void Agent::Impl::thread_main() {

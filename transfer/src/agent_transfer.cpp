@@ -117,10 +117,13 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         return refuse(Status::Invalid, "notification payload too large");
     detail::PlanSide ls{ll, reinterpret_cast<std::uint64_t>(region.mem.base)};
     detail::PlanSide rs{rl, rr.base};
-    auto plan = detail::make_plan(ls, rs, req.local_ids, req.remote_ids, dir == Direction::Write,
-                                  {cfg_.max_transfer_bytes, cfg_.max_blocks_per_transfer});
-    if (!plan)
-        return refuse(plan.status(), plan.message());
+    // plan_ (guarded by mu_) keeps its segment capacity between posts: no allocation here.
+    detail::Plan* plan = &plan_;
+    auto planned =
+        detail::make_plan(ls, rs, req.local_ids, req.remote_ids, dir == Direction::Write,
+                          {cfg_.max_transfer_bytes, cfg_.max_blocks_per_transfer}, plan_);
+    if (!planned)
+        return refuse(planned.status(), planned.message());
 
     TransferHandle h = ++next_xfer_;
     const std::uint64_t inline_bytes =
@@ -163,8 +166,10 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         // here without ever entering xfers_ (see on_op_complete)
         inline_op_ = h;
         inline_xfer_ = &x;
+        inline_peer_ = &peer;  // finish() needs it: spares a second peers_ lookup
         backend_->deliver_completed();
         inline_xfer_ = nullptr;
+        inline_peer_ = nullptr;
     }
     add_latency(stats_.post, ns_between(t0, now_));
     now_ = {};
@@ -222,13 +227,17 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
             ++stats_.transfers_failed;
             break;
     }
-    auto pit = peers_.find(x.res.peer);
-    if (pit != peers_.end()) {
-        pit->second.in_flight.erase(h);
-        if (x.notify && x.res.direction == Direction::Write &&
-            pit->second.state == PeerState::Alive) {
+    Peer* peer = inline_xfer_ == &x ? inline_peer_ : nullptr;
+    if (!peer) {
+        auto pit = peers_.find(x.res.peer);
+        peer = pit == peers_.end() ? nullptr : &pit->second;
+    }
+    if (peer) {
+        if (!peer->in_flight.empty())
+            peer->in_flight.erase(h);
+        if (x.notify && x.res.direction == Direction::Write && peer->state == PeerState::Alive) {
             if (s == Status::Ok) {
-                send_locked(pit->second, *x.notify, 0);
+                send_locked(*peer, *x.notify, 0);
             } else {
                 Notification f;
                 f.kind = NotifyKind::Failed;
@@ -236,21 +245,40 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
                 f.sequence = x.notify->sequence;
                 f.expected = x.notify->expected;
                 f.status = s;
-                send_locked(pit->second, f, 0);
+                send_locked(*peer, f, 0);
             }
         }
     }
-    history_[h] = x.res;
-    history_order_.push_back(h);
-    while (history_order_.size() > cfg_.completed_history) {
-        history_.erase(history_order_.front());
-        history_order_.pop_front();
-    }
+    remember(h, x.res);
     if (x.on_complete)
         callbacks_.emplace_back(std::move(x.on_complete), x.res);
     x.on_complete = nullptr;
     if (waiters_ > 0)
         cv_.notify_all();
+}
+
+void Agent::Impl::remember(TransferHandle h, const TransferResult& r) {
+    // Full: the oldest entry's node is reused for this one (no allocation or rehash per
+    // transfer); otherwise a new entry. Either way the newest completed_history stay pollable.
+    if (history_order_.size() >= cfg_.completed_history) {
+        auto node = history_.extract(history_order_.front());
+        history_order_.pop_front();
+        if (!node.empty()) {
+            node.key() = h;
+            node.mapped() = r;
+            auto ins = history_.insert(std::move(node));
+            if (!ins.inserted)  // not expected: a handle finishes once
+                ins.position->second = r;
+            history_order_.push_back(h);
+            return;
+        }
+    }
+    history_[h] = r;
+    history_order_.push_back(h);
+    while (history_order_.size() > cfg_.completed_history) {
+        history_.erase(history_order_.front());
+        history_order_.pop_front();
+    }
 }
 
 Result<void> Agent::Impl::send_locked(Peer& p, const Notification& n, std::uint8_t flags) {

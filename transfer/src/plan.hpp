@@ -36,5 +36,11 @@ struct PlanLimits {
 Result<Plan> make_plan(const PlanSide& local, const PlanSide& remote,
                        std::span<const BlockId> local_ids, std::span<const BlockId> remote_ids,
                        bool local_is_source, const PlanLimits& limits);
+// The same, into `out` (its segment capacity is reused: no allocation on the hot path when the
+// caller keeps one Plan). Ids already strictly increasing on both sides (one id, or contiguous
+// runs in order) skip the sort and the duplicate checks, which cannot fail for them.
+Result<void> make_plan(const PlanSide& local, const PlanSide& remote,
+                       std::span<const BlockId> local_ids, std::span<const BlockId> remote_ids,
+                       bool local_is_source, const PlanLimits& limits, Plan& out);
 
 }  // namespace pdx::detail

@@ -122,6 +122,7 @@ public:
         for (auto& [t, c] : conns_)
             close_conn(*c);
         conns_.clear();
+        last_conn_ = nullptr;
         for (int i = 0; i < 100000 && !closing_.empty(); ++i) {
             ucp_worker_progress(worker_);
             reap_closing();
@@ -130,6 +131,8 @@ public:
             ucp_worker_destroy(worker_);
         if (context_)
             ucp_cleanup(context_);
+        // ops_ is freed after this body: also the records of requests that UCX never completed
+        // (e.g. gets to a peer that was killed while frozen), which used to leak.
     }
 
     Result<LocalRegion> allocate(std::size_t bytes) override { return map(nullptr, bytes); }
@@ -197,6 +200,7 @@ public:
         auto it = conns_.find(conn);
         if (it == conns_.end())
             return;
+        last_conn_ = nullptr;
         close_conn(*it->second);
         conns_.erase(it);
     }
@@ -204,14 +208,14 @@ public:
     Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion& local,
                       std::uint32_t remote_region, std::span<const Segment> segments,
                       std::uint64_t op_id) override {
-        auto it = conns_.find(conn);
-        if (it == conns_.end())
+        Conn* cp = find_conn(conn);
+        if (!cp)
             return {Status::PeerGone, "ucx: connection closed"};
-        Conn& c = *it->second;
+        Conn& c = *cp;
         if (remote_region >= c.rkeys.size() || !c.rkeys[remote_region])
             return {Status::Invalid, "ucx: no rkey for remote region"};
         ucp_rkey_h rkey = c.rkeys[remote_region];
-        auto* op = new Op{this, op_id, 0, false, UCS_OK};
+        Op* op = new_op(op_id);
         ucp_request_param_t rp{};
         rp.memh = static_cast<ucp_mem_h>(local.handle);
         if (dir == Direction::Write) {
@@ -301,12 +305,17 @@ public:
     std::size_t deliver_completed() override {
         if (done_.empty())
             return 0;
+        // done_ and spare_done_ trade places, so neither list reallocates per transfer.
         auto done = std::move(done_);
+        done_ = std::move(spare_done_);
         done_.clear();
         for (auto& [id, st] : done)
             ev_.on_op_complete(id, to_status(st),
                                st == UCS_OK ? std::string() : ucs_message("ucx transfer", st));
-        return done.size();
+        const std::size_t n = done.size();
+        done.clear();
+        spare_done_ = std::move(done);
+        return n;
     }
     bool busy() const override { return kicked_ || !done_.empty(); }
     int event_fd() const override { return efd_; }
@@ -366,6 +375,16 @@ private:
         ucp_request_free(r);
     }
 
+    // The connection of a token; the last one found is cached (posts usually go to one peer).
+    Conn* find_conn(std::uint64_t token) {
+        if (last_conn_ && last_conn_->token == token)
+            return last_conn_;
+        auto it = conns_.find(token);
+        if (it == conns_.end())
+            return nullptr;
+        last_conn_ = it->second.get();
+        return last_conn_;
+    }
     // Returns false if the operation failed immediately.
     bool track(Op* op, ucs_status_ptr_t r) {
         if (r == nullptr)
@@ -381,7 +400,19 @@ private:
         if (!op->posted || op->pending > 0)
             return;
         done_.emplace_back(op->id, op->status);
-        delete op;
+        free_ops_.push_back(op);  // reused by the next post: no allocation per transfer
+    }
+    Op* new_op(std::uint64_t id) {
+        Op* op = nullptr;
+        if (free_ops_.empty()) {
+            ops_.push_back(std::make_unique<Op>());
+            op = ops_.back().get();
+        } else {
+            op = free_ops_.back();
+            free_ops_.pop_back();
+        }
+        *op = Op{this, id, 0, false, UCS_OK};
+        return op;
     }
     void close_conn(Conn& c) {
         for (auto k : c.rkeys)
@@ -443,6 +474,10 @@ private:
     std::uint64_t next_conn_ = 0;
     std::vector<void*> closing_;
     std::vector<std::pair<std::uint64_t, ucs_status_t>> done_;
+    std::vector<std::pair<std::uint64_t, ucs_status_t>> spare_done_;
+    std::vector<std::unique_ptr<Op>> ops_;  // every operation record (peak in flight)
+    std::vector<Op*> free_ops_;             // finished ones, reused by the next post
+    Conn* last_conn_ = nullptr;             // find_conn()'s cache; reset when any connection closes
     std::vector<std::pair<std::uint64_t, ucs_status_t>> errors_;
     std::vector<std::vector<std::byte>> messages_;
     bool kicked_ = false;  // work was queued in UCX since the last progress()

@@ -1,7 +1,9 @@
 /* End-to-end test of the pdx C API, compiled as C. Two agents in one process on the loopback
  * backend: descriptors, peers, write + read back with byte checks, notifications, errors
- * (empty / out of range / bad blob / small buffer), cancel-free terminal states, leases, stats.
+ * (empty / out of range / bad blob / small buffer), cancel-free terminal states, completion
+ * callbacks (thread and event-fd mode), leases, stats.
  * With "--ucx tcp|shm" it runs the write/read part between two processes over UCX instead. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +132,92 @@ static void data_path(side_t* a, side_t* b, uint64_t peer_b) {
     CHECK_STATUS(pdx_wait(a->agent, h, 10000), PDX_OK);
     CHECK(same(a, 12, a, 1));
     CHECK(same(a, 13, a, 2));
+}
+
+/* ---- completion callbacks ---------------------------------------------------------------- */
+typedef struct cb_record {
+    pdx_agent_t* agent;
+    int calls; /* __atomic: the callback may run on the progress thread */
+    pdx_transfer_result_t last;
+    pdx_status_t polled; /* pdx_poll of the transfer from inside the callback */
+    pthread_t thread;
+} cb_record_t;
+
+static void on_complete(const pdx_transfer_result_t* r, void* user) {
+    cb_record_t* rec = (cb_record_t*)user;
+    rec->last = *r;
+    rec->polled = pdx_poll(rec->agent, r->handle); /* calling back into the agent is allowed */
+    rec->thread = pthread_self();
+    __atomic_fetch_add(&rec->calls, 1, __ATOMIC_RELEASE);
+}
+
+/* Bounded wait (about 10 s) for rec->calls to reach want; drives progress in event-fd mode. */
+static int wait_calls(cb_record_t* rec, int want, int drive) {
+    for (int i = 0; i < 10000; ++i) {
+        if (__atomic_load_n(&rec->calls, __ATOMIC_ACQUIRE) >= want)
+            return 1;
+        if (drive)
+            pdx_progress(rec->agent);
+        usleep(1000);
+    }
+    return __atomic_load_n(&rec->calls, __ATOMIC_ACQUIRE) >= want;
+}
+
+/* Exactly one callback per accepted transfer, with the terminal state pdx_result reports; none
+ * for a refused post. `drive`: event-fd mode (callbacks run inside pdx_progress on this thread). */
+static void completion_callbacks(side_t* a, side_t* b, uint64_t peer_b, int drive) {
+    const uint32_t src[] = {4, 5}, dst[] = {9, 10};
+    fill(a, 4, 21);
+    fill(a, 5, 22);
+    cb_record_t w = {a->agent, 0, {0}, PDX_IN_PROGRESS, pthread_self()};
+    uint64_t h = 0;
+    CHECK_STATUS(pdx_write_blocks_cb(a->agent, peer_b, a->layout, src, b->layout, dst, 2, 77, 5000,
+                                     NULL, on_complete, &w, &h),
+                 PDX_OK);
+    if (drive) /* event-fd mode: never inside the posting call */
+        CHECK(__atomic_load_n(&w.calls, __ATOMIC_ACQUIRE) == 0);
+    CHECK(wait_calls(&w, 1, drive));
+    CHECK(w.last.handle == h && w.last.transfer_id == 77 && w.last.status == PDX_OK);
+    CHECK(w.last.direction == PDX_WRITE && w.last.bytes == 2u * kBlockBytes);
+    CHECK(w.last.descriptors == 1);
+    CHECK(w.polled == PDX_OK); /* already pollable when the callback runs */
+    CHECK(drive ? pthread_equal(w.thread, pthread_self())
+                : !pthread_equal(w.thread, pthread_self()));
+    if (b->agent)
+        CHECK(same(a, 4, b, 9) && same(a, 5, b, 10));
+
+    /* a refused post (out-of-range id) gets no handle and no callback */
+    cb_record_t refused = {a->agent, 0, {0}, PDX_IN_PROGRESS, pthread_self()};
+    const uint32_t bad[] = {kBlocks + 3};
+    uint64_t h2 = 0;
+    CHECK_STATUS(pdx_write_blocks_cb(a->agent, peer_b, a->layout, bad, b->layout, dst, 1, 78, 0,
+                                     NULL, on_complete, &refused, &h2),
+                 PDX_INVALID);
+
+    /* a read with a callback; NULL callback = plain call */
+    cb_record_t r = {a->agent, 0, {0}, PDX_IN_PROGRESS, pthread_self()};
+    const uint32_t back[] = {14};
+    const uint32_t from[] = {9};
+    CHECK_STATUS(pdx_read_blocks_cb(a->agent, peer_b, a->layout, back, b->layout, from, 1, 79, 0,
+                                    on_complete, &r, &h),
+                 PDX_OK);
+    CHECK(wait_calls(&r, 1, drive));
+    CHECK(r.last.handle == h && r.last.status == PDX_OK && r.last.direction == PDX_READ);
+    CHECK(same(a, 14, a, 4));
+    CHECK_STATUS(pdx_read_blocks_cb(a->agent, peer_b, a->layout, back, b->layout, from, 1, 80, 0,
+                                    NULL, NULL, &h),
+                 PDX_OK);
+    CHECK_STATUS(pdx_wait(a->agent, h, 10000), PDX_OK);
+
+    /* exactly once: more progress (and time) does not repeat any callback */
+    for (int i = 0; i < 20; ++i) {
+        if (drive)
+            pdx_progress(a->agent);
+        usleep(1000);
+    }
+    CHECK(__atomic_load_n(&w.calls, __ATOMIC_ACQUIRE) == 1);
+    CHECK(__atomic_load_n(&r.calls, __ATOMIC_ACQUIRE) == 1);
+    CHECK(__atomic_load_n(&refused.calls, __ATOMIC_ACQUIRE) == 0);
 }
 
 static void errors(side_t* a, side_t* b, uint64_t peer_b) {
@@ -267,6 +355,7 @@ static void eventfd_mode(side_t* b) {
     CHECK_STATUS(pdx_cancel(c.agent, h), PDX_OK); /* already terminal: no-op */
     CHECK_STATUS(pdx_poll(c.agent, h), PDX_OK);
     CHECK_STATUS(pdx_cancel(c.agent, 424242), PDX_NOT_FOUND);
+    completion_callbacks(&c, b, peer_b, 1);
     pdx_agent_destroy(c.agent);
 }
 
@@ -280,6 +369,7 @@ static int run_loopback(void) {
     uint64_t peer_b = add_peer_of(&a, &b);
     (void)add_peer_of(&b, &a);
     data_path(&a, &b, peer_b);
+    completion_callbacks(&a, &b, peer_b, 0);
     errors(&a, &b, peer_b);
     notifications_and_leases(&a, &b, peer_b);
     eventfd_mode(&b);
@@ -386,6 +476,7 @@ static int run_ucx(const char* tls) {
         uint64_t peer_b = exchange(&a, sv[0]);
         side_t remote = {NULL, 0, 0}; /* target layout 0, region 0 in the other process */
         data_path(&a, &remote, peer_b);
+        completion_callbacks(&a, &remote, peer_b, 0);
         errors(&a, &remote, peer_b);
         /* keep this agent alive until the target has checked its notification: a peer that
          * disappears right after sending may have its last message delivered after the

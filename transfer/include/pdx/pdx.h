@@ -200,6 +200,35 @@ pdx_status_t pdx_read_blocks(pdx_agent_t* agent, uint64_t peer, uint32_t local_l
                              const uint32_t* local_ids, uint32_t remote_layout,
                              const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
                              uint32_t deadline_ms, uint64_t* handle);
+/* Completion callback: called exactly once per transfer accepted by pdx_write_blocks_cb /
+ * pdx_read_blocks_cb (returned PDX_OK), with its terminal state (the same one pdx_poll and
+ * pdx_result report; the state is pollable before the callback runs). `result` is valid only
+ * during the call.
+ * Threading contract:
+ * - PDX_PROGRESS_THREAD: it runs on the agent's progress thread, possibly before the posting
+ *   call has returned on the posting thread (use result->handle and user_data, not the variable
+ *   *handle points to). PDX_PROGRESS_EVENTFD: it runs inside pdx_progress() or pdx_wait() on the
+ *   thread that calls them. In both modes never inside the posting call itself, even when the
+ *   transfer completed there.
+ * - Callbacks of one agent run one at a time, with no agent lock held: a callback may call any
+ *   pdx_ function on the agent (post, poll, result, cancel, notify...) except
+ *   pdx_agent_destroy. It must not block: in thread mode pdx_wait() from a callback stalls the
+ *   thread that completes transfers (it returns PDX_IN_PROGRESS when its timeout passes).
+ * - pdx_agent_destroy drops callbacks not yet delivered; none runs after it returns. */
+typedef void (*pdx_completion_fn)(const pdx_transfer_result_t* result, void* user_data);
+
+/* pdx_write_blocks / pdx_read_blocks with a completion callback (on_complete may be NULL:
+ * then they are exactly the calls above). user_data is passed through untouched. */
+pdx_status_t pdx_write_blocks_cb(pdx_agent_t* agent, uint64_t peer, uint32_t local_layout,
+                                 const uint32_t* local_ids, uint32_t remote_layout,
+                                 const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
+                                 uint32_t deadline_ms, const pdx_notification_t* notify,
+                                 pdx_completion_fn on_complete, void* user_data, uint64_t* handle);
+pdx_status_t pdx_read_blocks_cb(pdx_agent_t* agent, uint64_t peer, uint32_t local_layout,
+                                const uint32_t* local_ids, uint32_t remote_layout,
+                                const uint32_t* remote_ids, size_t count, uint64_t transfer_id,
+                                uint32_t deadline_ms, pdx_completion_fn on_complete,
+                                void* user_data, uint64_t* handle);
 /* PDX_IN_PROGRESS, a terminal state, or PDX_NOT_FOUND. */
 pdx_status_t pdx_poll(pdx_agent_t* agent, uint64_t handle);
 /* Blocks up to timeout_ms; returns the state then (PDX_IN_PROGRESS on timeout). */

@@ -210,6 +210,10 @@ void Client::close_idle() {
     impl_->close_all();
 }
 
+std::size_t Client::sweep_idle() {
+    return impl_->sweep();
+}
+
 void Client::close_idle(const Endpoint& ep) {
     impl_->close_key(ep.authority());
 }

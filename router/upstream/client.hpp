@@ -89,6 +89,10 @@ public:
 
     // Closes idle pooled connections (all endpoints, or one).
     void close_idle();
+    // Closes the idle connections that are past PoolLimits::idle_ttl or that the peer has
+    // closed (otherwise they are only noticed when the pool is next used for their endpoint).
+    // Returns how many were closed.
+    std::size_t sweep_idle();
     void close_idle(const Endpoint& ep);
     std::size_t idle_connections() const noexcept;
 

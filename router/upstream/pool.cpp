@@ -77,6 +77,27 @@ void Client::Impl::give_back(const std::string& key, detail::ConnPtr c) {
     ++idle_count;
 }
 
+std::size_t Client::Impl::sweep() {
+    const auto now = Clock::now();
+    std::size_t closed = 0;
+    for (auto it = idle.begin(); it != idle.end();) {
+        auto& list = it->second;
+        auto keep = list.begin();
+        for (auto& c : list) {
+            if (now - c->idle_since <= limits.idle_ttl && looks_alive(*c)) {
+                *keep++ = std::move(c);
+            } else {
+                close_conn(*c);
+                ++closed;
+            }
+        }
+        list.erase(keep, list.end());
+        it = list.empty() ? idle.erase(it) : std::next(it);
+    }
+    idle_count -= closed;
+    return closed;
+}
+
 void Client::Impl::close_all() {
     for (auto& [key, list] : idle) {
         for (auto& c : list) {

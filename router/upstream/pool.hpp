@@ -37,6 +37,7 @@ struct Client::Impl {
     void give_back(const std::string& key, detail::ConnPtr c);
     void close_all();
     void close_key(const std::string& key);
+    std::size_t sweep();
 
     // Connects `c` to `ep` under `t.connect`.
     awaitable<std::pair<Failure, error_code>> connect(detail::Conn& c, const Endpoint& ep,

@@ -263,6 +263,44 @@ TEST_F(ClientTest, ClosedIdleConnectionIsDiscarded) {
     }());
 }
 
+TEST_F(ClientTest, SweepClosesIdleConnectionsThePeerClosed) {
+    server::Limits limits;
+    limits.idle_timeout = Duration{50};
+    server_ = std::make_unique<server::HttpServer>(
+        ioc_.get_executor(), limits,
+        [this](server::Exchange& ex) -> awaitable<void> { co_await handle(ex); });
+    port_ = server_->listen("127.0.0.1", 0);
+    server_->start();
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Endpoint ep{"127.0.0.1", port_};
+        EXPECT_TRUE((co_await client.request(ep, make_get("/1"), quick())).ok());
+        EXPECT_EQ(client.sweep_idle(), 0u);  // alive and fresh: kept
+        EXPECT_EQ(client.idle_connections(), 1u);
+        for (int i = 0; i < 200 && server_->active_connections() > 0; ++i) {
+            co_await sleep_for(Duration{5});
+        }
+        EXPECT_EQ(server_->active_connections(), 0u);
+        EXPECT_EQ(client.sweep_idle(), 1u);  // the server closed it: gone without a new request
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+TEST_F(ClientTest, SweepClosesIdleConnectionsPastTheirTtl) {
+    start_server();
+    run([this]() -> awaitable<void> {
+        PoolLimits limits;
+        limits.idle_ttl = Duration{20};
+        Client client(ioc_.get_executor(), limits);
+        Endpoint ep{"127.0.0.1", port_};
+        EXPECT_TRUE((co_await client.request(ep, make_get("/1"), quick())).ok());
+        EXPECT_EQ(client.idle_connections(), 1u);
+        co_await sleep_for(Duration{40});
+        EXPECT_EQ(client.sweep_idle(), 1u);
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
 TEST_F(ClientTest, Ipv6Loopback) {
     try {
         start_server("::1");

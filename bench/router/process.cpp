@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -54,22 +55,14 @@ Child::Child(std::vector<std::string> argv, const std::string& log_path) {
     ::unlink(port_file_.c_str());
     argv.insert(argv.end(), {"--port", "0", "--port-file", port_file_});
     spawn(argv, log_path);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-    while (std::chrono::steady_clock::now() < deadline) {
+    wait_ready(argv[0], log_path, "did not report its port in 15 s", [this] {
         std::string text = read_file(port_file_);
-        if (!text.empty()) {
-            port_ = static_cast<unsigned short>(std::stoi(text));
-            return;
+        if (text.empty()) {
+            return false;
         }
-        int status = 0;
-        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-            pid_ = -1;
-            throw std::runtime_error(argv[0] + " exited at start-up; see " + log_path);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    stop();
-    throw std::runtime_error(argv[0] + " did not report its port in 15 s; see " + log_path);
+        port_ = static_cast<unsigned short>(std::stoi(text));
+        return true;
+    });
 }
 
 Child::Child(std::vector<std::string> argv, const std::string& log_path, unsigned short port)
@@ -79,26 +72,34 @@ Child::Child(std::vector<std::string> argv, const std::string& log_path, unsigne
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    wait_ready(
+        argv[0], log_path, "did not listen on port " + std::to_string(port) + " in 15 s", [&addr] {
+            int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+            bool up =
+                fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+            if (fd >= 0) {
+                ::close(fd);
+            }
+            return up;
+        });
+}
+
+void Child::wait_ready(const std::string& program, const std::string& log_path,
+                       const std::string& timeout_message, const std::function<bool()>& ready) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
     while (std::chrono::steady_clock::now() < deadline) {
-        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        bool up = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-        if (fd >= 0) {
-            ::close(fd);
-        }
-        if (up) {
+        if (ready()) {
             return;
         }
         int status = 0;
         if (::waitpid(pid_, &status, WNOHANG) == pid_) {
             pid_ = -1;
-            throw std::runtime_error(argv[0] + " exited at start-up; see " + log_path);
+            throw std::runtime_error(program + " exited at start-up; see " + log_path);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     stop();
-    throw std::runtime_error(argv[0] + " did not listen on port " + std::to_string(port) +
-                             " in 15 s; see " + log_path);
+    throw std::runtime_error(program + " " + timeout_message + "; see " + log_path);
 }
 
 Child::~Child() {

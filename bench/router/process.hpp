@@ -2,6 +2,7 @@
 // Child processes for the benchmark: spawn with a port file, wait for the port, read CPU time
 // and peak RSS from /proc, stop with SIGTERM.
 #include <sys/types.h>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ public:
 
 private:
     void spawn(std::vector<std::string> argv, const std::string& log_path);
+    // Polls `ready` every 10 ms for up to 15 s; throws if the child exits or time runs out.
+    void wait_ready(const std::string& program, const std::string& log_path,
+                    const std::string& timeout_message, const std::function<bool()>& ready);
 
     pid_t pid_ = -1;
     unsigned short port_ = 0;

@@ -114,15 +114,46 @@ public:
         }
     }
 
-    // An object at pos. When `top` is given, its members are recorded there.
-    bool object(std::size_t depth, std::vector<JsonMember>* top) {
+    // Steps into the container at pos: false when it nests too deep; `empty` when it closes at
+    // once with `close`.
+    bool enter(std::size_t depth, char close, bool& empty) noexcept {
         if (depth > max_depth_) {
             return fail(JsonScanStatus::TooDeep);
         }
-        ++pos;  // '{'
+        ++pos;  // '{' or '['
         skip_ws();
-        if (pos < s_.size() && s_[pos] == '}') {
+        empty = pos < s_.size() && s_[pos] == close;
+        if (empty) {
             ++pos;
+        }
+        return true;
+    }
+
+    enum class Next { More, Closed, Bad };
+
+    // After a member or element: a comma (more follow) or the container's closing character.
+    Next after_element(char close) noexcept {
+        skip_ws();
+        if (pos < s_.size() && s_[pos] == ',') {
+            ++pos;
+            skip_ws();
+            return Next::More;
+        }
+        if (pos < s_.size() && s_[pos] == close) {
+            ++pos;
+            return Next::Closed;
+        }
+        fail();
+        return Next::Bad;
+    }
+
+    // An object at pos. When `top` is given, its members are recorded there.
+    bool object(std::size_t depth, std::vector<JsonMember>* top) {
+        bool empty = false;
+        if (!enter(depth, '}', empty)) {
+            return false;
+        }
+        if (empty) {
             return true;
         }
         std::size_t count = 0;
@@ -158,32 +189,19 @@ public:
                 m.kind = kind;
                 top->push_back(m);
             }
-            skip_ws();
-            if (pos >= s_.size()) {
-                return fail();
+            if (const Next next = after_element('}'); next != Next::More) {
+                return next == Next::Closed;
             }
-            if (s_[pos] == ',') {
-                ++pos;
-                skip_ws();
-                continue;
-            }
-            if (s_[pos] == '}') {
-                ++pos;
-                return true;
-            }
-            return fail();
         }
     }
 
 private:
     bool array(std::size_t depth) {
-        if (depth > max_depth_) {
-            return fail(JsonScanStatus::TooDeep);
+        bool empty = false;
+        if (!enter(depth, ']', empty)) {
+            return false;
         }
-        ++pos;  // '['
-        skip_ws();
-        if (pos < s_.size() && s_[pos] == ']') {
-            ++pos;
+        if (empty) {
             return true;
         }
         for (;;) {
@@ -191,20 +209,9 @@ private:
             if (!value(depth, kind)) {
                 return false;
             }
-            skip_ws();
-            if (pos >= s_.size()) {
-                return fail();
+            if (const Next next = after_element(']'); next != Next::More) {
+                return next == Next::Closed;
             }
-            if (s_[pos] == ',') {
-                ++pos;
-                skip_ws();
-                continue;
-            }
-            if (s_[pos] == ']') {
-                ++pos;
-                return true;
-            }
-            return fail();
         }
     }
 
@@ -581,38 +588,23 @@ std::string json_string(std::string_view value_text) {
             continue;
         }
         const char e = s[++i];
-        switch (e) {
-            case 'b':
-                out.push_back('\b');
-                break;
-            case 'f':
-                out.push_back('\f');
-                break;
-            case 'n':
-                out.push_back('\n');
-                break;
-            case 'r':
-                out.push_back('\r');
-                break;
-            case 't':
-                out.push_back('\t');
-                break;
-            case 'u': {
-                std::uint32_t cp = read_hex4(s, i + 1);
-                i += 4;
-                if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 < s.size() && s[i + 1] == '\\' &&
-                    s[i + 2] == 'u') {
-                    const std::uint32_t low = read_hex4(s, i + 3);
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-                    i += 6;
-                }
-                append_utf8(out, cp);
-                break;
-            }
-            default:  // '"', '\\', '/'
-                out.push_back(e);
-                break;
+        if (e != 'u') {
+            // \b \f \n \r \t stand for control characters; \" \\ \/ for themselves.
+            constexpr std::string_view kEscaped = "bfnrt";
+            constexpr std::string_view kMeaning = "\b\f\n\r\t";
+            const std::size_t k = kEscaped.find(e);
+            out.push_back(k == std::string_view::npos ? e : kMeaning[k]);
+            continue;
         }
+        std::uint32_t cp = read_hex4(s, i + 1);
+        i += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 < s.size() && s[i + 1] == '\\' &&
+            s[i + 2] == 'u') {
+            const std::uint32_t low = read_hex4(s, i + 3);
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            i += 6;
+        }
+        append_utf8(out, cp);
     }
     return out;
 }

@@ -30,12 +30,18 @@ Timeouts quick() {
 class ClientTest : public ::testing::Test {
 protected:
     // A server that answers "<target>|<body>" and records each client port it sees.
-    void start_server(const std::string& host = "127.0.0.1") {
+    void start_server(const std::string& host = "127.0.0.1", server::Limits limits = {}) {
         server_ = std::make_unique<server::HttpServer>(
-            ioc_.get_executor(), server::Limits{},
+            ioc_.get_executor(), limits,
             [this](server::Exchange& ex) -> awaitable<void> { co_await handle(ex); });
         port_ = server_->listen(host, 0);
         server_->start();
+    }
+    // A server that closes keep-alive connections idle for 50 ms.
+    void start_closing_server() {
+        server::Limits limits;
+        limits.idle_timeout = Duration{50};
+        start_server("127.0.0.1", limits);
     }
     awaitable<void> handle(server::Exchange& ex) {
         peers_.insert(ex.remote_address());
@@ -242,13 +248,7 @@ TEST_F(ClientTest, StalePooledConnectionIsRetried) {
 
 // A pooled connection the upstream closed while idle is not used.
 TEST_F(ClientTest, ClosedIdleConnectionIsDiscarded) {
-    server::Limits limits;
-    limits.idle_timeout = Duration{50};
-    server_ = std::make_unique<server::HttpServer>(
-        ioc_.get_executor(), limits,
-        [this](server::Exchange& ex) -> awaitable<void> { co_await handle(ex); });
-    port_ = server_->listen("127.0.0.1", 0);
-    server_->start();
+    start_closing_server();
     run([this]() -> awaitable<void> {
         Client client(ioc_.get_executor());
         Endpoint ep{"127.0.0.1", port_};
@@ -264,13 +264,7 @@ TEST_F(ClientTest, ClosedIdleConnectionIsDiscarded) {
 }
 
 TEST_F(ClientTest, SweepClosesIdleConnectionsThePeerClosed) {
-    server::Limits limits;
-    limits.idle_timeout = Duration{50};
-    server_ = std::make_unique<server::HttpServer>(
-        ioc_.get_executor(), limits,
-        [this](server::Exchange& ex) -> awaitable<void> { co_await handle(ex); });
-    port_ = server_->listen("127.0.0.1", 0);
-    server_->start();
+    start_closing_server();
     run([this]() -> awaitable<void> {
         Client client(ioc_.get_executor());
         Endpoint ep{"127.0.0.1", port_};

@@ -64,6 +64,10 @@ private:
     bool duplicates_ = false;
 };
 
+namespace detail {
+int json_hex_digit(char c) noexcept;  // 0..15, or -1 when `c` is not a hex digit
+}  // namespace detail
+
 // The integer a Number member's text holds, as nlohmann would store it: false for fractions,
 // exponents and integers beyond uint64 (those parse as floats); values above INT64_MAX are
 // clamped to INT64_MAX.

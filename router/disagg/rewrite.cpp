@@ -141,11 +141,8 @@ std::string make_plain_decode_body(std::string_view original) {
 
 HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
     // Only kv_transfer_params is needed from P's (often long) answer: the scan validates the
-    // whole text (same verdicts as a full parse; the last of duplicate keys wins) and keeps the
-    // handle's bytes as they are.
-    if (!json_shape_ok(prefill_answer)) {
-        return HandleStatus::NotJson;
-    }
+    // whole text (same verdicts as a full parse, depth and member limits included; the last of
+    // duplicate keys wins) and keeps the handle's bytes as they are.
     JsonObjectView answer;
     if (answer.scan(prefill_answer) != JsonScanStatus::Ok) {
         return HandleStatus::NotJson;

@@ -49,15 +49,16 @@ std::string_view to_string(Failure f) noexcept {
 namespace {
 
 // Sends the request: head and body in one gather write (the bytes http::async_write would send).
-awaitable<std::tuple<error_code, std::size_t>> write_request(detail::Conn& c, const Request& req,
-                                                             Duration timeout) {
+// The caller has armed the stream's timer for the exchange; `timeout` covers a write that has to
+// wait for the socket.
+awaitable<error_code> write_request(detail::Conn& c, const Request& req, Duration timeout) {
     if (req.chunked()) {
-        co_return co_await http::async_write(c.stream, req, use_tuple);
+        auto [ec, n] = co_await http::async_write(c.stream, req, use_tuple);
+        (void)n;
+        co_return ec;
     }
-    auto buffers = wire::message_buffers(c.head_buf, req);
-    // The caller has armed the stream's timer (expires_after) for the whole exchange.
-    error_code ec = co_await wire::send_all(c.stream, buffers, timeout);
-    co_return std::tuple{ec, ec ? std::size_t{0} : net::buffer_size(buffers)};
+    const auto buffers = wire::message_buffers(c.head_buf, req);
+    co_return co_await wire::send_all(c.stream, buffers, timeout);
 }
 
 void prepare(Request& req, const std::string& authority) {
@@ -119,8 +120,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             }
             detail::Conn& c = *a.conn;
             c.stream.expires_after(t.response);
-            auto [wec, wn] = co_await write_request(c, req, t.response);
-            (void)wn;
+            const error_code wec = co_await write_request(c, req, t.response);
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;
@@ -173,8 +173,7 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 co_return o;
             }
             a.conn->stream.expires_after(t.response);
-            auto [wec, wn] = co_await write_request(*a.conn, req, t.response);
-            (void)wn;
+            const error_code wec = co_await write_request(*a.conn, req, t.response);
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;

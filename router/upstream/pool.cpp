@@ -19,6 +19,11 @@ bool looks_alive(detail::Conn& c) {
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// Still worth keeping in the pool at `now`: not idle past the TTL and not closed by the peer.
+bool reusable(detail::Conn& c, Clock::time_point now, const PoolLimits& limits) {
+    return now - c.idle_since <= limits.idle_ttl && looks_alive(c);
+}
+
 void close_conn(detail::Conn& c) {
     error_code ec;
     c.stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -42,7 +47,7 @@ detail::ConnPtr Client::Impl::take(const std::string& key) {
         detail::ConnPtr c = std::move(list.back());
         list.pop_back();
         --idle_count;
-        if (now - c->idle_since <= limits.idle_ttl && looks_alive(*c)) {
+        if (reusable(*c, now, limits)) {
             return c;
         }
         close_conn(*c);
@@ -84,7 +89,7 @@ std::size_t Client::Impl::sweep() {
         auto& list = it->second;
         auto keep = list.begin();
         for (auto& c : list) {
-            if (now - c->idle_since <= limits.idle_ttl && looks_alive(*c)) {
+            if (reusable(*c, now, limits)) {
                 *keep++ = std::move(c);
             } else {
                 close_conn(*c);
@@ -156,13 +161,11 @@ awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c,
     } else {
         // A DNS name: the lookup gets Timeouts::connect, then the connect gets it again.
         auto lookup = std::make_shared<Lookup>(executor);
+        lookup->wake.expires_after(t.connect);
         net::co_spawn(executor, run_lookup(lookup, ep.host, std::to_string(ep.port)),
                       net::detached);
-        if (!lookup->done) {
-            lookup->wake.expires_after(t.connect);
-            auto [wec] = co_await lookup->wake.async_wait();
-            (void)wec;
-        }
+        auto [wec] = co_await lookup->wake.async_wait();  // ends early when the lookup is done
+        (void)wec;
         auto cs = co_await net::this_coro::cancellation_state;
         if (cs.cancelled() != net::cancellation_type::none) {
             co_return std::pair{Failure::Canceled, error_code{net::error::operation_aborted}};

@@ -3,6 +3,7 @@
 
 #include "router/server/http_server.hpp"
 #include "tests/unit/router/server/net_test_util.hpp"
+#include "tests/unit/router/upstream/client_test_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,14 +15,6 @@ using namespace pdr::testing;
 // Named, not a braced temporary inside `co_await` (GCC 12 destroys those twice).
 Request make_req(http::verb v, std::string_view target) {
     return Request{v, target, 11};
-}
-
-Timeouts quick() {
-    Timeouts t;
-    t.connect = Duration{1000};
-    t.response = Duration{2000};
-    t.idle = Duration{2000};
-    return t;
 }
 
 class StreamClientTest : public ::testing::Test {

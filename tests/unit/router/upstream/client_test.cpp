@@ -4,6 +4,7 @@
 
 #include "router/server/http_server.hpp"
 #include "tests/unit/router/server/net_test_util.hpp"
+#include "tests/unit/router/upstream/client_test_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,14 +18,6 @@ using namespace pdr::testing;
 Request make_get(std::string target) {
     Request req{http::verb::get, target, 11};
     return req;
-}
-
-Timeouts quick() {
-    Timeouts t;
-    t.connect = Duration{1000};
-    t.response = Duration{2000};
-    t.idle = Duration{2000};
-    return t;
 }
 
 class ClientTest : public ::testing::Test {

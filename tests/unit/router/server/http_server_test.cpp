@@ -78,12 +78,9 @@ TEST_F(ServerTest, BodyOverLimitGets413) {
     l.max_body_bytes = 1024;
     start(l);
     run([this]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        beast::flat_buffer buf;
         std::string req =
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'x');
-        co_await write_raw(s, req);
-        auto r = co_await read_response(s, buf);
+        auto r = co_await exchange_raw(port_, req);
         EXPECT_FALSE(r.ec) << r.ec.message();
         expect_openai_error(r.msg, 413, "body_too_large");
     }());
@@ -94,15 +91,12 @@ TEST_F(ServerTest, ChunkedBodyOverLimitGets413) {
     l.max_body_bytes = 1024;
     start(l);
     run([this]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        beast::flat_buffer buf;
         std::string req = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
         for (int i = 0; i < 3; ++i) {
             req += "200\r\n" + std::string(0x200, 'y') + "\r\n";
         }
         req += "0\r\n\r\n";
-        co_await write_raw(s, req);
-        auto r = co_await read_response(s, buf);
+        auto r = co_await exchange_raw(port_, req);
         EXPECT_FALSE(r.ec) << r.ec.message();
         expect_openai_error(r.msg, 413, "body_too_large");
     }());
@@ -113,12 +107,9 @@ TEST_F(ServerTest, HeadersOverLimitGet431) {
     l.max_header_bytes = 1024;
     start(l);
     run([this]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        beast::flat_buffer buf;
         std::string req =
             "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(4000, 'h') + "\r\n\r\n";
-        co_await write_raw(s, req);
-        auto r = co_await read_response(s, buf);
+        auto r = co_await exchange_raw(port_, req);
         EXPECT_FALSE(r.ec) << r.ec.message();
         expect_openai_error(r.msg, 431, "headers_too_large");
     }());
@@ -127,10 +118,7 @@ TEST_F(ServerTest, HeadersOverLimitGet431) {
 TEST_F(ServerTest, MalformedRequestGets400) {
     start();
     run([this]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        beast::flat_buffer buf;
-        co_await write_raw(s, "GET / HTTP/1.1\r\nBad Header Line\r\n\r\n");
-        auto r = co_await read_response(s, buf);
+        auto r = co_await exchange_raw(port_, "GET / HTTP/1.1\r\nBad Header Line\r\n\r\n");
         EXPECT_FALSE(r.ec) << r.ec.message();
         expect_openai_error(r.msg, 400, "bad_http_request");
     }());
@@ -139,12 +127,10 @@ TEST_F(ServerTest, MalformedRequestGets400) {
 TEST_F(ServerTest, ChunkedRequestBodyIsDecoded) {
     start();
     run([this]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        beast::flat_buffer buf;
-        co_await write_raw(s,
-                           "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
-                           "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
-        auto r = co_await read_response(s, buf);
+        auto r = co_await exchange_raw(
+            port_,
+            "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
         EXPECT_FALSE(r.ec) << r.ec.message();
         EXPECT_EQ(r.msg.body(), "/c|abcde");
     }());
@@ -195,10 +181,7 @@ TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
 TEST_F(ServerTest, HandlerWithoutAnswerGives500) {
     start(Limits{}, [](Exchange&) -> awaitable<void> { co_return; });
     run([this]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        beast::flat_buffer buf;
-        co_await write_raw(s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
-        auto r = co_await read_response(s, buf);
+        auto r = co_await exchange_raw(port_, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         EXPECT_FALSE(r.ec);
         EXPECT_EQ(r.msg.result_int(), 500u);
     }());
@@ -210,10 +193,7 @@ TEST_F(ServerTest, ThrowingHandlerGives500) {
         co_return;
     });
     run([this]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        beast::flat_buffer buf;
-        co_await write_raw(s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
-        auto r = co_await read_response(s, buf);
+        auto r = co_await exchange_raw(port_, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         EXPECT_FALSE(r.ec);
         EXPECT_EQ(r.msg.result_int(), 500u);
     }());

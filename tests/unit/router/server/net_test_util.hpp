@@ -107,6 +107,14 @@ inline awaitable<RawResponse> read_response(beast::tcp_stream& s, beast::flat_bu
     co_return r;
 }
 
+// One exchange on a fresh raw connection: connect, send `request` as it is, read one response.
+inline awaitable<RawResponse> exchange_raw(unsigned short port, std::string_view request) {
+    auto s = co_await connect_raw(port);
+    beast::flat_buffer buf;
+    co_await write_raw(s, request);
+    co_return co_await read_response(s, buf);
+}
+
 // Reads until the peer closes (or `limit`); returns what was read.
 inline awaitable<std::string> read_until_close(beast::tcp_stream& s, Duration limit) {
     std::string out;

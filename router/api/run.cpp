@@ -45,6 +45,13 @@ awaitable<void> run_main(RunState& s) {
                          ": " + e.what());
         co_return;
     }
+    s.app.start();
+    const std::string host_port = config::InstanceAddress{cfg.host, port}.text();
+    std::cout << "pdrouter listening on " << host_port << std::endl;
+    PDR_INFO("main", "listening on " + host_port + " (" + std::to_string(cfg.prefill.size()) +
+                         " prefill, " + std::to_string(cfg.decode.size()) + " decode)");
+    // The port file is the readiness signal for scripts and tests: it is written last, once
+    // everything startup prints is out, so a reader that sees it also sees the lines above.
     if (!cfg.port_file.empty()) {
         std::string error;
         if (!write_port_file(cfg.port_file, port, error)) {
@@ -52,11 +59,6 @@ awaitable<void> run_main(RunState& s) {
             co_return;
         }
     }
-    s.app.start();
-    const std::string host_port = config::InstanceAddress{cfg.host, port}.text();
-    std::cout << "pdrouter listening on " << host_port << std::endl;
-    PDR_INFO("main", "listening on " + host_port + " (" + std::to_string(cfg.prefill.size()) +
-                         " prefill, " + std::to_string(cfg.decode.size()) + " decode)");
     if (s.hooks.on_listening) {
         s.hooks.on_listening(cfg.host, port);
     }

@@ -290,16 +290,17 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
     if (conn.server.draining) {
         co_return false;
     }
-    conn.stream.expires_after(timeout);
+    conn.read_deadline.expires_after(timeout);
     auto space = conn.buffer.prepare(conn.server.limits.max_header_bytes + 1024);
-    auto [ec, n] = co_await conn.stream.async_read_some(space, use_tuple);
+    auto [ec, n] = co_await conn.stream.socket().async_read_some(space, use_tuple);
     conn.buffer.commit(n);
     co_return !ec && n > 0;
 }
 
 }  // namespace
 
-Connection::Connection(ServerState& s, tcp::socket sock) : server(s), stream(std::move(sock)) {
+Connection::Connection(ServerState& s, tcp::socket sock)
+    : server(s), stream(std::move(sock)), read_deadline(s.executor, [this] { close(); }) {
     error_code ec;
     remote = stream.socket().remote_endpoint(ec);
     stream.socket().set_option(tcp::no_delay(true), ec);
@@ -345,9 +346,9 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         parser.emplace();
         parser->header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
         parser->body_limit(limits.max_body_bytes);
-        conn.stream.expires_after(limits.read_timeout);
+        conn.read_deadline.expires_after(limits.read_timeout);  // the whole request
         auto [hec, hn] =
-            co_await http::async_read_header(conn.stream, conn.buffer, *parser, use_tuple);
+            co_await http::async_read_header(conn.stream.socket(), conn.buffer, *parser, use_tuple);
         (void)hn;
         error_code ec = hec;
         if (!ec && !parser->is_done()) {
@@ -355,17 +356,19 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
             if (iequals(expect, "100-continue")) {
                 static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
                 auto [wec, wn] = co_await net::async_write(
-                    conn.stream, net::buffer(kContinue.data(), kContinue.size()), use_tuple);
+                    conn.stream.socket(), net::buffer(kContinue.data(), kContinue.size()),
+                    use_tuple);
                 (void)wn;
                 ec = wec;
             }
             if (!ec) {
-                auto [bec, bn] =
-                    co_await http::async_read(conn.stream, conn.buffer, *parser, use_tuple);
+                auto [bec, bn] = co_await http::async_read(conn.stream.socket(), conn.buffer,
+                                                           *parser, use_tuple);
                 (void)bn;
                 ec = bec;
             }
         }
+        conn.read_deadline.expires_never();
         if (ec) {
             const unsigned version = parser->is_header_done() ? parser->get().version() : 11;
             if (ec == http::error::body_limit) {

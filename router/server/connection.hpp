@@ -1,5 +1,6 @@
 #pragma once
 // Internals of HttpServer shared by http_server.cpp and connection.cpp (not a public header).
+#include "router/common/deadline.hpp"
 #include "router/common/error.hpp"
 #include "router/server/http_server.hpp"
 
@@ -18,7 +19,10 @@ struct Connection {
     Connection(ServerState& s, tcp::socket sock);
 
     ServerState& server;
+    // Requests are read from stream.socket() under `read_deadline` (no timer per read);
+    // Beast's own timer is used only for writes that did not go out at once.
     beast::tcp_stream stream;
+    Deadline read_deadline;  // on expiry the connection is closed
     beast::flat_buffer buffer;
     tcp::endpoint remote;
     Phase phase = Phase::Idle;

@@ -53,12 +53,13 @@ namespace {
 // wait for the socket.
 awaitable<error_code> write_request(detail::Conn& c, const Request& req, Duration timeout) {
     if (req.chunked()) {
+        c.stream.expires_after(timeout);
         auto [ec, n] = co_await http::async_write(c.stream, req, use_tuple);
         (void)n;
-        co_return ec;
+        co_return detail::io_error(c, ec);
     }
     const auto buffers = wire::message_buffers(c.head_buf, req);
-    co_return co_await wire::send_all(c.stream, buffers, timeout);
+    co_return detail::io_error(c, co_await wire::send_all(c.stream, buffers, timeout));
 }
 
 void prepare(Request& req, const std::string& authority) {
@@ -119,7 +120,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 co_return r;
             }
             detail::Conn& c = *a.conn;
-            c.stream.expires_after(t.response);
+            c.deadline.expires_after(t.response);  // the whole exchange
             const error_code wec = co_await write_request(c, req, t.response);
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {
@@ -135,8 +136,10 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             if (req.method() == http::verb::head) {
                 parser.skip(true);
             }
-            auto [rec, rn] = co_await http::async_read(c.stream, c.buffer, parser, use_tuple);
+            auto [read_ec, rn] =
+                co_await http::async_read(c.stream.socket(), c.buffer, parser, use_tuple);
             (void)rn;
+            const error_code rec = detail::io_error(c, read_ec);
             if (rec) {
                 if (a.reused && !parser.got_some() && detail::is_stale_error(rec)) {
                     continue;
@@ -145,6 +148,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 r.ec = rec;
                 co_return r;
             }
+            c.deadline.expires_never();
             r.response = parser.release();
             if (r.response.keep_alive() && req.keep_alive()) {
                 impl->give_back(key, std::move(a.conn));
@@ -172,7 +176,7 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 o.ec = a.ec;
                 co_return o;
             }
-            a.conn->stream.expires_after(t.response);
+            a.conn->deadline.expires_after(t.response);  // the write, then read_head
             const error_code wec = co_await write_request(*a.conn, req, t.response);
             if (wec) {
                 if (a.reused && detail::is_stale_error(wec)) {

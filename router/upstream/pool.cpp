@@ -32,6 +32,13 @@ void close_conn(detail::Conn& c) {
 
 }  // namespace
 
+namespace detail {
+
+Conn::Conn(const net::any_io_executor& ex)
+    : stream(ex), deadline(ex, [this] { close_conn(*this); }) {}
+
+}  // namespace detail
+
 Client::Impl::~Impl() {
     close_all();
 }
@@ -78,6 +85,7 @@ void Client::Impl::give_back(const std::string& key, detail::ConnPtr c) {
     idle_count -= expired;
     c->idle_since = now;
     c->stream.expires_never();
+    c->deadline.expires_never();
     list.push_back(std::move(c));
     ++idle_count;
 }
@@ -191,6 +199,7 @@ awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c,
         close_conn(c);
         co_return std::pair{f, ec};
     }
+    c.stream.expires_never();  // later reads run under Conn::deadline
     error_code opt_ec;
     c.stream.socket().set_option(tcp::no_delay(true), opt_ec);
     co_return std::pair{Failure::None, error_code{}};

@@ -1,6 +1,7 @@
 #pragma once
 // Internals of upstream::Client (not a public header): pooled connections and failure
 // classification shared by client.cpp and response_stream.cpp.
+#include "router/common/deadline.hpp"
 #include "router/upstream/client.hpp"
 
 #include <unordered_map>
@@ -9,14 +10,22 @@
 namespace pdr::upstream::detail {
 
 struct Conn {
-    explicit Conn(const net::any_io_executor& ex) : stream(ex) {}
+    explicit Conn(const net::any_io_executor& ex);
+    // Reads go to stream.socket() under `deadline` (no per-read timer); Beast's own timer is
+    // used only for connects and for writes that did not go out at once (wire::send_all).
     beast::tcp_stream stream;
+    Deadline deadline;          // on expiry the socket is closed: the pending read ends at once
     beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)
     Clock::time_point idle_since{};
     std::unique_ptr<char[]> body_buf;  // StreamImpl's body buffer, reused while pooled
     std::string head_buf;              // scratch for the serialized request head
 };
 using ConnPtr = std::unique_ptr<Conn>;
+
+// An operation's error, with the close done by an expired Conn::deadline reported as a timeout.
+inline error_code io_error(const Conn& c, const error_code& ec) noexcept {
+    return ec && c.deadline.expired() ? error_code(beast::error::timeout) : ec;
+}
 
 }  // namespace pdr::upstream::detail
 

@@ -30,10 +30,11 @@ StreamImpl::~StreamImpl() {
 }
 
 awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
-    conn_->stream.expires_after(timeouts_.response);
-    auto [ec, n] =
-        co_await http::async_read_header(conn_->stream, conn_->buffer, parser_, use_tuple);
+    conn_->deadline.expires_after(timeouts_.response);
+    auto [rec, n] =
+        co_await http::async_read_header(conn_->stream.socket(), conn_->buffer, parser_, use_tuple);
     (void)n;
+    const error_code ec = io_error(*conn_, rec);
     if (ec) {
         Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::ResponseTimeout);
         co_return std::pair{f, ec};
@@ -59,10 +60,11 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             auto& body = parser_.get().body();
             body.data = buf_;
             body.size = kBufferSize;
-            conn_->stream.expires_after(timeouts_.idle);
-            auto [ec, n] =
-                co_await http::async_read_some(conn_->stream, conn_->buffer, parser_, use_tuple);
+            conn_->deadline.expires_after(timeouts_.idle);
+            auto [rec, n] = co_await http::async_read_some(conn_->stream.socket(), conn_->buffer,
+                                                           parser_, use_tuple);
             (void)n;
+            error_code ec = io_error(*conn_, rec);
             if (ec == http::error::need_buffer) {
                 ec = {};
             }
@@ -118,6 +120,7 @@ void StreamImpl::finish() {
     if (!conn_) {
         return;
     }
+    conn_->deadline.expires_never();
     auto pool = pool_.lock();
     if (pool && keep_alive_ && parser_.get().keep_alive()) {
         pool->give_back(key_, std::move(conn_));

@@ -236,5 +236,34 @@ TEST_F(ServerTest, IdleKeepAliveConnectionIsClosedAfterIdleTimeout) {
     }());
 }
 
+TEST_F(ServerTest, RequestNotCompleteWithinReadTimeoutIsClosed) {
+    Limits l;
+    l.read_timeout = Duration{150};
+    start(l);
+    run([this]() -> awaitable<void> {
+        // Headers that never end, then a body that never ends: each connection is closed one
+        // read timeout after its request began, without an answer and without a handler call.
+        const std::string partial[] = {
+            "POST /x HTTP/1.1\r\nHost: a\r\n",
+            "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc"};
+        for (const std::string& bytes : partial) {
+            auto s = co_await connect_raw(port_);
+            auto t0 = Clock::now();
+            EXPECT_FALSE(co_await write_raw(s, bytes));
+            std::string rest = co_await read_until_close(s, Duration{3000});
+            const auto took = Clock::now() - t0;
+            EXPECT_TRUE(rest.empty()) << rest;
+            EXPECT_GE(took, Duration{100}) << "closed before the read timeout";
+            EXPECT_LT(took, Duration{2000}) << "not closed by the read timeout";
+        }
+        Timer tick(co_await net::this_coro::executor);
+        for (int i = 0; i < 200 && server_->active_connections() != 0; ++i) {
+            tick.expires_after(Duration{10});
+            co_await tick.async_wait();
+        }
+        EXPECT_EQ(server_->active_connections(), 0u);
+    }());
+}
+
 }  // namespace
 }  // namespace pdr::server

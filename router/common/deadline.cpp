@@ -40,6 +40,17 @@ void Deadline::expires_never() noexcept {
     state_->deadline = Clock::time_point::max();  // a pending wait ends and does nothing
 }
 
+void Deadline::cancel() noexcept {
+    State& s = *state_;
+    s.expired = false;
+    s.deadline = Clock::time_point::max();
+    if (s.waiting) {
+        s.waiting = false;
+        ++s.generation;  // the aborted completion is ignored
+        s.timer.cancel();
+    }
+}
+
 bool Deadline::expired() const noexcept {
     return state_->expired;
 }

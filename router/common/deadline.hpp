@@ -22,7 +22,12 @@ public:
     Deadline& operator=(const Deadline&) = delete;
 
     void expires_after(Duration d);
+    // Disarms lazily: a pending wait stays until its own expiry (at most one deadline period)
+    // and then ends without effect. It counts as work for io_context::run().
     void expires_never() noexcept;
+    // Disarms and cancels a pending wait now: for objects that go idle for long (pooled
+    // connections), so that nothing stays pending on their behalf.
+    void cancel() noexcept;
     // True once `on_expire` ran for the current deadline (reset by expires_after/never).
     bool expired() const noexcept;
 

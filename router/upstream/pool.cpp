@@ -85,7 +85,7 @@ void Client::Impl::give_back(const std::string& key, detail::ConnPtr c) {
     idle_count -= expired;
     c->idle_since = now;
     c->stream.expires_never();
-    c->deadline.expires_never();
+    c->deadline.cancel();
     list.push_back(std::move(c));
     ++idle_count;
 }

@@ -1,5 +1,5 @@
 // Deadline: expiry runs once after the deadline, a later deadline postpones it, an earlier one
-// brings it forward, expires_never() and destruction stop it.
+// brings it forward, expires_never() and destruction stop it, cancel() leaves no work behind.
 #include "router/common/deadline.hpp"
 
 #include <gtest/gtest.h>
@@ -87,6 +87,20 @@ TEST_F(DeadlineTest, NeverAndDestructionStopExpiry) {
     d.reset();
     ioc_.run_for(80ms);
     EXPECT_EQ(fired_, 1);
+}
+
+TEST_F(DeadlineTest, CancelLeavesNothingPending) {
+    Deadline d(ioc_.get_executor(), [&] { ++fired_; });
+    d.expires_after(Duration{10000});
+    ioc_.poll();
+    EXPECT_FALSE(ioc_.stopped()) << "the armed wait should count as work";
+    d.cancel();
+    for (int i = 0; i < 100 && !ioc_.stopped(); ++i) {
+        ioc_.poll();
+    }
+    EXPECT_TRUE(ioc_.stopped()) << "a cancelled deadline still holds the io_context";
+    EXPECT_EQ(fired_, 0);
+    EXPECT_FALSE(d.expired());
 }
 
 }  // namespace

@@ -1,14 +1,20 @@
 #include "router/common/json_scan.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 namespace pdr {
 
 namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "Scanner::skip_plain reads eight bytes as a little-endian word");
 
 bool is_digit(char c) noexcept {
     return c >= '0' && c <= '9';
@@ -37,12 +43,42 @@ public:
         return false;
     }
 
+    // Skips the plain characters of a string (printable ASCII other than '"' and '\\'), eight
+    // bytes at a time: stops at the first byte that needs a closer look, or near the end.
+    void skip_plain() noexcept {
+        constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+        constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
+        const std::size_t n = s_.size();
+        while (pos + 8 <= n) {
+            std::uint64_t w;
+            std::memcpy(&w, s_.data() + pos, 8);
+            const std::uint64_t quote = w ^ (kOnes * '"');
+            const std::uint64_t slash = w ^ (kOnes * '\\');
+            // A flag in the high bit of each byte that is >= 0x80, < 0x20, '"' or '\\'. The
+            // borrow tricks can also flag bytes after a flagged one, never before: the lowest
+            // flag is exact.
+            const std::uint64_t special =
+                (w | ((w - kOnes * 0x20) & ~w) | ((quote - kOnes) & ~quote) |
+                 ((slash - kOnes) & ~slash)) &
+                kHigh;
+            if (special != 0) {
+                pos += static_cast<std::size_t>(std::countr_zero(special)) / 8;
+                return;
+            }
+            pos += 8;
+        }
+    }
+
     // A string starting at pos (a quote). Sets `escaped` when it holds a backslash.
     bool string(bool& escaped) noexcept {
         escaped = false;
         ++pos;  // opening quote
         const std::size_t n = s_.size();
         while (pos < n) {
+            skip_plain();
+            if (pos >= n) {
+                break;
+            }
             const auto c = static_cast<unsigned char>(s_[pos]);
             if (c == '"') {
                 ++pos;

@@ -84,11 +84,14 @@ std::string json_string(std::string_view value_text) {
     std::string_view s = value_text.substr(1, value_text.size() - 2);
     out.reserve(s.size());
     for (std::size_t i = 0; i < s.size(); ++i) {
-        const char c = s[i];
-        if (c != '\\' || i + 1 >= s.size()) {
-            out.push_back(c);
-            continue;
+        // Copy the run up to the next backslash at once (most strings have none).
+        const std::size_t escape = s.find('\\', i);
+        if (escape == std::string_view::npos || escape + 1 >= s.size()) {
+            out.append(s.substr(i));
+            break;
         }
+        out.append(s.substr(i, escape - i));
+        i = escape;
         const char e = s[++i];
         if (e != 'u') {
             // \b \f \n \r \t stand for control characters; \" \\ \/ for themselves.

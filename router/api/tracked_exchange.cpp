@@ -16,12 +16,14 @@ awaitable<error_code> TrackedExchange::begin_stream(http::response<http::empty_b
     co_return co_await inner_.begin_stream(std::move(head));
 }
 
+// Not coroutines: the inner exchange's awaitable is handed on as it is (one frame less per
+// chunk); the caller awaits it at once, while `data` is still valid.
 awaitable<error_code> TrackedExchange::write_chunk(std::string_view data) {
-    co_return co_await inner_.write_chunk(data);
+    return inner_.write_chunk(data);
 }
 
 awaitable<error_code> TrackedExchange::end_stream() {
-    co_return co_await inner_.end_stream();
+    return inner_.end_stream();
 }
 
 }  // namespace pdr::api

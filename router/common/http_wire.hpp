@@ -5,6 +5,7 @@
 #include "router/common/io.hpp"
 
 #include <array>
+#include <optional>
 #include <string>
 
 namespace pdr::wire {
@@ -72,33 +73,55 @@ std::array<net::const_buffer, 2> message_buffers(
     return {net::buffer(head), net::buffer(msg.body())};
 }
 
-// Sends all of `buffers` on a beast::tcp_stream: at once, with one non-blocking gather send,
-// when the socket's send buffer takes them all (the common case: no timer, no suspension, no
-// completion to dispatch); otherwise the rest goes out with async_write under `timeout`.
+// One non-blocking gather send of `buffers`. True when that settled it: all bytes went out
+// (`ec` clear) or the socket failed (`ec` set). False when the socket's send buffer is full:
+// `sent` bytes went out and the rest must go through send_rest().
 template <class Buffers>
-awaitable<error_code> send_all(beast::tcp_stream& stream, const Buffers& buffers,
-                               Duration timeout) {
-    tcp::socket& sock = stream.socket();
-    error_code ec;
+bool send_now(tcp::socket& sock, const Buffers& buffers, std::size_t& sent, error_code& ec) {
+    sent = 0;
+    ec = {};
     if (!sock.non_blocking()) {
         sock.non_blocking(true, ec);  // write_some below must never block
-    }
-    std::size_t sent = 0;
-    if (!ec) {
-        sent = sock.write_some(buffers, ec);
-        if (!ec && sent == net::buffer_size(buffers)) {
-            co_return error_code{};
-        }
-        if (ec && ec != net::error::would_block && ec != net::error::try_again) {
-            co_return ec;
+        if (ec) {
+            ec = {};
+            return false;
         }
     }
+    sent = sock.write_some(buffers, ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) {
+        ec = {};
+        sent = 0;
+        return false;
+    }
+    return ec || sent == net::buffer_size(buffers);
+}
+
+// The bytes of `buffers` after the first `sent`, with async_write under `timeout`.
+template <class Buffers>
+awaitable<error_code> send_rest(beast::tcp_stream& stream, const Buffers& buffers, std::size_t sent,
+                                Duration timeout) {
     beast::buffers_suffix<Buffers> rest(buffers);
-    rest.consume(ec ? 0 : sent);
+    rest.consume(sent);
     stream.expires_after(timeout);
     auto [wec, n] = co_await net::async_write(stream, rest, use_tuple);
     (void)n;
     co_return wec;
+}
+
+// Sends all of `buffers` on a beast::tcp_stream: at once, with one non-blocking gather send,
+// when the socket's send buffer takes them all (the common case: no timer, no suspension, no
+// completion to dispatch, no coroutine frame); `ec` then holds the result. Otherwise returns
+// the awaitable that sends the rest with async_write under `timeout`; await it at once (it
+// refers to `buffers`):
+//     if (auto rest = wire::send_or_rest(stream, buffers, timeout, ec)) ec = co_await ...;
+template <class Buffers>
+std::optional<awaitable<error_code>> send_or_rest(beast::tcp_stream& stream, const Buffers& buffers,
+                                                  Duration timeout, error_code& ec) {
+    std::size_t sent = 0;
+    if (send_now(stream.socket(), buffers, sent, ec)) {
+        return std::nullopt;
+    }
+    return send_rest(stream, buffers, sent, timeout);
 }
 
 }  // namespace pdr::wire

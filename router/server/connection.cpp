@@ -71,7 +71,10 @@ public:
         if (!res.chunked()) {
             // Head and body in one gather write (the bytes Beast's serializer would send).
             auto buffers = wire::message_buffers(conn_.head_buf, res);
-            ec = co_await wire::send_all(conn_.stream, buffers, conn_.server.limits.write_timeout);
+            if (auto rest = wire::send_or_rest(conn_.stream, buffers,
+                                               conn_.server.limits.write_timeout, ec)) {
+                ec = co_await std::move(*rest);
+            }
         } else {
             conn_.stream.expires_after(conn_.server.limits.write_timeout);
             auto [wec, n] = co_await http::async_write(conn_.stream, res, use_tuple);
@@ -102,8 +105,12 @@ public:
         std::string& text = conn_.head_buf;
         text.clear();
         wire::append_head(text, head.base());
-        error_code ec = co_await wire::send_all(conn_.stream, net::buffer(text),
-                                                conn_.server.limits.write_timeout);
+        const auto buffer = net::buffer(text);
+        error_code ec;
+        if (auto rest =
+                wire::send_or_rest(conn_.stream, buffer, conn_.server.limits.write_timeout, ec)) {
+            ec = co_await std::move(*rest);
+        }
         if (ec) {
             failed_write(ec);
         }
@@ -129,8 +136,11 @@ public:
         const std::array<net::const_buffer, 3> chunk{
             net::buffer(size_line, static_cast<std::size_t>(end - size_line)),
             net::buffer(data.data(), data.size()), net::buffer("\r\n", 2)};
-        error_code ec =
-            co_await wire::send_all(conn_.stream, chunk, conn_.server.limits.write_timeout);
+        error_code ec;
+        if (auto rest =
+                wire::send_or_rest(conn_.stream, chunk, conn_.server.limits.write_timeout, ec)) {
+            ec = co_await std::move(*rest);
+        }
         if (ec) {
             failed_write(ec);
         }
@@ -145,9 +155,12 @@ public:
             co_return net::error::not_connected;
         }
         static constexpr std::string_view kLastChunk = "0\r\n\r\n";
-        error_code ec =
-            co_await wire::send_all(conn_.stream, net::buffer(kLastChunk.data(), kLastChunk.size()),
-                                    conn_.server.limits.write_timeout);
+        const auto buffer = net::buffer(kLastChunk.data(), kLastChunk.size());
+        error_code ec;
+        if (auto rest =
+                wire::send_or_rest(conn_.stream, buffer, conn_.server.limits.write_timeout, ec)) {
+            ec = co_await std::move(*rest);
+        }
         if (ec) {
             failed_write(ec);
         } else {

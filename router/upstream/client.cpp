@@ -59,7 +59,11 @@ awaitable<error_code> write_request(detail::Conn& c, const Request& req, Duratio
         co_return detail::io_error(c, ec);
     }
     const auto buffers = wire::message_buffers(c.head_buf, req);
-    co_return detail::io_error(c, co_await wire::send_all(c.stream, buffers, timeout));
+    error_code ec;
+    if (auto rest = wire::send_or_rest(c.stream, buffers, timeout, ec)) {
+        ec = co_await std::move(*rest);
+    }
+    co_return detail::io_error(c, ec);
 }
 
 void prepare(Request& req, const std::string& authority) {

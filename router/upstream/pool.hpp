@@ -12,7 +12,7 @@ namespace pdr::upstream::detail {
 struct Conn {
     explicit Conn(const net::any_io_executor& ex);
     // Reads go to stream.socket() under `deadline` (no per-read timer); Beast's own timer is
-    // used only for connects and for writes that did not go out at once (wire::send_all).
+    // used only for connects and for writes that did not go out at once (wire::send_or_rest).
     beast::tcp_stream stream;
     Deadline deadline;          // on expiry the socket is closed: the pending read ends at once
     beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)

@@ -3,8 +3,6 @@
 #include "router/common/http_wire.hpp"
 #include "router/common/log.hpp"
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
-
 #include <array>
 #include <charconv>
 #include <optional>
@@ -12,8 +10,6 @@
 namespace pdr::server::detail {
 
 namespace {
-
-using namespace net::experimental::awaitable_operators;
 
 constexpr std::size_t kMaxPipelinedBytes = 64 * 1024;  // kept while the handler runs
 constexpr std::size_t kWatchReadSize = 4096;
@@ -43,6 +39,8 @@ bool iequals(std::string_view a, std::string_view b) {
     }
     return true;
 }
+
+}  // namespace
 
 class ExchangeImpl final : public Exchange {
 public:
@@ -209,8 +207,6 @@ public:
 
     bool reusable() const { return complete_ && keep_alive_ && !gone_ && !aborted_; }
 
-    bool handler_done = false;
-
 private:
     void failed_write(const error_code&) {
         // The socket is unusable: close it so the watcher wakes and the handler is cancelled.
@@ -229,6 +225,8 @@ private:
     std::vector<std::function<void()>> callbacks_;
 };
 
+namespace {
+
 awaitable<void> run_handler(ServerState& server, ExchangeImpl& ex) {
     try {
         co_await server.handler(ex);
@@ -239,29 +237,41 @@ awaitable<void> run_handler(ServerState& server, ExchangeImpl& ex) {
     } catch (const std::exception& e) {
         PDR_ERROR("server", std::string("handler threw: ") + e.what());
     }
-    ex.handler_done = true;
 }
 
-// Reads from the client while the handler runs: EOF or an error means the client is gone.
-// Bytes that arrive (a pipelined request) stay in the connection buffer for the next parse.
-awaitable<void> watch_client(Connection& conn, ExchangeImpl& ex) {
-    for (;;) {
-        if (conn.buffer.size() >= kMaxPipelinedBytes) {
-            Timer park(conn.server.executor);
-            park.expires_at(Timer::time_point::max());
-            co_await park.async_wait();  // ends when the handler finishes (cancellation)
-            co_return;
-        }
-        auto space = conn.buffer.prepare(kWatchReadSize);
-        auto [ec, n] = co_await conn.stream.socket().async_read_some(space, use_tuple);
-        conn.buffer.commit(n);
-        if (ec) {
-            if (!ex.handler_done) {
-                ex.mark_gone();
-            }
-            co_return;
-        }
+// Reads from the client while the handler runs: EOF or an error means the client is gone (the
+// handler is then cancelled through the connection coroutine's cancellation signal). Bytes
+// that arrive (a pipelined request) stay in the connection buffer for the next parse. A plain
+// completion handler, not a coroutine: no frame, no parallel group per request. The read may
+// still be pending when the handler ends; wait_for_request then waits for it.
+void watch_client(const std::shared_ptr<Watch>& w, tcp::socket& sock) {
+    if (w->pending || w->buffer->size() >= kMaxPipelinedBytes) {
+        return;  // over the limit: stop reading until the handler is done
     }
+    w->pending = true;
+    sock.async_read_some(w->buffer->prepare(kWatchReadSize),
+                         [w, &sock](const error_code& ec, std::size_t n) {
+                             if (!w->alive) {
+                                 return;  // the Connection (and `sock`) are gone
+                             }
+                             w->pending = false;
+                             if (w->stopping) {
+                                 w->stopping = false;  // cancelled by wait_for_request
+                                 w->buffer->commit(n);
+                                 return;
+                             }
+                             w->ec = ec;
+                             w->buffer->commit(n);
+                             if (w->exchange == nullptr) {
+                                 return;  // between requests: wait_for_request takes it
+                             }
+                             if (ec) {
+                                 w->exchange->mark_gone();
+                                 w->cancel->emit(net::cancellation_type::terminal);
+                                 return;
+                             }
+                             watch_client(w, sock);
+                         });
 }
 
 // After an error answer: stop sending, read and drop what the client still sends for a
@@ -296,14 +306,29 @@ awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, u
 
 // Waits (idle timeout) for the first bytes of the next request. False: close quietly.
 awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
+    Watch& w = *conn.watch;
     if (conn.buffer.size() > 0) {
-        co_return true;
+        if (w.pending) {
+            // A pipelined request arrived during the handler and the watch read is still
+            // queued: stop it before parsing from the buffer (its completion runs first).
+            w.stopping = true;
+            error_code ec;
+            conn.stream.socket().cancel(ec);
+            co_await net::post(conn.stream.get_executor(), net::use_awaitable);
+        }
+        co_return w.pending == false;
     }
     conn.phase = Connection::Phase::Idle;
-    if (conn.server.draining) {
+    if (conn.server.draining || w.ec) {
         co_return false;
     }
     conn.read_deadline.expires_after(timeout);
+    if (w.pending) {
+        // The watch read is still queued: wait behind it (no new read, no syscall); it has
+        // stored its bytes or its error by the time this wait completes.
+        auto [ec] = co_await conn.stream.socket().async_wait(tcp::socket::wait_read, use_tuple);
+        co_return !ec && !w.ec && conn.buffer.size() > 0;
+    }
     auto space = conn.buffer.prepare(conn.server.limits.max_header_bytes + 1024);
     auto [ec, n] = co_await conn.stream.socket().async_read_some(space, use_tuple);
     conn.buffer.commit(n);
@@ -314,9 +339,14 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
 
 Connection::Connection(ServerState& s, tcp::socket sock)
     : server(s), stream(std::move(sock)), read_deadline(s.executor, [this] { close(); }) {
+    watch->buffer = &buffer;
     error_code ec;
     remote = stream.socket().remote_endpoint(ec);
     stream.socket().set_option(tcp::no_delay(true), ec);
+}
+
+Connection::~Connection() {
+    watch->alive = false;
 }
 
 void Connection::close() noexcept {
@@ -334,7 +364,8 @@ Response make_error_response(Errc e, std::string_view message, unsigned version)
     return res;
 }
 
-awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock) {
+awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
+                               net::cancellation_signal& cancel) {
     Connection conn(*state, std::move(sock));
     state->connections.push_front(&conn);
     conn.pos = state->connections.begin();
@@ -406,7 +437,11 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         conn.phase = Connection::Phase::Busy;
         ExchangeImpl ex(conn, parser->release());
         parser.reset();
-        co_await (run_handler(*state, ex) || watch_client(conn, ex));
+        conn.watch->exchange = &ex;
+        conn.watch->cancel = &cancel;
+        watch_client(conn.watch, conn.stream.socket());
+        co_await run_handler(*state, ex);
+        conn.watch->exchange = nullptr;
         if (!ex.responded() && !ex.client_gone()) {
             Response res = make_error_response(Errc::Internal, "handler sent no response",
                                                ex.request().version());

@@ -11,12 +11,26 @@
 namespace pdr::server::detail {
 
 struct ServerState;
+class ExchangeImpl;
+
+// The read that watches the client while a handler runs (see watch_client in connection.cpp).
+// Shared with the read's completion handler, which may run after the Connection is gone.
+struct Watch {
+    bool pending = false;   // a read is in flight
+    bool alive = true;      // false once the Connection is gone
+    bool stopping = false;  // wait_for_request cancelled the read to parse
+    error_code ec;          // how the last read ended (EOF, reset, ...)
+    beast::flat_buffer* buffer = nullptr;
+    ExchangeImpl* exchange = nullptr;            // set while a handler runs
+    net::cancellation_signal* cancel = nullptr;  // cancels the connection coroutine's handler
+};
 
 // One client connection; lives in its coroutine's frame.
 struct Connection {
     enum class Phase { Idle, Reading, Busy };
 
     Connection(ServerState& s, tcp::socket sock);
+    ~Connection();
 
     ServerState& server;
     // Requests are read from stream.socket() under `read_deadline` (no timer per read);
@@ -28,6 +42,7 @@ struct Connection {
     Phase phase = Phase::Idle;
     std::string head_buf;  // scratch for serialized response heads (reused per response)
     std::list<Connection*>::iterator pos;  // in ServerState::connections
+    std::shared_ptr<Watch> watch = std::make_shared<Watch>();
 
     // Closes the socket now; pending operations complete with operation_aborted.
     void close() noexcept;
@@ -49,7 +64,9 @@ struct ServerState {
     void connection_ended();
 };
 
-awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
+// `cancel` is the signal bound to this coroutine's cancellation slot.
+awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
+                               net::cancellation_signal& cancel);
 awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
 
 // 4xx/5xx answer with an OpenAI error body and `Connection: close`.

@@ -32,8 +32,12 @@ awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
                           net::detached);
             continue;
         }
-        net::co_spawn(state->executor, detail::run_connection(state, std::move(sock)),
-                      [](const std::exception_ptr& e) {
+        // The signal cancels the handler when its client goes away (see watch_client); the
+        // completion handler owns it, so it outlives the coroutine and its slot.
+        auto cancel = std::make_shared<net::cancellation_signal>();
+        auto slot = cancel->slot();
+        net::co_spawn(state->executor, detail::run_connection(state, std::move(sock), *cancel),
+                      net::bind_cancellation_slot(slot, [cancel](const std::exception_ptr& e) {
                           if (!e) {
                               return;
                           }
@@ -42,7 +46,7 @@ awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
                           } catch (const std::exception& ex) {
                               PDR_ERROR("server", std::string("connection failed: ") + ex.what());
                           }
-                      });
+                      }));
     }
 }
 

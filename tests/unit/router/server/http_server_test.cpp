@@ -175,6 +175,16 @@ TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
             EXPECT_FALSE(r.ec) << r.ec.message();
             EXPECT_EQ(r.msg.body(), want);
         }
+        // The next request arrives while the handler of the previous one runs: the watcher
+        // reads it, then the connection parses it from the buffer.
+        co_await write_raw(s, "GET /4 HTTP/1.1\r\nHost: a\r\n\r\n");
+        co_await sleep_for(Duration{5});
+        co_await write_raw(s, "GET /5 HTTP/1.1\r\nHost: a\r\n\r\n");
+        for (std::string want : {"/4|", "/5|"}) {
+            auto r = co_await read_response(s, buf);
+            EXPECT_FALSE(r.ec) << r.ec.message();
+            EXPECT_EQ(r.msg.body(), want);
+        }
     }());
 }
 

@@ -73,6 +73,40 @@ std::array<net::const_buffer, 2> message_buffers(
     return {net::buffer(head), net::buffer(msg.body())};
 }
 
+// Beast's http::async_read_some without its composed operation (which costs more than the
+// parsing): feeds the bytes buffered in `in` to the parser and reads from `sock` only when the
+// parser needs more. Returns the parser's verdict (need_buffer: a buffer_body is full) or the
+// read's error; EOF ends a message that has started (put_eof) and is end_of_stream before its
+// first byte.
+template <class Parser>
+awaitable<error_code> parse_some(tcp::socket& sock, beast::flat_buffer& in, Parser& parser) {
+    constexpr std::size_t kReadSize = 16 * 1024;
+    error_code ec;
+    bool read = in.size() == 0;
+    for (;;) {
+        if (!read) {
+            in.consume(parser.put(in.data(), ec));
+            if (ec != http::error::need_more) {
+                co_return ec;
+            }
+            ec = {};
+        }
+        read = false;
+        auto [rec, n] = co_await sock.async_read_some(in.prepare(kReadSize), use_tuple);
+        if (rec == net::error::eof) {
+            if (!parser.got_some()) {
+                co_return http::error::end_of_stream;
+            }
+            parser.put_eof(ec);
+            co_return ec;
+        }
+        if (rec) {
+            co_return rec;
+        }
+        in.commit(n);
+    }
+}
+
 // One non-blocking gather send of `buffers`. True when that settled it: all bytes went out
 // (`ec` clear) or the socket failed (`ec` set). False when the socket's send buffer is full:
 // `sent` bytes went out and the rest must go through send_rest().

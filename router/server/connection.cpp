@@ -391,10 +391,10 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         parser->header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
         parser->body_limit(limits.max_body_bytes);
         conn.read_deadline.expires_after(limits.read_timeout);  // the whole request
-        auto [hec, hn] =
-            co_await http::async_read_header(conn.stream.socket(), conn.buffer, *parser, use_tuple);
-        (void)hn;
-        error_code ec = hec;
+        error_code ec;
+        while (!ec && !parser->is_header_done()) {
+            ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser);
+        }
         if (!ec && !parser->is_done()) {
             auto expect = parser->get()[http::field::expect];
             if (iequals(expect, "100-continue")) {
@@ -405,11 +405,8 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
                 (void)wn;
                 ec = wec;
             }
-            if (!ec) {
-                auto [bec, bn] = co_await http::async_read(conn.stream.socket(), conn.buffer,
-                                                           *parser, use_tuple);
-                (void)bn;
-                ec = bec;
+            while (!ec && !parser->is_done()) {
+                ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser);
             }
         }
         conn.read_deadline.expires_never();

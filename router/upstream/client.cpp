@@ -140,9 +140,10 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             if (req.method() == http::verb::head) {
                 parser.skip(true);
             }
-            auto [read_ec, rn] =
-                co_await http::async_read(c.stream.socket(), c.buffer, parser, use_tuple);
-            (void)rn;
+            error_code read_ec;
+            while (!read_ec && !parser.is_done()) {
+                read_ec = co_await wire::parse_some(c.stream.socket(), c.buffer, parser);
+            }
             const error_code rec = detail::io_error(c, read_ec);
             if (rec) {
                 if (a.reused && !parser.got_some() && detail::is_stale_error(rec)) {

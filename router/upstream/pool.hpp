@@ -82,11 +82,6 @@ public:
     void cancel() override;
 
 private:
-    // Beast's http::async_read_some, without its composed operation: feeds the buffered bytes
-    // to the parser and reads from the socket only when the parser needs more. Returns the
-    // parser's verdict (need_buffer: the body buffer is full) or the read's error; EOF ends a
-    // message that has started (put_eof) and is end_of_stream before the first byte.
-    awaitable<error_code> parse_some();
     void finish();  // body complete: pool or close the connection
     void drop();    // close the connection
 

@@ -1,5 +1,7 @@
 #include "router/upstream/pool.hpp"
 
+#include "router/common/http_wire.hpp"
+
 #include <limits>
 
 namespace pdr::upstream::detail {
@@ -29,40 +31,11 @@ StreamImpl::~StreamImpl() {
     drop();
 }
 
-awaitable<error_code> StreamImpl::parse_some() {
-    beast::flat_buffer& in = conn_->buffer;
-    error_code ec;
-    bool read = in.size() == 0;
-    for (;;) {
-        if (!read) {
-            in.consume(parser_.put(in.data(), ec));
-            if (ec != http::error::need_more) {
-                co_return ec;
-            }
-            ec = {};
-        }
-        read = false;
-        auto [rec, n] =
-            co_await conn_->stream.socket().async_read_some(in.prepare(kBufferSize), use_tuple);
-        if (rec == net::error::eof) {
-            if (!parser_.got_some()) {
-                co_return http::error::end_of_stream;
-            }
-            parser_.put_eof(ec);
-            co_return ec;
-        }
-        if (rec) {
-            co_return rec;
-        }
-        in.commit(n);
-    }
-}
-
 awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
     conn_->deadline.expires_after(timeouts_.response);
     error_code rec;
     while (!rec && !parser_.is_header_done()) {
-        rec = co_await parse_some();
+        rec = co_await wire::parse_some(conn_->stream.socket(), conn_->buffer, parser_);
     }
     const error_code ec = io_error(*conn_, rec);
     if (ec) {
@@ -91,7 +64,8 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             body.data = buf_;
             body.size = kBufferSize;
             conn_->deadline.expires_after(timeouts_.idle);
-            error_code ec = io_error(*conn_, co_await parse_some());
+            error_code ec = io_error(
+                *conn_, co_await wire::parse_some(conn_->stream.socket(), conn_->buffer, parser_));
             if (ec == http::error::need_buffer) {
                 ec = {};
             }

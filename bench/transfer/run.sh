@@ -2,10 +2,23 @@
 # Runs pdx_transfer_bench beside ucx_perftest (ucp_put_bw) on the same transport in the same run
 # and prints ours / ucx_perftest per message size, then the merge and post-overhead targets.
 #   bench/transfer/run.sh [--bench PATH] [--tls tcp,shm] [--sizes 64K,1M,16M] [--depth 4]
-#                         [--time-ms 1000] [--rounds 3] [--extra "--eventfd ..."]
-# Each measurement is repeated --rounds times, ours and ucx_perftest interleaved (perftest sized
-# to run as long as our cell), and the best round of each is kept (best-of-N filters
-# interference from other processes on a shared box).
+#                         [--time-ms 1000] [--rounds 3] [--modes poll,thread,poll-nostats]
+#                         [--extra "--inline-kib 64 ..."]
+# Each measurement is repeated --rounds times, ours (in every mode) and ucx_perftest interleaved
+# (perftest sized to run as long as our cell), and the best round of each is kept (best-of-N
+# filters interference from other processes on a shared box).
+#
+# Modes of ours (one column each; the verdict uses the first one):
+#   poll          both ends busy-poll progress() on their main thread (EventFd mode, never
+#                 sleeping): what ucx_perftest does -- its client busy-polls ucp_worker_progress,
+#                 and in a 64 KiB tcp run (strace -ff) its server's main thread busy-polled it
+#                 too between the barriers (perftest's -o turns that off; the 4 MiB note below
+#                 saw the server asleep instead). Default agent configuration otherwise.
+#   thread        the default deployment: a progress thread per agent, asleep on the UCX event
+#                 fd between events; the caller sleeps in wait().
+#   poll-nostats  poll, with Config::latency_stats = false (no clock reads per transfer).
+# perftest figure: the "overall" bandwidth of its Final line (total bytes / total time, as ours);
+# its "average" column there is only the last report interval (under 1 s of a 1 s run).
 # Both tools use memory allocated through UCX (UCP_MEM_MAP_ALLOCATE), both ends on 127.0.0.1,
 # the same UCX environment (UCX_TLS / UCX_NET_DEVICES below, plus whatever the caller exports).
 # Bounded: each perftest client runs under `timeout`, each bench run is time-limited per cell.
@@ -31,6 +44,7 @@ sizes="64K,1M,16M"
 depth=4
 time_ms=1000
 rounds=3
+modes="poll,thread,poll-nostats"
 extra=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -40,6 +54,7 @@ while [[ $# -gt 0 ]]; do
     --depth) depth=$2; shift 2 ;;
     --time-ms) time_ms=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     --extra) extra=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -80,13 +95,24 @@ perftest_bw() {
   out=$(env $(tls_env "$tls") timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw \
         -s "$size" -n "$iters" -w $((iters / 10 + 1)) 2>&1 || true)
   wait "$srv" 2>/dev/null || true
-  mbs=$(awk '/^Final:/ {print $6}' <<<"$out")
+  mbs=$(awk '/^Final:/ {print $7}' <<<"$out")  # overall MiB/s (see the top)
   if [[ -z "$mbs" ]]; then echo 0; return; fi
   awk -v m="$mbs" 'BEGIN { printf "%.0f", m * 1048576 }'
 }
 
 echo "# pdx transfer core vs ucx_perftest -t ucp_put_bw, $(date -u +%FT%TZ), $(nproc) cores"
-echo "# bench: $bench (depth $depth, ${time_ms} ms per cell, best of $rounds rounds, extra: ${extra:-none})"
+mode_args() {  # bench arguments of a mode of ours
+  case "$1" in
+    poll) echo "--progress poll --target-progress poll" ;;
+    thread) echo "" ;;  # the defaults (also what binaries without --progress run)
+    poll-nostats) echo "--progress poll --target-progress poll --no-latency-stats" ;;
+    *) echo "unknown mode $1" >&2; exit 2 ;;
+  esac
+}
+mode_list=${modes//,/ }
+for m in $mode_list; do mode_args "$m" >/dev/null; done
+
+echo "# bench: $bench (depth $depth, ${time_ms} ms per cell, best of $rounds rounds, modes: $modes, extra: ${extra:-none})"
 echo "# load at start:$(uptime | sed 's/.*load average//')"
 for tls in ${tls_list//,/ }; do
   echo
@@ -94,27 +120,41 @@ for tls in ${tls_list//,/ }; do
   rows=""
   for s in ${sizes//,/ }; do  # interleaved per size so both see the same machine load
     b=$(to_bytes "$s")
-    ours=0 pt=0
+    pt=0
+    declare -A best=()
     for ((r = 0; r < rounds; ++r)); do
-      csv=$("$bench" --tls "$tls" --sizes "$s" --blocks 1 --patterns contig --ops write \
-            --depth "$depth" --time-ms "$time_ms" --min-iters 5 --max-iters 1000000 --no-post \
-            --no-verify --csv $extra)
-      o=$(awk -F, -v b="$b" '$1=="write" && $3==b && $4==1 {print $8}' <<<"$csv")
-      p=$(perftest_bw "$tls" "$b" "${o:-0}")
-      ours=$(awk -v a="$ours" -v b="${o:-0}" 'BEGIN { print (b > a) ? b : a }')
+      first=""
+      for m in $mode_list; do
+        csv=$("$bench" --tls "$tls" --sizes "$s" --blocks 1 --patterns contig --ops write \
+              --depth "$depth" --time-ms "$time_ms" --min-iters 5 --max-iters 1000000 --no-post \
+              --no-verify --csv $(mode_args "$m") $extra)
+        o=$(awk -F, -v b="$b" '$1=="write" && $3==b && $4==1 {print $8}' <<<"$csv")
+        first=${first:-${o:-0}}
+        best[$m]=$(awk -v a="${best[$m]:-0}" -v b="${o:-0}" 'BEGIN { print (b > a) ? b : a }')
+      done
+      p=$(perftest_bw "$tls" "$b" "$first")
       pt=$(awk -v a="$pt" -v b="$p" 'BEGIN { print (b > a) ? b : a }')
     done
-    rows+="$b $s $ours $pt"$'\n'
+    line="$b $s $pt"
+    for m in $mode_list; do line+=" ${best[$m]}"; done
+    rows+="$line"$'\n'
+    unset best
   done
   # ascending size; tcp: ref = best perftest figure at this size or a smaller one (see top)
-  printf "%-9s %14s %14s %14s %8s\n" size "ours GB/s" "perftest GB/s" "ref GB/s" ratio
-  sort -n <<<"$rows" | awk -v tls="$tls" 'NF == 4 {
-      pg = $4 / 1e9; ref = pg
+  printf "%-6s %9s %9s" size "perftest" "ref"
+  for m in $mode_list; do printf " %13s %7s" "$m" ratio; done
+  printf "   (GB/s; verdict: %s)\n" "${mode_list%% *}"
+  sort -n <<<"$rows" | awk -v tls="$tls" 'NF >= 4 {
+      pg = $3 / 1e9; ref = pg
       if (tls == "tcp" && best > ref) ref = best
       if (pg > best) best = pg
-      r = (ref > 0) ? $3 / ref : 0
-      printf "%-9s %14.3f %14.3f %14.3f %7.1f%%  %s%s\n", $2, $3, pg, ref, r * 100,
-             (r >= 0.9 ? "met (>=90%)" : "NOT met (<90%)"),
+      printf "%-6s %9.3f %9.3f", $2, pg, ref
+      for (i = 4; i <= NF; ++i) {
+        r = (ref > 0) ? $i / ref : 0
+        if (i == 4) v = r
+        printf " %13.3f %6.1f%%", $i, r * 100
+      }
+      printf "   %s%s\n", (v >= 0.9 ? "met (>=90%)" : "NOT met (<90%)"),
              (ref > pg ? "  [ref: a smaller size; perftest at this size is below it]" : "") }'
   echo "### merging and post overhead ($tls)"
   csv=""

@@ -25,8 +25,18 @@ struct Options {
     bool do_verify = true;
     bool csv = false;
     bool register_memory = false;  // malloc + register_region instead of allocate_region
-    bool eventfd = false;          // ProgressMode::EventFd on the initiator
-    std::int64_t inline_kib = -1;  // Config::inline_post_bytes in KiB (-1: the default)
+    // Initiator progress: "thread" (the agent's thread; wait() sleeps on a condition variable),
+    // "eventfd" (ProgressMode::EventFd; wait() drives progress and sleeps on event_fd()), or
+    // "poll" (ProgressMode::EventFd; the waiting caller busy-polls progress() + poll() the way
+    // ucx_perftest busy-polls ucp_worker_progress).
+    std::string progress = "thread";
+    // Target progress: "thread" (its agent's thread, asleep on the UCX event fd between
+    // events) or "poll" (ProgressMode::EventFd, its main thread busy-polls progress(), as the
+    // ucx_perftest server does while it waits for the last put of ucp_put_bw). Not loopback.
+    std::string target_progress = "thread";
+    bool latency_stats = true;        // Config::latency_stats on the initiator (--no-latency-stats)
+    std::string error_mode = "auto";  // Config::error_mode on both sides: auto | peer | none
+    std::int64_t inline_kib = -1;     // Config::inline_post_bytes in KiB (-1: the default)
 };
 
 struct Cell {
@@ -61,6 +71,7 @@ public:
     double post_ns_per_id(const std::string& pattern, std::string& error);
 
 private:
+    Status wait(TransferHandle h);  // per Options::progress
     Result<TransferHandle> post(bool write, std::size_t size_index,
                                 const std::vector<BlockId>& local,
                                 const std::vector<BlockId>& remote, double& post_us);

@@ -5,7 +5,10 @@
 //   pdx_transfer_bench --tls tcp|shm|loopback [--sizes 4K,64K,1M] [--blocks 1,1024]
 //       [--patterns contig,scatter] [--ops write,read] [--region-mib 64] [--depth 4]
 //       [--time-ms 200] [--min-iters 3] [--max-iters 2000] [--post-iters 200] [--no-post]
-//       [--no-verify] [--register] [--eventfd] [--inline-kib N] [--csv]
+//       [--no-verify] [--register] [--progress thread|eventfd|poll] [--eventfd]
+//       [--target-progress thread|poll] [--error-mode auto|peer|none] [--no-latency-stats]
+//       [--inline-kib N] [--csv]
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,7 +96,15 @@ Options parse(int argc, char** argv) {
         else if (a == "--register")
             o.register_memory = true;
         else if (a == "--eventfd")
-            o.eventfd = true;
+            o.progress = "eventfd";
+        else if (a == "--progress")
+            o.progress = val();
+        else if (a == "--no-latency-stats")
+            o.latency_stats = false;
+        else if (a == "--error-mode")
+            o.error_mode = val();
+        else if (a == "--target-progress")
+            o.target_progress = val();
         else if (a == "--inline-kib")
             o.inline_kib = std::stol(val());
         else if (a == "--csv")
@@ -103,6 +114,14 @@ Options parse(int argc, char** argv) {
     }
     if (o.tls != "tcp" && o.tls != "shm" && o.tls != "loopback")
         usage("--tls tcp|shm|loopback");
+    if (o.progress != "thread" && o.progress != "eventfd" && o.progress != "poll")
+        usage("--progress thread|eventfd|poll");
+    if (o.error_mode != "auto" && o.error_mode != "peer" && o.error_mode != "none")
+        usage("--error-mode auto|peer|none");
+    if (o.target_progress != "thread" && o.target_progress != "poll")
+        usage("--target-progress thread|poll");
+    if (o.tls == "loopback" && o.target_progress != "thread")
+        usage("--target-progress poll needs a target process (tcp or shm)");
     if (o.sizes.empty() || o.blocks.empty())
         usage("empty --sizes or --blocks");
     for (auto s : o.sizes)
@@ -130,8 +149,12 @@ bool make_side(const Options& o, const char* name, bool initiator, Side& s) {
     } else {
         cfg.transports = "posix,self";
     }
-    if (initiator && o.eventfd)
+    if (initiator ? o.progress != "thread" : o.target_progress == "poll")
         cfg.progress = ProgressMode::EventFd;
+    if (initiator)
+        cfg.latency_stats = o.latency_stats;
+    if (o.error_mode != "auto")
+        cfg.error_mode = o.error_mode == "peer" ? ErrorMode::Peer : ErrorMode::None;
     if (o.inline_kib >= 0)
         cfg.inline_post_bytes = cfg.inline_post_bytes_peer_mode =
             static_cast<std::uint64_t>(o.inline_kib) << 10;
@@ -206,6 +229,18 @@ int run_target(const Options& o, int fd) {
     if (exchange(s, fd) == kNoPeer)
         return 1;
     char c = 0;
+    if (o.target_progress == "poll") {
+        // Busy-poll progress() until the initiator closes the socketpair (EOF); the fd is
+        // checked every 256 rounds. Bounded by that EOF and by the alarm above.
+        for (std::uint32_t round = 1;; ++round) {
+            s.agent->progress();
+            if (round % 256 == 0) {
+                pollfd p{fd, POLLIN, 0};
+                if (::poll(&p, 1, 0) != 0)
+                    return 0;
+            }
+        }
+    }
     while (::read(fd, &c, 1) < 0) {
     }
     return 0;
@@ -256,7 +291,10 @@ int run_initiator(const Options& o, Side& s, PeerHandle peer) {
     }
     Stats st = s.agent->stats();
     std::printf(
-        "%sstats: posted %llu ok %llu failed %llu descs/xfer %.2f post mean %.2f us\n", "# ",
+        "%sstats (progress: initiator %s, target %s): posted %llu ok %llu failed %llu descs/xfer "
+        "%.2f post "
+        "mean %.2f us\n",
+        "# ", o.progress.c_str(), o.target_progress.c_str(),
         (unsigned long long)st.transfers_posted, (unsigned long long)st.transfers_ok,
         (unsigned long long)(st.transfers_failed + st.transfers_expired + st.transfers_peer_gone),
         st.descriptors_per_transfer(), st.post.mean_us());

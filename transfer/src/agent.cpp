@@ -111,6 +111,7 @@ Result<void> Agent::Impl::start() {
         add(backend_->event_fd());
     next_heartbeat_ = Clock::now() + cfg_.heartbeat_interval;
     if (cfg_.progress == ProgressMode::EventFd) {
+        sleeping_ = true;  // a caller may wait on the fd before its first arm()
         timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         itimerspec its{};
         its.it_interval.tv_nsec = kTick.count() * 1000000;
@@ -300,6 +301,9 @@ Stats Agent::stats() const {
     std::lock_guard lk(impl_->mu_);
     Stats s = impl_->stats_;
     s.leases_active = impl_->leases_.size();
+    const double ns_per_tick = impl_->latency_clock_.ns_per_tick();
+    s.post = impl_->post_ticks_.to_ns(ns_per_tick);
+    s.completion = impl_->completion_ticks_.to_ns(ns_per_tick);
     return s;
 }
 

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "backend.hpp"
+#include "latency_clock.hpp"
 #include "lease_table.hpp"
 #include "pdx/agent.hpp"
 
@@ -52,7 +53,7 @@ public:
     };
     struct Xfer {
         TransferResult res;
-        Clock::time_point posted{};
+        std::uint64_t posted = 0;  // LatencyClock ticks (with Config::latency_stats)
         Clock::time_point deadline{};
         RegionId region = 0;
         std::uint64_t conn = 0;
@@ -88,6 +89,7 @@ public:
     bool arm();
     void tick_locked(Clock::time_point now);
     void wake();
+    void drain_wake_locked();  // reads the wake-up fd if wake() wrote it
     void thread_main();
     void run_callbacks();
 
@@ -123,7 +125,10 @@ public:
 
     detail::LeaseTable leases_;
     std::vector<std::uint64_t> expired_leases_;
-    Stats stats_;
+    Stats stats_;  // post / completion stay zero here: they are kept in ticks below
+    detail::LatencyClock latency_clock_;
+    detail::TickStat post_ticks_;        // (mu_)
+    detail::TickStat completion_ticks_;  // (mu_)
 
     int wake_fd_ = -1;
     int timer_fd_ = -1;
@@ -131,14 +136,20 @@ public:
     std::thread thread_;
     std::atomic<bool> stop_{false};
     std::atomic<bool> wake_signalled_{false};  // wake() wrote wake_fd_ since progress() drained it
-    bool sleeping_ = false;    // (mu_) the progress thread is (about to be) blocked in epoll_wait
-    int waiters_ = 0;          // (mu_) callers blocked in wait() on cv_
-    Clock::time_point now_{};  // (mu_) set while post() delivers inline completions
+    // (mu_) Thread mode: the progress thread is (about to be) blocked in epoll_wait. EventFd
+    // mode: arm() returned true since the last wake-up, i.e. a caller may be waiting on the
+    // fd (initially true). post() writes the wake-up fd only while it is set, and clears it.
+    bool sleeping_ = false;
+    int waiters_ = 0;  // (mu_) callers blocked in wait() on cv_
+    // (mu_) LatencyClock ticks, set while post() delivers inline completions
+    std::uint64_t now_ = 0;
     Xfer* inline_xfer_ = nullptr;  // (mu_) the transfer post() is completing inline
     TransferHandle inline_op_ = 0;
     Peer* inline_peer_ = nullptr;  // (mu_) its peer
     Clock::time_point next_heartbeat_{};
-    static constexpr std::chrono::milliseconds kTick{10};
+    Clock::time_point next_tick_{};  // (mu_) progress() runs tick_locked() from then on
+    static constexpr std::chrono::milliseconds kTick{10};      // sleep bound / EventFd timer period
+    static constexpr std::chrono::milliseconds kTickEvery{1};  // tick_locked() at most this often
     // Queued requests (see Config::inline_post_*) are posted in chunks of at most these sizes.
     static constexpr std::size_t kChunkSegments = 128;
     static constexpr std::uint64_t kChunkBytes = std::uint64_t{4} << 20;

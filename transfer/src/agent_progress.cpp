@@ -122,28 +122,28 @@ std::size_t Agent::Impl::progress() {
     }
     {
         std::lock_guard lk(mu_);
-        std::uint64_t v;
-        // Drain the wake-up fd only when wake() wrote it (it sets the flag after writing), not
-        // with a failing read() per call.
-        if (wake_signalled_.exchange(false, std::memory_order_acquire))
-            while (::read(wake_fd_, &v, sizeof v) > 0) {
-            }
-        if (cfg_.progress == ProgressMode::EventFd) {
-            // refresh the epoll fd's ready list, so an outer (edge-triggered) loop sees edges;
-            // the tick timer is read only when it fired
-            epoll_event ev[8];
-            int ready = ::epoll_wait(epoll_fd_, ev, 8, 0);
-            for (int i = 0; i < ready; ++i)
-                if (ev[i].data.fd == timer_fd_)
-                    while (::read(timer_fd_, &v, sizeof v) > 0) {
-                    }
-        }
+        drain_wake_locked();
         n += backend_->progress();
-        tick_locked(Clock::now());
+        // Deadlines, heartbeats, peer timeouts and lease expiry at most once per kTickEvery:
+        // a caller that busy-polls progress() does not walk every transfer on every call.
+        const auto now = Clock::now();
+        if (now >= next_tick_) {
+            next_tick_ = now + kTickEvery;
+            tick_locked(now);
+        }
         n += callbacks_.size() + received_.size();
     }
     run_callbacks();
     return n;
+}
+
+void Agent::Impl::drain_wake_locked() {
+    // Only when wake() wrote the fd (it sets the flag after writing), so a progress() call
+    // without a wake-up costs no syscall. One read() empties an eventfd (not EFD_SEMAPHORE).
+    std::uint64_t v;
+    if (wake_signalled_.exchange(false, std::memory_order_acquire)) {
+        [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
+    }
 }
 
 void Agent::Impl::run_callbacks() {
@@ -179,9 +179,25 @@ void Agent::Impl::run_callbacks() {
 
 bool Agent::Impl::arm() {
     std::lock_guard lk(mu_);
-    if (needs_progress_locked())
+    if (needs_progress_locked() || !backend_->arm())
         return false;
-    return backend_->arm();
+    if (cfg_.progress == ProgressMode::EventFd) {
+        // The caller is about to wait on event_fd(): refresh its ready list (stale entries
+        // dropped, so an outer edge-triggered loop sees the next edge) and consume the tick
+        // timer and a wake-up if they fired (both only here, not in every progress() call).
+        epoll_event ev[8];
+        int ready = ::epoll_wait(epoll_fd_, ev, 8, 0);
+        for (int i = 0; i < ready; ++i) {
+            if (ev[i].data.fd == timer_fd_) {
+                std::uint64_t v;
+                [[maybe_unused]] auto r = ::read(timer_fd_, &v, sizeof v);
+            } else if (ev[i].data.fd == wake_fd_) {
+                drain_wake_locked();
+            }
+        }
+        sleeping_ = true;  // post() wakes the fd from now on (see post())
+    }
+    return true;
 }
 
 void Agent::Impl::wake() {

@@ -8,18 +8,6 @@
 namespace pdx {
 namespace {
 
-std::uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
-    return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
-}
-
-void add_latency(LatencyStat& s, std::uint64_t ns) {
-    ++s.count;
-    s.total_ns += ns;
-    if (ns > s.max_ns)
-        s.max_ns = ns;
-}
-
 // Splits segments longer than Impl::kChunkBytes into pieces of that size (order kept).
 void split_large(std::vector<detail::Segment>& segs) {
     constexpr std::uint64_t kMax = Agent::Impl::kChunkBytes;
@@ -90,7 +78,11 @@ void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason)
 // ---- transfers ---------------------------------------------------------------------------
 
 Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction dir) {
-    auto t0 = Clock::now();
+    // Clocks are read only for the latency stats (cheap ticks, see latency_clock.hpp) and for
+    // a default deadline.
+    const bool timed = cfg_.latency_stats;
+    const std::uint64_t t0 = timed ? latency_clock_.now() : 0;
+    const bool default_deadline = req.deadline == Clock::time_point{};
     std::unique_lock lk(mu_);
     auto refuse = [&](Status s, std::string m) -> Result<TransferHandle> {
         ++stats_.transfers_refused;
@@ -144,7 +136,7 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     x.res.bytes = plan->bytes;
     x.res.descriptors = descriptors;
     x.posted = t0;
-    x.deadline = req.deadline == Clock::time_point{} ? t0 + cfg_.default_deadline : req.deadline;
+    x.deadline = default_deadline ? Clock::now() + cfg_.default_deadline : req.deadline;
     x.region = ll.region;
     x.conn = peer.conn;
     x.remote_region = rl.region;
@@ -160,7 +152,8 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     ++stats_.transfers_in_flight;
     stats_.blocks_requested += req.local_ids.size();
     stats_.descriptors_posted += descriptors;
-    now_ = Clock::now();  // one clock read for the post latency and an inline completion
+    if (timed)
+        now_ = latency_clock_.now();  // one read for the post latency and an inline completion
     if (inline_post) {
         // e.g. shm: data and flush often complete inside backend post(); such a transfer ends
         // here without ever entering xfers_ (see on_op_complete)
@@ -171,21 +164,22 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         inline_xfer_ = nullptr;
         inline_peer_ = nullptr;
     }
-    add_latency(stats_.post, ns_between(t0, now_));
-    now_ = {};
+    if (timed) {
+        post_ticks_.add(detail::LatencyClock::between(t0, now_));
+        now_ = 0;
+    }
     const bool pending = x.backend_pending;
     if (pending) {
         ++region.ops;
         peer.in_flight.insert(h);
         xfers_.emplace(h, std::move(x));
     }
-    // Wake the progress context only if it has something to do and may be asleep.
-    bool wake_up = needs_progress_locked() || pending;
-    if (cfg_.progress == ProgressMode::Thread) {
-        wake_up = wake_up && sleeping_;
-        if (wake_up)
-            sleeping_ = false;
-    }
+    // Wake the progress context only if it has something to do and may be asleep: the
+    // progress thread is in epoll_wait, or (EventFd mode) a caller armed to wait on the fd.
+    // A caller that drives progress() without arm() (busy polling) gets no wake-up syscalls.
+    const bool wake_up = (needs_progress_locked() || pending) && sleeping_;
+    if (wake_up)
+        sleeping_ = false;
     lk.unlock();
     if (wake_up)
         wake();
@@ -211,8 +205,9 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
             (x.res.direction == Direction::Write ? stats_.bytes_written : stats_.bytes_read) +=
                 x.res.bytes;
             ++stats_.transfers_ok;
-            add_latency(stats_.completion,
-                        ns_between(x.posted, now_ == Clock::time_point{} ? Clock::now() : now_));
+            if (cfg_.latency_stats)
+                completion_ticks_.add(detail::LatencyClock::between(
+                    x.posted, now_ != 0 ? now_ : latency_clock_.now()));
             break;
         case Status::Expired:
             ++stats_.transfers_expired;

@@ -64,6 +64,7 @@ protected:
         if (c.backend == BackendKind::Ucx && c.transports.find("tcp") != std::string::npos)
             c.net_devices = "lo";
         c.progress = mode;
+        c.latency_stats = latency_stats_;
         c.heartbeat_interval = hb;
         c.peer_timeout = 6 * hb;
         auto a = Agent::create(c);
@@ -91,6 +92,7 @@ protected:
             },
             {&a, &b}));
     }
+    bool latency_stats_ = true;  // Config::latency_stats of the agents make() creates
     void SetUp() override {
         if (GetParam().backend == BackendKind::Ucx && !ucx_available())
             GTEST_SKIP() << "no UCX";
@@ -460,6 +462,76 @@ TEST_P(AgentTest, EventFdModeCompletesFromAPollLoop) {
     }
     EXPECT_TRUE(done);
     EXPECT_TRUE(matches(b->block(lb, 7), 66));
+}
+
+// A caller that only busy-polls progress() + poll() (never arm(), never waits on the fd), as
+// `pdx_transfer_bench --progress poll` and ucx_perftest do: transfers complete (queued ones
+// included: 32 KiB is queued over tcp), and deadlines still fire (ticks run from progress()).
+TEST_P(AgentTest, EventFdBusyPollingWithoutArmCompletesTransfersAndDeadlines) {
+    auto a = make("a", ProgressMode::EventFd);
+    auto b = make("b", ProgressMode::EventFd);  // progressed by busy_wait below, or not at all
+    LayoutId la = pool(*a), lb = pool(*b);
+    PeerHandle pb = connect(*a, *b);
+    connect(*b, *a);
+    auto busy_wait = [&](TransferHandle h, bool drive_target) {
+        const auto until = Clock::now() + 5s;
+        Status s = a->poll(h);
+        for (std::uint64_t round = 0; s == Status::InProgress && Clock::now() < until; ++round) {
+            a->progress();
+            if (drive_target)
+                b->progress();
+            s = a->poll(h);
+        }
+        return s;
+    };
+    std::vector<BlockId> src = {0, 1, 2, 3, 4, 5, 6, 7}, dst = {8, 9, 10, 11, 12, 13, 14, 15};
+    for (std::uint32_t round = 0; round < 20; ++round) {
+        for (std::size_t i = 0; i < src.size(); ++i)
+            fill(a->block(la, src[i]), round * 100 + src[i]);
+        auto h = a->write_blocks(make_req(pb, la, src, lb, dst, round + 1, Clock::now() + 5s));
+        ASSERT_TRUE(h) << h.message();
+        ASSERT_EQ(busy_wait(*h, true), Status::Ok) << "round " << round;
+        for (std::size_t i = 0; i < src.size(); ++i)
+            ASSERT_TRUE(matches(b->block(lb, dst[i]), round * 100 + src[i])) << "dst " << dst[i];
+    }
+    EXPECT_EQ(a->stats().transfers_ok, 20u);
+    if (!GetParam().target_must_progress)
+        return;
+    // b no longer progresses: the write stalls and its 100 ms deadline must end it
+    std::vector<BlockId> big(kBlocks / 2), far(kBlocks / 2);
+    for (BlockId i = 0; i < kBlocks / 2; ++i)
+        big[i] = i, far[i] = kBlocks / 2 + i;
+    const auto t0 = Clock::now();
+    auto h = a->write_blocks(make_req(pb, la, big, lb, far, 99, t0 + 100ms));
+    ASSERT_TRUE(h) << h.message();
+    EXPECT_EQ(busy_wait(*h, false), Status::Expired);
+    EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+TEST_P(AgentTest, LatencyStatsCanBeTurnedOff) {
+    for (bool on : {true, false}) {
+        latency_stats_ = on;
+        auto a = make("a"), b = make("b");
+        LayoutId la = pool(*a), lb = pool(*b);
+        PeerHandle pb = connect(*a, *b);
+        connect(*b, *a);
+        std::vector<BlockId> s = {1}, d = {2};
+        for (std::uint64_t id = 1; id <= 3; ++id) {
+            // with and without an explicit deadline (the default one needs the clock)
+            auto h = a->write_blocks(
+                make_req(pb, la, s, lb, d, id, id == 1 ? Clock::time_point{} : Clock::now() + 5s));
+            ASSERT_TRUE(h) << h.message();
+            ASSERT_EQ(a->wait(*h, 5s), Status::Ok);
+        }
+        auto st = a->stats();
+        EXPECT_EQ(st.transfers_ok, 3u);
+        EXPECT_EQ(st.bytes_written, 3 * kBlock);
+        EXPECT_EQ(st.post.count, on ? 3u : 0u) << "latency_stats " << on;
+        EXPECT_EQ(st.completion.count, on ? 3u : 0u) << "latency_stats " << on;
+        EXPECT_EQ(st.post.total_ns > 0, on);
+        EXPECT_LT(st.completion.mean_us(), 5e6);  // converted ticks, not garbage
+        EXPECT_LE(st.post.max_ns, st.post.total_ns);
+    }
 }
 
 TEST_P(AgentTest, DescriptorCanBeInspected) {

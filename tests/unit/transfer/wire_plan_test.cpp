@@ -1,9 +1,10 @@
-// Wire formats (descriptor, notification header), request planning (validation, sort, merge)
-// and the lease table.
+// Wire formats (descriptor, notification header), request planning (validation, sort, merge),
+// the lease table and the latency-stats clock.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
+#include "latency_clock.hpp"
 #include "lease_table.hpp"
 #include "plan.hpp"
 #include "wire.hpp"
@@ -199,6 +200,31 @@ TEST(LeaseTable, SweepExpiresEveryDueLeaseNotJustTheOldest) {
     EXPECT_FALSE(t.is_leased(0, 2));
     EXPECT_EQ(t.region_leases(0), 0u);
     EXPECT_FALSE(t.release(10));
+}
+
+// Ticks converted with ns_per_tick() must agree with Clock over the same span (a busy span of
+// >= 5 ms, bounded by 1 s), whether the clock uses the TSC or not.
+TEST(LatencyClock, TicksConvertToClockNanoseconds) {
+    LatencyClock lc;
+    const auto c0 = Clock::now();
+    const std::uint64_t t0 = lc.now();
+    Clock::time_point c1 = c0;
+    while (c1 - c0 < std::chrono::milliseconds(5) && c1 - c0 < std::chrono::seconds(1))
+        c1 = Clock::now();
+    const std::uint64_t t1 = lc.now();
+    const double clock_ns =
+        double(std::chrono::duration_cast<std::chrono::nanoseconds>(c1 - c0).count());
+    const double tick_ns = double(LatencyClock::between(t0, t1)) * lc.ns_per_tick();
+    EXPECT_GT(tick_ns, clock_ns * 0.9) << "tsc " << lc.uses_tsc();
+    EXPECT_LT(tick_ns, clock_ns * 1.1) << "tsc " << lc.uses_tsc();
+    EXPECT_EQ(LatencyClock::between(t1, t0), 0u);  // never negative
+    TickStat s;
+    s.add(100);
+    s.add(300);
+    const LatencyStat l = s.to_ns(2.0);
+    EXPECT_EQ(l.count, 2u);
+    EXPECT_EQ(l.total_ns, 800u);
+    EXPECT_EQ(l.max_ns, 600u);
 }
 
 }  // namespace

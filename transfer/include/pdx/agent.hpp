@@ -124,9 +124,15 @@ public:
     // events, posted work, timers for deadlines and heartbeats). -1 in Thread mode.
     int event_fd() const;
     // Drives the backend, deadlines, heartbeats and callbacks. Returns the number of events.
+    // EventFd mode: may also be busy-polled (call progress() and poll() in a loop without ever
+    // arming or waiting, as ucx_perftest drives UCX): a call without work costs one backend
+    // progress (over tcp one epoll_wait syscall) and no syscall of its own; deadlines,
+    // heartbeats and lease expiry run at most once per millisecond.
     std::size_t progress();
     // Call before waiting on event_fd(): false means more work is pending (call progress()
-    // again), true means it is safe to wait.
+    // again), true means it is safe to wait. Until the next wake-up, write_blocks/read_blocks
+    // from any thread then make the fd readable; a caller that never arms (busy polling) gets
+    // no wake-up writes at all.
     bool arm();
 
     Stats stats() const;

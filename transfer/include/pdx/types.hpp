@@ -109,6 +109,10 @@ struct Config {
     std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger requests: Invalid
     std::uint32_t max_blocks_per_transfer = 1u << 20;           // longer id lists: Invalid
     std::size_t completed_history = 65536;  // terminal transfers kept for poll()
+    // Stats::post and Stats::completion: two timestamps per transfer (TSC reads on x86-64,
+    // still ~2-3 % of a 64 KiB shm write). false: both stay zero and a request that carries
+    // its own deadline is posted without reading any clock. Other statistics are always kept.
+    bool latency_stats = true;
     // Requests of at most this many operations (after merging) and bytes are posted on the
     // caller's thread (lowest latency; over shm the copy runs inside write_blocks); larger ones,
     // and any request behind a queued one, are posted by the progress context in chunks.
@@ -212,8 +216,9 @@ struct Stats {
     std::uint64_t leases_expired = 0;
     std::uint64_t peers = 0;       // alive peers
     std::uint64_t peers_gone = 0;  // peers declared gone (dead, removed or replaced)
-    LatencyStat post;              // time spent inside write_blocks/read_blocks
-    LatencyStat completion;        // post to terminal Ok
+    LatencyStat post;              // time spent inside write_blocks/read_blocks (*)
+    LatencyStat completion;        // post to terminal Ok (*)
+    // (*) only with Config::latency_stats (the default); zero without it
     double descriptors_per_transfer() const {
         return transfers_posted ? double(descriptors_posted) / double(transfers_posted) : 0.0;
     }

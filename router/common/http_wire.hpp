@@ -73,38 +73,55 @@ std::array<net::const_buffer, 2> message_buffers(
     return {net::buffer(head), net::buffer(msg.body())};
 }
 
+inline constexpr std::size_t kReadSize = 16 * 1024;  // bytes asked of the socket per read
+
+// The I/O-free half of a read: feeds the bytes buffered in `in` to the parser. False when the
+// parser needs more bytes (read from the socket into `in`, then call again); true with the
+// parser's verdict in `ec` (need_buffer: a buffer_body is full). Body bytes a parser already
+// took stay in its body buffer across calls.
+template <class Parser>
+bool parse_buffered(beast::flat_buffer& in, Parser& parser, error_code& ec) {
+    ec = {};
+    if (in.size() == 0) {
+        return false;
+    }
+    in.consume(parser.put(in.data(), ec));
+    if (ec == http::error::need_more) {
+        ec = {};
+        return false;
+    }
+    return true;
+}
+
+// The verdict when a socket read failed with `read_ec`: EOF ends a message that has started
+// (put_eof) and is end_of_stream before its first byte; other errors are returned as they are.
+template <class Parser>
+error_code read_failed(Parser& parser, const error_code& read_ec) {
+    if (read_ec != net::error::eof) {
+        return read_ec;
+    }
+    if (!parser.got_some()) {
+        return http::error::end_of_stream;
+    }
+    error_code ec;
+    parser.put_eof(ec);
+    return ec;
+}
+
 // Beast's http::async_read_some without its composed operation (which costs more than the
-// parsing): feeds the bytes buffered in `in` to the parser and reads from `sock` only when the
-// parser needs more. Returns the parser's verdict (need_buffer: a buffer_body is full) or the
-// read's error; EOF ends a message that has started (put_eof) and is end_of_stream before its
-// first byte.
+// parsing): parses what is buffered and reads from `sock` only when the parser needs more.
+// Returns the parser's verdict or the read's error (see parse_buffered, read_failed).
 template <class Parser>
 awaitable<error_code> parse_some(tcp::socket& sock, beast::flat_buffer& in, Parser& parser) {
-    constexpr std::size_t kReadSize = 16 * 1024;
     error_code ec;
-    bool read = in.size() == 0;
-    for (;;) {
-        if (!read) {
-            in.consume(parser.put(in.data(), ec));
-            if (ec != http::error::need_more) {
-                co_return ec;
-            }
-            ec = {};
-        }
-        read = false;
+    while (!parse_buffered(in, parser, ec)) {
         auto [rec, n] = co_await sock.async_read_some(in.prepare(kReadSize), use_tuple);
-        if (rec == net::error::eof) {
-            if (!parser.got_some()) {
-                co_return http::error::end_of_stream;
-            }
-            parser.put_eof(ec);
-            co_return ec;
-        }
         if (rec) {
-            co_return rec;
+            co_return read_failed(parser, rec);
         }
         in.commit(n);
     }
+    co_return ec;
 }
 
 // One non-blocking gather send of `buffers`. True when that settled it: all bytes went out

@@ -94,7 +94,11 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
                 on_first_byte();
                 deps.metrics.first_byte(req.route, seconds_since(req.started));
             }
-            if (auto ec = co_await ex.write_chunk(piece); ec) {
+            error_code ec;
+            if (auto rest = ex.write_chunk_or_rest(piece, ec)) {
+                ec = co_await std::move(*rest);
+            }
+            if (ec) {
                 up.cancel();
                 deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
                 co_return RelayEnd::ClientGone;

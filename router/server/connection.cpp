@@ -116,33 +116,41 @@ public:
     }
 
     awaitable<error_code> write_chunk(std::string_view data) override {
+        error_code ec;
+        if (auto rest = write_chunk_or_rest(data, ec)) {
+            ec = co_await std::move(*rest);
+        }
+        co_return ec;
+    }
+
+    std::optional<awaitable<error_code>> write_chunk_or_rest(std::string_view data,
+                                                             error_code& ec) override {
+        ec = {};
         if (!streaming_ || complete_) {
-            co_return net::error::operation_not_supported;
+            ec = net::error::operation_not_supported;
+            return std::nullopt;
         }
         if (gone_ || aborted_) {
-            co_return net::error::not_connected;
+            ec = net::error::not_connected;
+            return std::nullopt;
         }
         if (data.empty()) {
-            co_return error_code{};  // an empty chunk would end the body
+            return std::nullopt;  // an empty chunk would end the body
         }
         // "<hex size>\r\n" + data + "\r\n": the chunk framing Beast's make_chunk writes.
-        char size_line[24];
-        auto [end, fec] = std::to_chars(size_line, size_line + 16, data.size(), 16);
+        auto [end, fec] = std::to_chars(size_line_, size_line_ + 16, data.size(), 16);
         (void)fec;
         *end++ = '\r';
         *end++ = '\n';
-        const std::array<net::const_buffer, 3> chunk{
-            net::buffer(size_line, static_cast<std::size_t>(end - size_line)),
-            net::buffer(data.data(), data.size()), net::buffer("\r\n", 2)};
-        error_code ec;
-        if (auto rest =
-                wire::send_or_rest(conn_.stream, chunk, conn_.server.limits.write_timeout, ec)) {
-            ec = co_await std::move(*rest);
+        size_line_len_ = static_cast<std::size_t>(end - size_line_);
+        std::size_t sent = 0;
+        if (wire::send_now(conn_.stream.socket(), chunk_buffers(data), sent, ec)) {
+            if (ec) {
+                failed_write(ec);
+            }
+            return std::nullopt;
         }
-        if (ec) {
-            failed_write(ec);
-        }
-        co_return ec;
+        return send_chunk_rest(data, sent);
     }
 
     awaitable<error_code> end_stream() override {
@@ -208,6 +216,22 @@ public:
     bool reusable() const { return complete_ && keep_alive_ && !gone_ && !aborted_; }
 
 private:
+    std::array<net::const_buffer, 3> chunk_buffers(std::string_view data) const {
+        return {net::buffer(size_line_, size_line_len_), net::buffer(data.data(), data.size()),
+                net::buffer("\r\n", 2)};
+    }
+
+    // The part of a chunk that did not go out at once (the socket's buffer was full).
+    awaitable<error_code> send_chunk_rest(std::string_view data, std::size_t sent) {
+        const auto chunk = chunk_buffers(data);
+        error_code ec =
+            co_await wire::send_rest(conn_.stream, chunk, sent, conn_.server.limits.write_timeout);
+        if (ec) {
+            failed_write(ec);
+        }
+        co_return ec;
+    }
+
     void failed_write(const error_code&) {
         // The socket is unusable: close it so the watcher wakes and the handler is cancelled.
         conn_.close();
@@ -223,6 +247,8 @@ private:
     bool gone_ = false;
     bool aborted_ = false;
     std::vector<std::function<void()>> callbacks_;
+    char size_line_[24];  // the current chunk's size line (lives until its rest is sent)
+    std::size_t size_line_len_ = 0;
 };
 
 namespace {

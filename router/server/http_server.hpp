@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -44,6 +45,15 @@ public:
     // (each written to the socket before the call returns), then the last chunk.
     virtual awaitable<error_code> begin_stream(http::response<http::empty_body> head) = 0;
     virtual awaitable<error_code> write_chunk(std::string_view data) = 0;
+    // write_chunk without a coroutine when the chunk goes out at once: `ec` is then the result
+    // and nothing is returned; otherwise returns what sends the rest, to be awaited at once
+    // (it refers to `data`). The default always returns write_chunk(data).
+    //     if (auto rest = ex.write_chunk_or_rest(data, ec)) ec = co_await std::move(*rest);
+    virtual std::optional<awaitable<error_code>> write_chunk_or_rest(std::string_view data,
+                                                                     error_code& ec) {
+        ec = {};
+        return write_chunk(data);
+    }
     virtual awaitable<error_code> end_stream() = 0;
 
     // Ends the connection without finishing the response (after a mid-stream failure, so the

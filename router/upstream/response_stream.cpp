@@ -64,8 +64,18 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             body.data = buf_;
             body.size = kBufferSize;
             conn_->deadline.expires_after(timeouts_.idle);
-            error_code ec = io_error(
-                *conn_, co_await wire::parse_some(conn_->stream.socket(), conn_->buffer, parser_));
+            // wire::parse_some, inlined: one coroutine frame less per piece of a stream.
+            error_code rec;
+            while (!wire::parse_buffered(conn_->buffer, parser_, rec)) {
+                auto [read_ec, n] = co_await conn_->stream.socket().async_read_some(
+                    conn_->buffer.prepare(wire::kReadSize), use_tuple);
+                if (read_ec) {
+                    rec = wire::read_failed(parser_, read_ec);
+                    break;
+                }
+                conn_->buffer.commit(n);
+            }
+            error_code ec = io_error(*conn_, rec);
             if (ec == http::error::need_buffer) {
                 ec = {};
             }

@@ -153,7 +153,6 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 r.ec = rec;
                 co_return r;
             }
-            c.deadline.expires_never();
             r.response = parser.release();
             if (r.response.keep_alive() && req.keep_alive()) {
                 impl->give_back(key, std::move(a.conn));

@@ -131,7 +131,6 @@ void StreamImpl::finish() {
     if (!conn_) {
         return;
     }
-    conn_->deadline.expires_never();
     auto pool = pool_.lock();
     if (pool && keep_alive_ && parser_.get().keep_alive()) {
         pool->give_back(key_, std::move(conn_));

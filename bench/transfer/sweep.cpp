@@ -76,15 +76,21 @@ Status Sweep::wait(TransferHandle h) {
     }
 }
 
-Result<TransferHandle> Sweep::post(bool write, std::size_t size_index,
-                                   const std::vector<BlockId>& local,
-                                   const std::vector<BlockId>& remote, double& post_us) {
+TransferRequest Sweep::request(std::size_t size_index, const std::vector<BlockId>& local,
+                               const std::vector<BlockId>& remote) const {
     TransferRequest req;
     req.peer = peer_;
     req.local_layout = layouts_[size_index];
     req.remote_layout = layouts_[size_index];
     req.local_ids = local;
     req.remote_ids = remote;
+    return req;
+}
+
+Result<TransferHandle> Sweep::post(bool write, std::size_t size_index,
+                                   const std::vector<BlockId>& local,
+                                   const std::vector<BlockId>& remote, double& post_us) {
+    TransferRequest req = request(size_index, local, remote);
     req.transfer_id = next_id_++;
     auto t0 = Clock::now();
     req.deadline = t0 + kWait;
@@ -147,12 +153,7 @@ Cell Sweep::run_cell(const std::string& op, const std::string& pattern, std::siz
     // (about 1 MiB moved between checks; every transfer from 1 MiB up), so the harness's clock
     // reads cost under 0.1 % of a 64 KiB shm transfer; the cell overshoots its budget by at
     // most that many transfers, and the rate is computed over the time actually taken.
-    TransferRequest req;
-    req.peer = peer_;
-    req.local_layout = layouts_[si];
-    req.remote_layout = layouts_[si];
-    req.local_ids = local;
-    req.remote_ids = remote;
+    TransferRequest req = request(si, local, remote);
     const LatencyStat before = agent_.stats().post;
     std::deque<TransferHandle> inflight;
     const auto t0 = Clock::now();

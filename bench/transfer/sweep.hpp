@@ -72,6 +72,9 @@ public:
 
 private:
     Status wait(TransferHandle h);  // per Options::progress
+    // A request between this agent's and the peer's regions of layout `size_index`.
+    TransferRequest request(std::size_t size_index, const std::vector<BlockId>& local,
+                            const std::vector<BlockId>& remote) const;
     Result<TransferHandle> post(bool write, std::size_t size_index,
                                 const std::vector<BlockId>& local,
                                 const std::vector<BlockId>& remote, double& post_us);

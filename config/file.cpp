@@ -93,8 +93,19 @@ bool json_scalar(const nlohmann::json& v, std::string& out) {
 
 bool load_json(const std::string& text, Collector& c) {
     nlohmann::json doc;
+    // The parser keeps the last of two equal keys; the callback sees every key first, so a
+    // repeated top-level key is refused like in a YAML file.
+    std::set<std::string> top_keys;
+    std::string repeated;
+    auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (depth == 1 && event == nlohmann::json::parse_event_t::key && parsed.is_string() &&
+            !top_keys.insert(parsed.get<std::string>()).second && repeated.empty()) {
+            repeated = parsed.get<std::string>();
+        }
+        return true;
+    };
     try {
-        doc = nlohmann::json::parse(text);
+        doc = nlohmann::json::parse(text, on_event);
     } catch (const nlohmann::json::exception& e) {
         std::string what = e.what();
         if (auto p = what.find("] "); p != std::string::npos)
@@ -104,6 +115,10 @@ bool load_json(const std::string& text, Collector& c) {
     }
     if (!doc.is_object()) {
         c.error = "pdrouter: config file '" + c.path + "' must hold one object of keys to values";
+        return false;
+    }
+    if (!repeated.empty()) {
+        c.error = "pdrouter: duplicate " + c.where(repeated);
         return false;
     }
     for (const auto& [key, v] : doc.items()) {

@@ -197,7 +197,7 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
             case Kind::SetFalse: {
                 bool b = false;
                 if (!parse_bool(value, b))
-                    bad_value(src, s, value, "expected true or false");
+                    bad_value(src, s, value, "expected true or false (also yes/no, on/off, 1/0)");
                 cfg.*o.flag = o.kind == Kind::SetTrue ? b : !b;
                 break;
             }

@@ -36,6 +36,7 @@ App::App(net::any_io_executor executor, config::Config cfg)
     }
     server_ = std::make_unique<server::HttpServer>(
         executor_, limits_from(cfg_), [this](server::Exchange& ex) { return handle(ex); });
+    server_->on_reject([this](Errc e) { router_metrics_.bad_request(error_info(e).code); });
 }
 
 App::~App() = default;

@@ -70,9 +70,10 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
         if (opened.failure != upstream::Failure::None) {
             const upstream::Failure f = opened.failure;
             deps.metrics.upstream_error(metrics::Leg::Decode, error_kind_for(f));
-            last_error = decode->name + ": " + std::string(upstream::to_string(f));
-            deps.registry.report_failure(*decode, upstream::to_string(f));
-            log_failure(req.request_id, "decode", decode->name, upstream::to_string(f));
+            const std::string reason = upstream::describe(f, opened.ec);
+            last_error = decode->name + ": " + reason;
+            deps.registry.report_failure(*decode, reason);
+            log_failure(req.request_id, "decode", decode->name, reason);
             if (upstream::request_not_sent(f) && !last) {
                 exclude = decode.get();
                 continue;

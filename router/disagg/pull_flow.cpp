@@ -68,7 +68,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             std::string reason;
             if (!result.ok()) {
                 deps.metrics.upstream_error(Leg::Prefill, error_kind_for(result.failure));
-                reason = upstream::to_string(result.failure);
+                reason = upstream::describe(result.failure, result.ec);
                 last_errc = errc_for(result.failure);
             } else {
                 deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status5xx);
@@ -114,10 +114,15 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             co_return PrefillEnd::Answered;
         }
         deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::MissingKvParams);
-        log_failure(req.request_id, "prefill", p->name, "answer has no kv_transfer_params");
         if (deps.cfg.on_missing_kv_params == config::OnMissingKvParams::Recompute) {
+            // the request goes on: not a failure, but worth a line (decode redoes the prefill)
+            log::write(log::Level::Warn, kLogComponent,
+                       "prefill instance " + p->name +
+                           " answered without kv_transfer_params; decode recomputes the prompt",
+                       req.request_id);
             co_return PrefillEnd::Recompute;
         }
+        log_failure(req.request_id, "prefill", p->name, "answer has no kv_transfer_params");
         co_await respond_error(req.exchange, Errc::MissingKvParams,
                                "prefill instance " + p->name +
                                    " answered without kv_transfer_params (no KV handle to "

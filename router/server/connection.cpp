@@ -320,6 +320,9 @@ awaitable<void> linger_close(Connection& conn) {
 
 awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, unsigned version,
                            http::status status = http::status::unknown) {
+    if (conn.server.on_reject) {
+        conn.server.on_reject(e);
+    }
     Response res = make_error_response(e, message, version);
     if (status != http::status::unknown) {
         res.result(status);

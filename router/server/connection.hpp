@@ -58,8 +58,9 @@ struct ServerState {
     Acceptor acceptor;
     bool draining = false;
     std::list<Connection*> connections;
-    std::size_t pending_rejects = 0;  // over-limit connections being answered 503
-    Timer drain_event;                // cancelled when the last connection ends while draining
+    std::size_t pending_rejects = 0;      // over-limit connections being answered 503
+    Timer drain_event;                    // cancelled when the last connection ends while draining
+    std::function<void(Errc)> on_reject;  // see HttpServer::on_reject
 
     void connection_ended();
 };

@@ -117,6 +117,10 @@ unsigned short HttpServer::listen(const std::string& host, unsigned short port) 
     return acc.local_endpoint().port();
 }
 
+void HttpServer::on_reject(std::function<void(Errc)> fn) {
+    impl_->on_reject = std::move(fn);
+}
+
 void HttpServer::start() {
     net::co_spawn(impl_->executor, accept_loop(impl_), net::detached);
 }

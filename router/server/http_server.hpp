@@ -8,6 +8,7 @@
 // client closes, the handler's coroutine is cancelled (its pending co_await completes with
 // net::error::operation_aborted) and every callback registered with on_client_gone() runs,
 // so upstream legs can close their sockets at once.
+#include "router/common/error.hpp"
 #include "router/common/io.hpp"
 
 #include <cstddef>
@@ -84,6 +85,9 @@ public:
     // free port; the bound port is returned. Call once, then start().
     unsigned short listen(const std::string& host, unsigned short port);
     void start();
+    // Called (on the server's executor) for every request the server answers itself before a
+    // handler sees it: 413, 431, 400 malformed HTTP, 503 over the connection limit.
+    void on_reject(std::function<void(Errc)> fn);
 
     // Stops accepting, lets in-flight exchanges finish for up to `grace`, then closes every
     // connection. Completes when all connection coroutines have ended.

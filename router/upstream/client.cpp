@@ -46,6 +46,14 @@ std::string_view to_string(Failure f) noexcept {
     return "unknown";
 }
 
+std::string describe(Failure f, const error_code& ec) {
+    std::string out(to_string(f));
+    if (ec && ec != beast::error::timeout && ec != net::error::operation_aborted) {
+        out.append(" (").append(ec.message()).append(")");
+    }
+    return out;
+}
+
 namespace {
 
 // Sends the request: head and body in one gather write (the bytes http::async_write would send).

@@ -38,6 +38,9 @@ enum class Failure {
     Canceled,         // cancelled by the caller
 };
 std::string_view to_string(Failure f) noexcept;
+// For logs and error messages: "connect (Connection refused)"; just the failure's name when the
+// error adds nothing (none, a timeout, a cancel).
+std::string describe(Failure f, const error_code& ec);
 // True for failures where the upstream never received the request.
 inline bool request_not_sent(Failure f) noexcept {
     return f == Failure::Connect || f == Failure::ConnectTimeout;

@@ -419,6 +419,9 @@ TEST_F(FailureTest, BadInputGetsOpenAiErrorsAndCostsNothing) {
     EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
     auto m = metrics_text(*pd.router);
     EXPECT_GE(metric(m, "pdrouter_bad_requests_total").value_or(0), 8.0) << m;
+    // rejected by the HTTP layer before any handler: counted too
+    EXPECT_EQ(metric(m, "pdrouter_bad_requests_total", {{"code", "body_too_large"}}), 1.0) << m;
+    EXPECT_EQ(metric(m, "pdrouter_bad_requests_total", {{"code", "headers_too_large"}}), 1.0) << m;
     json good = chat_body("still fine", 4, true);
     EXPECT_TRUE(answer_ok(send_generation(*pd.router, good), good));
 }

@@ -96,7 +96,8 @@ TEST(ConfigErrors, BadEnumsAndBooleans) {
                  "pdrouter: invalid value 'ignore' for --on-missing-kv-params: expected one of "
                  "error, recompute");
     expect_error(parse(with_instances({"--demo=maybe"})),
-                 "pdrouter: invalid value 'maybe' for --demo: expected true or false");
+                 "pdrouter: invalid value 'maybe' for --demo: expected true or false (also yes/no, "
+                 "on/off, 1/0)");
     expect_error(parse(with_instances({"--host="})),
                  "pdrouter: invalid value '' for --host: expected a non-empty string");
 }
@@ -188,6 +189,13 @@ TEST(ConfigErrors, ConfigFileKeysAndValues) {
     expect_error(
         parse(with_instances({"--config", dup_dash.path()})),
         "pdrouter: duplicate key 'max-body-bytes' in config file '" + dup_dash.path() + "'");
+    TempFile dup_json(".json", R"({"port": 1, "log_level": "info", "port": 2})");
+    expect_error(parse(with_instances({"--config", dup_json.path()})),
+                 "pdrouter: duplicate key 'port' in config file '" + dup_json.path() + "'");
+    // a key repeated only inside a nested object is not a repeated top-level key
+    TempFile nested(".json", R"({"port": 3, "extra": {"port": 1}})");
+    expect_error(parse(with_instances({"--config", nested.path()})),
+                 "pdrouter: unknown key 'extra' in config file '" + nested.path() + "'");
     TempFile bad_port(".json", R"({"port": "abc"})");
     expect_error(parse(with_instances({"--config", bad_port.path()})),
                  "pdrouter: invalid value 'abc' for key 'port' in config file '" + bad_port.path() +
@@ -224,7 +232,7 @@ TEST(ConfigErrors, ConfigFileKeysAndValues) {
     TempFile bad_bool(".yaml", "no_lease_refresh: sometimes\n");
     expect_error(parse(with_instances({"--config", bad_bool.path()})),
                  "pdrouter: invalid value 'sometimes' for key 'no_lease_refresh' in config file '" +
-                     bad_bool.path() + "': expected true or false");
+                     bad_bool.path() + "': expected true or false (also yes/no, on/off, 1/0)");
 }
 
 TEST(ConfigErrors, ErrorsLeaveNoPartialConfig) {

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace pdr::wire {
@@ -74,6 +75,12 @@ std::array<net::const_buffer, 2> message_buffers(
 }
 
 inline constexpr std::size_t kReadSize = 16 * 1024;  // bytes asked of the socket per read
+// After the header, the most bytes the parser may leave unparsed: it takes body bytes as they
+// come, so only a chunk-size line (with its extensions) or a trailer block is held whole, and
+// neither is bounded by the header or body limit. Beyond this the message is refused
+// (buffer_overflow) instead of growing the buffer without end. Below Beast's largest field
+// value (64 KiB - 3), which it would throw on.
+inline constexpr std::size_t kMaxUnparsed = 32 * 1024;
 
 // The I/O-free half of a read: feeds the bytes buffered in `in` to the parser. False when the
 // parser needs more bytes (read from the socket into `in`, then call again); true with the
@@ -85,9 +92,20 @@ bool parse_buffered(beast::flat_buffer& in, Parser& parser, error_code& ec) {
     if (in.size() == 0) {
         return false;
     }
-    in.consume(parser.put(in.data(), ec));
+    std::size_t used = 0;
+    try {
+        used = parser.put(in.data(), ec);
+    } catch (const std::length_error&) {
+        ec = http::error::header_limit;  // a field Beast cannot store (e.g. a huge value)
+        return true;
+    }
+    in.consume(used);
     if (ec == http::error::need_more) {
         ec = {};
+        if (parser.is_header_done() && in.size() >= kMaxUnparsed) {
+            ec = http::error::buffer_overflow;
+            return true;
+        }
         return false;
     }
     return true;

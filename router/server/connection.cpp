@@ -40,6 +40,28 @@ bool iequals(std::string_view a, std::string_view b) {
     return true;
 }
 
+// True when the request has no Transfer-Encoding or exactly "chunked" (one field). Anything
+// else is refused: a coding that does not end in chunked leaves the body's length unknown
+// (RFC 9112 6.3: 400 and close, or bytes of the body would be taken for the next request), and
+// the router decodes no other coding.
+bool plain_transfer_encoding(const Request& req) {
+    auto [first, last] = req.equal_range(http::field::transfer_encoding);
+    if (first == last) {
+        return true;
+    }
+    if (std::next(first) != last) {
+        return false;
+    }
+    std::string_view v = first->value();
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
+        v.remove_prefix(1);
+    }
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) {
+        v.remove_suffix(1);
+    }
+    return iequals(v, "chunked");
+}
+
 }  // namespace
 
 class ExchangeImpl final : public Exchange {
@@ -289,7 +311,9 @@ void watch_client(const std::shared_ptr<Watch>& w, tcp::socket& sock) {
                              w->ec = ec;
                              w->buffer->commit(n);
                              if (w->exchange == nullptr) {
-                                 return;  // between requests: wait_for_request takes it
+                                 // between requests: wake wait_for_request, which takes it
+                                 w->done->cancel();
+                                 return;
                              }
                              if (ec) {
                                  w->exchange->mark_gone();
@@ -353,10 +377,12 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
     }
     conn.read_deadline.expires_after(timeout);
     if (w.pending) {
-        // The watch read is still queued: wait behind it (no new read, no syscall); it has
-        // stored its bytes or its error by the time this wait completes.
-        auto [ec] = co_await conn.stream.socket().async_wait(tcp::socket::wait_read, use_tuple);
-        co_return !ec && !w.ec && conn.buffer.size() > 0;
+        // The watch read is still queued: let it be the read of the next request (no new read,
+        // no syscall); its completion stores its bytes or its error, then wakes this wait. The
+        // idle deadline closes the socket, which completes the read.
+        conn.watch_done.expires_at(Clock::time_point::max());
+        co_await conn.watch_done.async_wait();
+        co_return !w.pending && !w.ec && conn.buffer.size() > 0;
     }
     auto space = conn.buffer.prepare(conn.server.limits.max_header_bytes + 1024);
     auto [ec, n] = co_await conn.stream.socket().async_read_some(space, use_tuple);
@@ -367,8 +393,12 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
 }  // namespace
 
 Connection::Connection(ServerState& s, tcp::socket sock)
-    : server(s), stream(std::move(sock)), read_deadline(s.executor, [this] { close(); }) {
+    : server(s),
+      stream(std::move(sock)),
+      read_deadline(s.executor, [this] { close(); }),
+      watch_done(s.executor) {
     watch->buffer = &buffer;
+    watch->done = &watch_done;
     error_code ec;
     remote = stream.socket().remote_endpoint(ec);
     stream.socket().set_option(tcp::no_delay(true), ec);
@@ -424,6 +454,9 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         while (!ec && !parser->is_header_done()) {
             ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser);
         }
+        if (!ec && !plain_transfer_encoding(parser->get())) {
+            ec = http::error::bad_transfer_encoding;
+        }
         if (!ec && !parser->is_done()) {
             auto expect = parser->get()[http::field::expect];
             if (iequals(expect, "100-continue")) {
@@ -448,6 +481,12 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
                 }
             } else if (ec == http::error::header_limit) {
                 if (co_await send_error(conn, Errc::HeadersTooLarge, "request headers too large",
+                                        version)) {
+                    co_await linger_close(conn);
+                }
+            } else if (ec == http::error::bad_transfer_encoding) {
+                if (co_await send_error(conn, Errc::BadHttp,
+                                        "unsupported Transfer-Encoding: only chunked is accepted",
                                         version)) {
                     co_await linger_close(conn);
                 }

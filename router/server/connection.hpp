@@ -23,6 +23,10 @@ struct Watch {
     beast::flat_buffer* buffer = nullptr;
     ExchangeImpl* exchange = nullptr;            // set while a handler runs
     net::cancellation_signal* cancel = nullptr;  // cancels the connection coroutine's handler
+    // Between requests: cancelled when the read completes (wait_for_request waits on it). Not
+    // an async_wait on the socket queued behind the read: when the read finds EOF, Asio's
+    // reactor stops at it, and edge-triggered epoll never reports the socket again.
+    Timer* done = nullptr;
 };
 
 // One client connection; lives in its coroutine's frame.
@@ -43,6 +47,7 @@ struct Connection {
     std::string head_buf;  // scratch for serialized response heads (reused per response)
     std::list<Connection*>::iterator pos;  // in ServerState::connections
     std::shared_ptr<Watch> watch = std::make_shared<Watch>();
+    Timer watch_done;  // see Watch::done
 
     // Closes the socket now; pending operations complete with operation_aborted.
     void close() noexcept;

@@ -81,6 +81,15 @@ void prepare(Request& req, const std::string& authority) {
     req.prepare_payload();
 }
 
+// A request that may be sent again when a reused connection ends before any answer (RFC 9110
+// 9.2.2): the upstream may have closed it just as the request went out, or it may have taken
+// the request and failed; only an idempotent one may be repeated without knowing which. A
+// completion or a prefill is never sent twice (the engine would run it twice; a decode would
+// read the same KV handle twice): that ends as a failure the flow's own retry rules handle.
+bool may_resend(const Request& req) {
+    return req.method() == http::verb::get || req.method() == http::verb::head;
+}
+
 // Gets a connection: the newest live pooled one (reused = true) unless `fresh`, or a new one.
 struct Acquired {
     Failure failure = Failure::None;
@@ -154,7 +163,8 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             }
             const error_code rec = detail::io_error(c, read_ec);
             if (rec) {
-                if (a.reused && !parser.got_some() && detail::is_stale_error(rec)) {
+                if (a.reused && may_resend(req) && !parser.got_some() &&
+                    detail::is_stale_error(rec)) {
                     continue;
                 }
                 r.failure = detail::classify_read(rec, Failure::ResponseTimeout);
@@ -203,7 +213,7 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 impl->limits.max_response_body);
             auto [f, ec] = co_await s->read_head();
             if (f != Failure::None) {
-                if (a.reused && !s->got_some() && detail::is_stale_error(ec)) {
+                if (a.reused && may_resend(req) && !s->got_some() && detail::is_stale_error(ec)) {
                     continue;
                 }
                 o.failure = f;

@@ -124,6 +124,57 @@ TEST_F(ServerTest, MalformedRequestGets400) {
     }());
 }
 
+// A chunk-size line or a trailer block is held whole by the parser and bounded by neither the
+// header nor the body limit: past wire::kMaxUnparsed it is refused, the buffer does not grow.
+TEST_F(ServerTest, EndlessChunkExtensionOrTrailerGets400) {
+    start();
+    run([this]() -> awaitable<void> {
+        const std::string head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        auto ext = co_await exchange_raw(port_, head + "3;ext=" + std::string(200'000, 'e'));
+        EXPECT_FALSE(ext.ec) << ext.ec.message();
+        expect_openai_error(ext.msg, 400, "bad_http_request");
+        auto trailer = co_await exchange_raw(
+            port_, head + "3\r\nabc\r\n0\r\nX-T: " + std::string(200'000, 't'));
+        EXPECT_FALSE(trailer.ec) << trailer.ec.message();
+        expect_openai_error(trailer.msg, 400, "bad_http_request");
+        // ordinary ones still pass
+        auto ok = co_await exchange_raw(port_, head + "3;a=b\r\nabc\r\n0\r\nX-T: v\r\n\r\n");
+        EXPECT_EQ(ok.msg.result_int(), 200u);
+        EXPECT_EQ(ok.msg.body(), "/|abc");
+    }());
+}
+
+// RFC 9112 6.3: a Transfer-Encoding that is not (only) chunked leaves the body's length unknown;
+// accepting it would take the body for the next request (smuggling).
+TEST_F(ServerTest, TransferEncodingOtherThanChunkedGets400AndNothingElseIsServed) {
+    start();
+    run([this]() -> awaitable<void> {
+        const std::string smuggled = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+        for (const char* te : {"gzip", "identity", "gzip, chunked", "chunked, gzip"}) {
+            SCOPED_TRACE(te);
+            auto s = co_await connect_raw(port_);
+            beast::flat_buffer buf;
+            co_await write_raw(
+                s, std::string("POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ") + te +
+                       "\r\n\r\n" + smuggled);
+            auto r = co_await read_response(s, buf);
+            EXPECT_FALSE(r.ec) << r.ec.message();
+            expect_openai_error(r.msg, 400, "bad_http_request");
+            std::string rest = co_await read_until_close(s, Duration{3000});
+            EXPECT_EQ(rest.find("smuggled"), std::string::npos) << rest;
+        }
+        auto two = co_await exchange_raw(port_,
+                                         "POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
+                                         "chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+        EXPECT_EQ(two.msg.result_int(), 400u);
+        auto upper = co_await exchange_raw(port_,
+                                           "POST /u HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:  "
+                                           "Chunked \r\n\r\n2\r\nok\r\n0\r\n\r\n");
+        EXPECT_EQ(upper.msg.result_int(), 200u);
+        EXPECT_EQ(upper.msg.body(), "/u|ok");
+    }());
+}
+
 TEST_F(ServerTest, ChunkedRequestBodyIsDecoded) {
     start();
     run([this]() -> awaitable<void> {
@@ -243,6 +294,31 @@ TEST_F(ServerTest, IdleKeepAliveConnectionIsClosedAfterIdleTimeout) {
         std::string rest = co_await read_until_close(s, Duration{3000});
         EXPECT_TRUE(rest.empty());
         EXPECT_LT(Clock::now() - t0, Duration{2000});
+    }());
+}
+
+// A client that closes its keep-alive connection after an answer is forgotten at once, not
+// after the idle timeout (its socket would otherwise sit in CLOSE-WAIT and count against
+// max_connections: enough short-lived clients would lock everyone out).
+TEST_F(ServerTest, ClientThatClosesAfterAnAnswerIsForgottenAtOnce) {
+    Limits l;
+    l.idle_timeout = Duration{60'000};
+    start(l);
+    run([this]() -> awaitable<void> {
+        for (int i = 0; i < 3; ++i) {
+            auto s = co_await connect_raw(port_);
+            beast::flat_buffer buf;
+            co_await write_raw(s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+            auto r = co_await read_response(s, buf);
+            EXPECT_EQ(r.msg.result_int(), 200u);
+            EXPECT_TRUE(r.msg.keep_alive());
+            s.close();
+        }
+        const auto until = Clock::now() + Duration{3000};
+        while (server_->active_connections() > 0 && Clock::now() < until) {
+            co_await sleep_for(Duration{5});
+        }
+        EXPECT_EQ(server_->active_connections(), 0u);
     }());
 }
 

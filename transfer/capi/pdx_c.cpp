@@ -58,7 +58,7 @@ pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_
         req.remote_ids = std::span<const pdx::BlockId>(remote_ids, count);
         req.transfer_id = transfer_id;
         if (deadline_ms)
-            req.deadline = pdx::Clock::now() + ms(deadline_ms);
+            req.deadline = pdx::deadline_after(ms(deadline_ms));
         if (notify) {
             pdx::Notification n;
             if (!to_cpp(notify, n))

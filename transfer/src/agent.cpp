@@ -4,6 +4,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -78,10 +79,17 @@ Result<DescriptorSummary> inspect_descriptor(std::span<const std::byte> blob) {
 
 Agent::Impl::Impl(const Config& config) : cfg_(config), instance_(random_nonce()) {
     host_id_ = cfg_.host_id.empty() ? default_host_id() : cfg_.host_id;
+    // Durations are compared with Clock (ns) differences: bound them well inside its range.
+    constexpr auto kLongest =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours(24 * 365 * 100));
     if (cfg_.heartbeat_interval.count() <= 0)
         cfg_.heartbeat_interval = std::chrono::milliseconds(1000);
+    cfg_.heartbeat_interval = std::min(cfg_.heartbeat_interval, kLongest / 3);
     if (cfg_.peer_timeout <= cfg_.heartbeat_interval)
         cfg_.peer_timeout = 3 * cfg_.heartbeat_interval;
+    cfg_.peer_timeout = std::min(cfg_.peer_timeout, kLongest);
+    if (cfg_.default_deadline.count() <= 0)
+        cfg_.default_deadline = Config{}.default_deadline;  // documented: 30 s
     if (cfg_.completed_history == 0)
         cfg_.completed_history = 1;
 }
@@ -109,7 +117,7 @@ Result<void> Agent::Impl::start() {
     add(wake_fd_);
     if (backend_->event_fd() >= 0)
         add(backend_->event_fd());
-    next_heartbeat_ = Clock::now() + cfg_.heartbeat_interval;
+    next_heartbeat_ = deadline_after(cfg_.heartbeat_interval);
     if (cfg_.progress == ProgressMode::EventFd) {
         sleeping_ = true;  // a caller may wait on the fd before its first arm()
         timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -252,22 +260,26 @@ Result<void> Agent::lease(std::uint64_t transfer_id, LayoutId layout, std::span<
             return {Status::Invalid, "lease: block " + std::to_string(id) + " out of range"};
     if (auto* existing = impl_->leases_.find(transfer_id); existing && existing->layout != layout)
         return {Status::Invalid, "lease: transfer id already leases another layout"};
-    impl_->leases_.lease(transfer_id, layout, l.region, ids, Clock::now() + ttl);
+    impl_->leases_.lease(transfer_id, layout, l.region, ids, deadline_after(ttl));
     impl_->stats_.leases_active = impl_->leases_.size();
     return {};
 }
 
 Result<void> Agent::renew(std::uint64_t transfer_id, std::chrono::milliseconds ttl) {
+    if (ttl.count() <= 0)
+        return {Status::Invalid, "renew: ttl must be positive"};
     std::lock_guard lk(impl_->mu_);
-    if (!impl_->leases_.renew(transfer_id, Clock::now() + ttl))
+    if (!impl_->leases_.renew(transfer_id, deadline_after(ttl)))
         return {Status::NotFound, "renew: no lease for transfer " + std::to_string(transfer_id)};
     return {};
 }
 
 std::size_t Agent::renew(std::span<const std::uint64_t> ids, std::chrono::milliseconds ttl) {
+    if (ttl.count() <= 0)
+        return 0;  // like renew(id, ttl): a ttl <= 0 renews nothing
     std::lock_guard lk(impl_->mu_);
     std::size_t n = 0;
-    auto until = Clock::now() + ttl;
+    const auto until = deadline_after(ttl);
     for (auto id : ids)
         n += impl_->leases_.renew(id, until) ? 1 : 0;
     return n;

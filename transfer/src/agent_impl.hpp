@@ -105,8 +105,15 @@ public:
 
     std::unordered_map<PeerHandle, Peer> peers_;
     std::unordered_map<std::uint64_t, PeerHandle> by_instance_;
-    std::unordered_map<std::string, PeerHandle> by_name_;
-    std::unordered_map<std::string, std::uint32_t> generations_;
+    // Named peers only (an empty name has no generations; see Config::name).
+    std::unordered_map<std::string, PeerHandle> by_name_;  // the newest generation's handle
+    struct NameRecord {
+        std::uint32_t generations = 0;  // lives added under the name
+        std::uint64_t instance = 0;     // the newest one's instance (even if removed since)
+    };
+    std::unordered_map<std::string, NameRecord> names_;
+    // Instances a newer generation of the same name replaced: add_peer refuses them for good.
+    std::unordered_set<std::uint64_t> superseded_;
     std::unordered_map<std::uint64_t, PeerHandle> by_conn_;
     PeerHandle next_peer_ = 0;
 

@@ -99,27 +99,44 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
             return p.handle;
         }
     }
-    auto prev = im.by_name_.find(d->name);
-    if (prev != im.by_name_.end()) {
-        auto it = im.peers_.find(prev->second);
-        if (it != im.peers_.end() && it->second.instance != d->instance &&
-            it->second.state != Impl::PeerState::Replaced)
-            im.peer_gone(it->second, Impl::PeerState::Replaced,
-                         "replaced by a new generation of '" + d->name + "'");
-        else if (it != im.peers_.end() && it->second.state == Impl::PeerState::Gone)
-            it->second.state = Impl::PeerState::Replaced;
-    }
+    // A late copy of a descriptor whose instance a newer generation already replaced must not
+    // come back to life (it would retire the live generation in turn).
+    if (im.superseded_.count(d->instance))
+        return {Status::Invalid, "add_peer: instance " + std::to_string(d->instance) + " of '" +
+                                     d->name +
+                                     "' was replaced by a newer generation (stale descriptor)"};
+    const bool named = !d->name.empty();  // only named peers have generations (see Config::name)
     Impl::Peer p;
     p.same_host = d->host_id == im.host_id_;
     p.peer_error_mode = im.decide_peer_error_mode(p.same_host);
     detail::ConnectParams cp{d->address, &d->regions, p.peer_error_mode};
     auto conn = im.backend_->connect(cp);
-    if (!conn)
+    if (!conn)  // the previous generation (if any) stays as it was
         return {conn.status(), conn.message()};
+    if (named) {
+        // The connection exists: only now is the previous generation (if any) retired.
+        auto& rec = im.names_[d->name];
+        if (rec.generations > 0 && rec.instance != d->instance)
+            im.superseded_.insert(rec.instance);
+        rec.instance = d->instance;
+        auto prev = im.by_name_.find(d->name);
+        if (prev != im.by_name_.end()) {
+            auto it = im.peers_.find(prev->second);
+            if (it != im.peers_.end()) {
+                // Alive: another instance (the same one alive was refreshed above). Otherwise
+                // gone already (maybe this very instance, re-added after a timeout).
+                if (it->second.state == Impl::PeerState::Alive)
+                    im.peer_gone(it->second, Impl::PeerState::Replaced,
+                                 "replaced by a new generation of '" + d->name + "'");
+                else
+                    it->second.state = Impl::PeerState::Replaced;
+            }
+        }
+    }
     p.handle = ++im.next_peer_;
     p.name = d->name;
     p.instance = d->instance;
-    p.generation = ++im.generations_[d->name];
+    p.generation = named ? ++im.names_[d->name].generations : 1;
     p.host_id = d->host_id;
     p.conn = *conn;
     p.desc = std::move(*d);
@@ -127,7 +144,8 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     PeerHandle h = p.handle;
     im.by_conn_[p.conn] = h;
     im.by_instance_[p.instance] = h;
-    im.by_name_[p.name] = h;
+    if (named)
+        im.by_name_[p.name] = h;
     auto& stored = im.peers_.emplace(h, std::move(p)).first->second;
     ++im.stats_.peers;
     Notification hb;

@@ -2,6 +2,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "agent_impl.hpp"
 
 namespace pdx {
@@ -77,7 +79,7 @@ void Agent::Impl::tick_locked(Clock::time_point now) {
                                                                                  : std::next(it);
     bool beat = now >= next_heartbeat_;
     if (beat)
-        next_heartbeat_ = now + cfg_.heartbeat_interval;
+        next_heartbeat_ = deadline_after(cfg_.heartbeat_interval, now);
     for (auto& [h, p] : peers_) {
         if (p.state != PeerState::Alive)
             continue;
@@ -96,11 +98,12 @@ void Agent::Impl::tick_locked(Clock::time_point now) {
             send_locked(p, hb, detail::kNotifyFlagInternal);
         }
     }
+    // Every id expired here is kept for the next expire_leases() (none dropped: the app must
+    // learn that those blocks are free). 8 bytes per id until the app collects them.
     auto expired = leases_.expire(now);
     if (!expired.empty()) {
         stats_.leases_expired += expired.size();
-        if (expired_leases_.size() < 65536)
-            expired_leases_.insert(expired_leases_.end(), expired.begin(), expired.end());
+        expired_leases_.insert(expired_leases_.end(), expired.begin(), expired.end());
     }
 }
 
@@ -147,34 +150,49 @@ void Agent::Impl::drain_wake_locked() {
 }
 
 void Agent::Impl::run_callbacks() {
-    // A callback that drives progress() itself must not run callbacks re-entrantly.
-    thread_local const Impl* running = nullptr;
-    if (running == this)
+    // The agents whose callbacks run on this thread, innermost last. A callback may drive
+    // progress() of its own agent or of another one (A -> B -> A...): an agent already on the
+    // stack does not run callbacks re-entrantly (its queued ones run on a later progress()),
+    // and callback_mu_ (one runner per agent) is never locked twice by one thread. Nested in
+    // another agent's callback, a runner of another thread is not waited for either (that
+    // would be a lock-order inversion between two agents' runners): the callbacks stay queued.
+    thread_local std::vector<const Impl*> running;
+    if (std::find(running.begin(), running.end(), this) != running.end())
         return;
-    std::lock_guard run(callback_mu_);
-    running = this;
-    struct Reset {
-        ~Reset() { running = nullptr; }
-    } reset;
-    std::vector<std::pair<CompletionFn, TransferResult>> cbs;
-    std::vector<ReceivedNotification> notes;
-    NotificationFn handler;
-    {
-        std::lock_guard lk(mu_);
-        cbs.swap(callbacks_);
-        handler = notification_handler_;
-        if (handler) {
-            notes.swap(received_);
-        } else {
-            for (auto& r : received_)
-                undrained_.push_back(std::move(r));
-            received_.clear();
+    std::unique_lock run(callback_mu_, std::defer_lock);
+    if (running.empty())
+        run.lock();
+    else if (!run.try_lock())
+        return;
+    running.push_back(this);
+    struct Pop {
+        ~Pop() { running.pop_back(); }
+    } pop;
+    // Until nothing is queued: what callbacks queue meanwhile (or a runner that gave way above
+    // left behind) runs now, not at some later progress().
+    for (;;) {
+        std::vector<std::pair<CompletionFn, TransferResult>> cbs;
+        std::vector<ReceivedNotification> notes;
+        NotificationFn handler;
+        {
+            std::lock_guard lk(mu_);
+            cbs.swap(callbacks_);
+            handler = notification_handler_;
+            if (handler) {
+                notes.swap(received_);
+            } else {
+                for (auto& r : received_)
+                    undrained_.push_back(std::move(r));
+                received_.clear();
+            }
         }
+        if (cbs.empty() && notes.empty())
+            return;
+        for (auto& [fn, res] : cbs)
+            fn(res);
+        for (auto& n : notes)
+            handler(n);
     }
-    for (auto& [fn, res] : cbs)
-        fn(res);
-    for (auto& n : notes)
-        handler(n);
 }
 
 bool Agent::Impl::arm() {

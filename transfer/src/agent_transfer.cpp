@@ -136,7 +136,7 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     x.res.bytes = plan->bytes;
     x.res.descriptors = descriptors;
     x.posted = t0;
-    x.deadline = default_deadline ? Clock::now() + cfg_.default_deadline : req.deadline;
+    x.deadline = default_deadline ? deadline_after(cfg_.default_deadline) : req.deadline;
     x.region = ll.region;
     x.conn = peer.conn;
     x.remote_region = rl.region;
@@ -400,11 +400,11 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
         if (done())  // often already terminal (completed inside write_blocks)
             return s;
         ++impl_->waiters_;
-        impl_->cv_.wait_until(lk, Clock::now() + timeout, done);
+        impl_->cv_.wait_until(lk, deadline_after(timeout), done);
         --impl_->waiters_;
         return s;
     }
-    auto until = Clock::now() + timeout;
+    const auto until = deadline_after(timeout);
     for (;;) {
         Status s = poll(handle);  // often already terminal (completed inside write_blocks)
         if (s != Status::InProgress)

@@ -35,6 +35,13 @@ Result<void> make_plan(const PlanSide& local, const PlanSide& remote,
                                      std::to_string(local.layout.block_bytes) + " vs remote " +
                                      std::to_string(remote.layout.block_bytes)};
     const std::uint64_t bs = local.layout.block_bytes;
+    // Strides are normalised (add_layout) or refused (decode_descriptor) before they get here;
+    // a stride below the block size would make blocks overlap (0: every block is block 0).
+    if (local.layout.stride < bs || remote.layout.stride < bs)
+        return {Status::Invalid,
+                "layout stride " +
+                    std::to_string(std::min(local.layout.stride, remote.layout.stride)) +
+                    " smaller than the block size " + std::to_string(bs)};
     auto addr = [](const PlanSide& s, BlockId id) {
         return s.base + s.layout.offset + std::uint64_t(id) * s.layout.stride;
     };

@@ -49,7 +49,8 @@ struct Conn {
     UcxBackend* owner = nullptr;
     std::uint64_t token = 0;
     ucp_ep_h ep = nullptr;
-    std::vector<ucp_rkey_h> rkeys;  // by remote region index (null: none)
+    std::vector<ucp_rkey_h> rkeys;               // by remote region index (null: none)
+    std::vector<std::vector<std::byte>> packed;  // the packed bytes each of rkeys came from
     std::vector<ucp_rkey_h> retired;
 };
 
@@ -176,9 +177,15 @@ public:
         if (it == conns_.end())
             return {Status::NotFound, "ucx: unknown connection"};
         Conn& c = *it->second;
+        // A region whose packed rkey is unchanged (e.g. add_peer again with the same
+        // descriptor) keeps its unpacked key: unpacking maps the peer's memory again (over
+        // posix shm the whole region), so a refresh must not cost a new key per region.
+        auto same = [&](std::size_t i) {
+            return i < c.rkeys.size() && c.rkeys[i] && c.packed[i] == r[i].rkey;
+        };
         std::vector<ucp_rkey_h> keys(r.size(), nullptr);
         for (std::size_t i = 0; i < r.size(); ++i) {
-            if (r[i].rkey.empty())
+            if (r[i].rkey.empty() || same(i))
                 continue;
             ucs_status_t s = ucp_ep_rkey_unpack(c.ep, r[i].rkey.data(), &keys[i]);
             if (s != UCS_OK) {
@@ -188,11 +195,21 @@ public:
                 return {Status::Invalid, ucs_message("ucp_ep_rkey_unpack", s)};
             }
         }
-        // operations in flight may still use the old keys: retire them until the close
+        std::vector<std::vector<std::byte>> packed(r.size());
+        for (std::size_t i = 0; i < r.size(); ++i) {
+            if (same(i)) {
+                keys[i] = c.rkeys[i];
+                c.rkeys[i] = nullptr;  // kept, not retired below
+            }
+            if (keys[i])
+                packed[i] = r[i].rkey;
+        }
+        // operations in flight may still use the replaced keys: retire them until the close
         for (auto k : c.rkeys)
             if (k)
                 c.retired.push_back(k);
         c.rkeys = std::move(keys);
+        c.packed = std::move(packed);
         return {};
     }
 
@@ -421,6 +438,7 @@ private:
         for (auto k : c.retired)
             ucp_rkey_destroy(k);
         c.rkeys.clear();
+        c.packed.clear();
         c.retired.clear();
         ucp_request_param_t rp{};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -175,6 +175,12 @@ Result<Descriptor> decode_descriptor(std::span<const std::byte> blob) {
         l.count = r.u32();
         if (!r.ok())
             break;
+        // The encoder writes the normalised stride: 0 ("dense") is a local convention only,
+        // and taken as it is it would map every block of the layout onto block 0.
+        if (l.stride == 0)
+            return {Status::Invalid, "descriptor: layout " + std::to_string(i) +
+                                         " has stride 0 (must be the normalised stride, >= "
+                                         "block bytes)"};
         if (l.region >= d.regions.size() ||
             (d.regions[l.region].size != 0 && !layout_fits(l, d.regions[l.region].size)))
             return {Status::Invalid, "descriptor: layout " + std::to_string(i) + " out of bounds"};

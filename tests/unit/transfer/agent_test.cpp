@@ -10,6 +10,7 @@
 
 #include "pdx/agent.hpp"
 #include "tests/unit/transfer/eventually.hpp"
+#include "tests/unit/transfer/helpers.hpp"
 
 namespace pdx {
 namespace {
@@ -39,19 +40,7 @@ bool matches(std::span<const std::byte> b, std::uint32_t seed) {
 
 using pdx::test::eventually;
 
-TransferRequest make_req(PeerHandle peer, LayoutId ll, std::span<const BlockId> lids, LayoutId rl,
-                         std::span<const BlockId> rids, std::uint64_t id,
-                         Clock::time_point deadline = {}) {
-    TransferRequest r;
-    r.peer = peer;
-    r.local_layout = ll;
-    r.local_ids = lids;
-    r.remote_layout = rl;
-    r.remote_ids = rids;
-    r.transfer_id = id;
-    r.deadline = deadline;
-    return r;
-}
+using pdx::test::make_req;
 
 class AgentTest : public ::testing::TestWithParam<Param> {
 protected:
@@ -72,18 +61,8 @@ protected:
         return a ? std::move(*a) : nullptr;
     }
     // Allocates kBlocks blocks of kBlock bytes in one region with one dense layout (id 0).
-    static LayoutId pool(Agent& a) {
-        auto r = a.allocate_region(kBlock * kBlocks);
-        EXPECT_TRUE(r) << r.message();
-        auto l = a.add_layout(Layout{*r, 0, kBlock, 0, kBlocks});
-        EXPECT_TRUE(l) << l.message();
-        return *l;
-    }
-    static PeerHandle connect(Agent& from, Agent& to) {
-        auto h = from.add_peer(to.descriptor());
-        EXPECT_TRUE(h) << h.message();
-        return *h;
-    }
+    static LayoutId pool(Agent& a) { return test::dense_pool(a, kBlock, kBlocks); }
+    static PeerHandle connect(Agent& from, Agent& to) { return test::connect_peer(from, to); }
     // Both sides connected and each has heard the other (wire-up done), driving EventFd agents.
     static void settle(Agent& a, PeerHandle pb, Agent& b, PeerHandle pa) {
         ASSERT_TRUE(eventually(

@@ -8,6 +8,7 @@
 
 #include "pdx/agent.hpp"
 #include "tests/unit/transfer/eventually.hpp"
+#include "tests/unit/transfer/helpers.hpp"
 
 namespace pdx {
 namespace {
@@ -75,14 +76,7 @@ protected:
     }
     static TransferRequest req(PeerHandle p, LayoutId l, std::span<const BlockId> src,
                                std::span<const BlockId> dst, std::uint64_t id) {
-        TransferRequest r;
-        r.peer = p;
-        r.local_layout = l;
-        r.local_ids = src;
-        r.remote_layout = l;
-        r.remote_ids = dst;
-        r.transfer_id = id;
-        return r;
+        return pdx::test::make_req(p, l, src, l, dst, id);
     }
 };
 

@@ -5,7 +5,10 @@
 //
 // Threading: every method is thread-safe. Completion and notification callbacks run on the
 // progress context (the agent's thread, or inside progress() in EventFd mode) with no agent lock
-// held; they may call back into the agent.
+// held; they may call back into the agent, and drive progress() of this or another agent
+// (nesting across agents, A -> B -> A, does not deadlock; an agent whose callbacks are already
+// running on the thread leaves new ones queued for a later progress()). Callbacks of one agent
+// never run concurrently.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -21,8 +24,9 @@
 namespace pdx {
 
 // One transfer request. Block lists are matched pairwise: local_ids[i] <-> remote_ids[i].
-// The core sorts the pairs by local id and merges runs that are contiguous on BOTH sides into
-// one operation; duplicates are allowed (the last pair wins for reads into the same block).
+// The core sorts the pairs by source id and merges runs that are contiguous on BOTH sides into
+// one operation. An exact duplicate pair is ignored; one destination block named twice with
+// different sources is refused (Invalid).
 struct TransferRequest {
     PeerHandle peer = kNoPeer;
     LayoutId local_layout = 0;
@@ -30,7 +34,10 @@ struct TransferRequest {
     LayoutId remote_layout = 0;  // a layout id from the peer's descriptor
     std::span<const BlockId> remote_ids;
     std::uint64_t transfer_id = 0;
-    Clock::time_point deadline{};  // default: now + Config::default_deadline
+    // Default (time_point{}): now + Config::default_deadline. deadline_after(d) builds one
+    // from a duration without overflow. Like cancel(), a deadline ends the transfer, not
+    // necessarily its backend operation: see cancel() for when local blocks are safe to reuse.
+    Clock::time_point deadline{};
     // Writes only: sent to the peer after the data is flushed to it (typically Done). If the
     // write ends in any other state a Failed notification is sent instead (best effort).
     std::optional<Notification> notify;
@@ -82,9 +89,16 @@ public:
     // Versioned little-endian blob: magic, version, compat hash, name, instance nonce, host id,
     // backend, worker address, packed rkeys, layouts. Take it after regions/layouts are added.
     std::vector<std::byte> descriptor() const;
-    // Idempotent for the same (name, instance): returns the same handle (layouts refreshed).
-    // Same name with a new instance: a new generation; the old handle becomes stale (its
-    // transfers end PeerGone, later calls with it get NotFound).
+    // Blobs must come over a trusted channel: the decoder checks the format and bounds, but the
+    // worker address and packed rkeys are handed to UCX as they are (it unpacks rkeys without a
+    // length check; a corrupt one can crash the process, e.g. over posix shm).
+    // Idempotent for the same instance: returns the same handle (layouts and rkeys refreshed;
+    // an unchanged rkey is kept). A NON-EMPTY name identifies one logical peer across restarts
+    // (see Config::name): a new instance under the same name is a new generation, and once it
+    // is connected the old handle becomes stale (its transfers end PeerGone, later calls with
+    // it get NotFound); if the new one cannot be connected, the old generation stays as it
+    // was. An instance a newer generation replaced is refused for good (Invalid: a late copy
+    // of an old descriptor). Peers with an empty name are never replaced by another instance.
     Result<PeerHandle> add_peer(std::span<const std::byte> blob);
     // Ends the peer's in-flight transfers with PeerGone; the handle becomes stale.
     Result<void> remove_peer(PeerHandle peer);
@@ -97,9 +111,17 @@ public:
     // InProgress, a terminal state, or NotFound (unknown or evicted from the history).
     Status poll(TransferHandle handle) const;
     Result<TransferResult> result(TransferHandle handle) const;
-    // Ends the transfer with Canceled (if not terminal yet). Bytes may still land at the target.
+    // Ends the transfer with Canceled (if not terminal yet). Canceled and Expired end the
+    // transfer, not its backend operation: operations already posted run to completion (only
+    // chunks still queued are dropped), so bytes may still land at the target (writes) or in
+    // the LOCAL blocks (reads: a read may overwrite them after it reported Canceled/Expired).
+    // Reuse a canceled or expired read's local blocks only once release_region() of their
+    // region would no longer be refused with Busy for transfers in flight, i.e. every
+    // operation on it has settled (or after the peer is removed or gone: the backend then
+    // never touches those operations' memory again).
     Result<void> cancel(TransferHandle handle);
-    // Blocks (driving progress itself in EventFd mode) until terminal or `timeout` passes.
+    // Blocks (driving progress itself in EventFd mode) until terminal or `timeout` passes
+    // (milliseconds::max(): until terminal; the deadline still ends the transfer).
     Status wait(TransferHandle handle, std::chrono::milliseconds timeout);
 
     // ---- notifications -----------------------------------------------------------------
@@ -109,14 +131,19 @@ public:
     std::vector<ReceivedNotification> drain_notifications();
 
     // ---- leases on local blocks, keyed by transfer id ------------------------------------
+    // ttl must be positive (else Invalid); a ttl past the clock's range (milliseconds::max())
+    // never expires.
     Result<void> lease(std::uint64_t transfer_id, LayoutId layout, std::span<const BlockId> ids,
                        std::chrono::milliseconds ttl);
+    // The lease now expires ttl from now (ttl checked as in lease()).
     Result<void> renew(std::uint64_t transfer_id, std::chrono::milliseconds ttl);
+    // Renews every listed lease that exists; returns how many (0 if ttl <= 0).
     std::size_t renew(std::span<const std::uint64_t> transfer_ids, std::chrono::milliseconds ttl);
     Result<void> release(std::uint64_t transfer_id);
     bool is_leased(LayoutId layout, BlockId id) const;
     // Removes every expired lease (full sweep) and returns their transfer ids. Also run by the
-    // progress loop; ids expired there are reported by the next call as well.
+    // progress loop; every id expired there is kept (none dropped, 8 bytes each) and reported
+    // by the next call as well: an application that leases must call this regularly.
     std::vector<std::uint64_t> expire_leases();
 
     // ---- progress ----------------------------------------------------------------------

@@ -8,7 +8,8 @@
  *   call). Successful calls leave it untouched.
  * - Handles: pdx_agent_t* (opaque), peers and transfers are uint64_t (0 = none, never reused),
  *   regions and layouts are uint32_t.
- * - Deadlines and TTLs are relative, in milliseconds (deadline_ms = 0: the agent's default).
+ * - Deadlines and TTLs are relative, in milliseconds (deadline_ms = 0: the agent's default;
+ *   ttl_ms = 0 is refused: PDX_INVALID, and pdx_renew_many renews nothing).
  * - Every function is thread-safe for the same agent, except pdx_agent_destroy.
  */
 #ifndef PDX_PDX_H
@@ -58,6 +59,10 @@ typedef struct pdx_agent pdx_agent_t;
 /* Agent configuration. Fill with pdx_config_init(), then override fields. Strings are copied
  * by pdx_agent_create; NULL means "" (UCX's own choice / environment). */
 typedef struct pdx_config {
+    /* A non-empty name identifies one logical peer across restarts: unique among the agents a
+     * process adds as peers, and kept by a restarted process, whose new instance pdx_add_peer
+     * then treats as the next generation (the old one is retired). NULL/"" opts out: unnamed
+     * peers are never replaced by another instance. */
     const char* name;
     pdx_backend_t backend;
     pdx_progress_t progress;
@@ -67,7 +72,7 @@ typedef struct pdx_config {
     const char* host_id; /* same-host detection key; NULL = hostname + boot id */
     uint32_t heartbeat_interval_ms;
     uint32_t peer_timeout_ms;
-    uint32_t default_deadline_ms;
+    uint32_t default_deadline_ms; /* 0: 30000 (the default) */
     uint64_t max_transfer_bytes;
     uint32_t max_blocks_per_transfer;
     uint64_t completed_history;
@@ -184,6 +189,12 @@ void* pdx_block(pdx_agent_t* agent, uint32_t layout, uint32_t id, size_t* bytes)
 /* Writes the descriptor blob into buf. *size always receives the blob size. buf == NULL is a
  * size query (PDX_OK); a buffer smaller than the blob gives PDX_INVALID and writes nothing. */
 pdx_status_t pdx_descriptor(pdx_agent_t* agent, void* buf, size_t capacity, size_t* size);
+/* The blob must come over a trusted channel: its worker address and packed rkeys go to UCX as
+ * they are (UCX unpacks rkeys without a length check; a corrupt one can crash the process).
+ * The same instance again: the same handle (refreshed). A new instance under the same
+ * non-empty name: a new generation, and only once it is connected is the old handle retired
+ * (a failed add leaves it as it was). An instance that a newer generation replaced is refused
+ * (PDX_INVALID: a late copy of an old blob). */
 pdx_status_t pdx_add_peer(pdx_agent_t* agent, const void* blob, size_t size, uint64_t* peer);
 pdx_status_t pdx_remove_peer(pdx_agent_t* agent, uint64_t peer);
 pdx_status_t pdx_peer_info(pdx_agent_t* agent, uint64_t peer, pdx_peer_info_t* info);
@@ -212,8 +223,9 @@ pdx_status_t pdx_read_blocks(pdx_agent_t* agent, uint64_t peer, uint32_t local_l
  *   transfer completed there.
  * - Callbacks of one agent run one at a time, with no agent lock held: a callback may call any
  *   pdx_ function on the agent (post, poll, result, cancel, notify...) except
- *   pdx_agent_destroy. It must not block: in thread mode pdx_wait() from a callback stalls the
- *   thread that completes transfers (it returns PDX_IN_PROGRESS when its timeout passes).
+ *   pdx_agent_destroy, and may drive pdx_progress() of this or another agent (nesting across
+ *   agents does not deadlock). It must not block: in thread mode pdx_wait() from a callback stalls
+ * the thread that completes transfers (it returns PDX_IN_PROGRESS when its timeout passes).
  * - pdx_agent_destroy drops callbacks not yet delivered; none runs after it returns. */
 typedef void (*pdx_completion_fn)(const pdx_transfer_result_t* result, void* user_data);
 
@@ -233,6 +245,12 @@ pdx_status_t pdx_read_blocks_cb(pdx_agent_t* agent, uint64_t peer, uint32_t loca
 pdx_status_t pdx_poll(pdx_agent_t* agent, uint64_t handle);
 /* Blocks up to timeout_ms; returns the state then (PDX_IN_PROGRESS on timeout). */
 pdx_status_t pdx_wait(pdx_agent_t* agent, uint64_t handle, uint32_t timeout_ms);
+/* Ends the transfer with PDX_CANCELED. PDX_CANCELED and PDX_EXPIRED end the transfer, not its
+ * backend operation: operations already posted run to completion, so bytes may still land at
+ * the target (writes) or in the LOCAL blocks (reads) after the terminal state was reported.
+ * Reuse a canceled or expired read's local blocks only once their region has no transfer in
+ * flight (pdx_release_region refuses it with PDX_BUSY until then), or after the peer was
+ * removed or declared gone (its operations' memory is then never touched again). */
 pdx_status_t pdx_cancel(pdx_agent_t* agent, uint64_t handle);
 /* Fills *result; returns PDX_OK (the transfer's own state is result->status) or NOT_FOUND. */
 pdx_status_t pdx_result(pdx_agent_t* agent, uint64_t handle, pdx_transfer_result_t* result);
@@ -253,7 +271,8 @@ size_t pdx_renew_many(pdx_agent_t* agent, const uint64_t* transfer_ids, size_t c
 pdx_status_t pdx_release(pdx_agent_t* agent, uint64_t transfer_id);
 int pdx_is_leased(pdx_agent_t* agent, uint32_t layout, uint32_t id);
 /* Sweeps expired leases; writes up to max transfer ids to out (the rest are kept for the next
- * call) and returns how many were written. */
+ * call) and returns how many were written. Ids expired by the progress loop are all kept until
+ * collected here (none dropped): call it regularly when using leases. */
 size_t pdx_expire_leases(pdx_agent_t* agent, uint64_t* out, size_t max);
 
 /* ---- progress -------------------------------------------------------------------------- */

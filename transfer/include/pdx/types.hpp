@@ -20,6 +20,22 @@ using TransferHandle = std::uint64_t;  // one posted transfer; never reused; 0 =
 inline constexpr PeerHandle kNoPeer = 0;
 inline constexpr TransferHandle kNoTransfer = 0;
 
+// now + d without overflow: d <= 0 gives `now`, a d past the clock's range (e.g.
+// milliseconds::max(), "forever") gives Clock::time_point::max(). The agent computes every
+// deadline and lease expiry from a caller's duration with it; use it for
+// TransferRequest::deadline too.
+template <class Rep, class Period>
+Clock::time_point deadline_after(std::chrono::duration<Rep, Period> d,
+                                 Clock::time_point now = Clock::now()) {
+    using D = std::chrono::duration<Rep, Period>;
+    if (d <= D::zero())
+        return now;
+    const auto headroom = Clock::time_point::max() - now;  // >= 0, in Clock ticks
+    if (d >= std::chrono::duration_cast<D>(headroom))      // a coarser d: the cast cannot overflow
+        return Clock::time_point::max();
+    return now + std::chrono::duration_cast<Clock::duration>(d);
+}
+
 // Stable numeric values (the C API exposes them as they are).
 enum class Status : int {
     Ok = 0,
@@ -96,7 +112,12 @@ enum class ProgressMode : std::uint8_t {
 enum class ErrorMode : std::uint8_t { Auto = 0, Peer = 1, None = 2 };
 
 struct Config {
-    std::string name;  // agent name, carried in the descriptor (need not be unique)
+    // Agent name, carried in the descriptor. A non-empty name identifies one logical peer
+    // across restarts: it must be unique among the agents a process adds as peers, and a
+    // restarted process must keep it; add_peer then treats a new instance under that name as
+    // the next generation and retires the old one. "" (the default) opts out: unnamed peers
+    // are never replaced by another instance (each is its own peer, generation 1).
+    std::string name;
     BackendKind backend = BackendKind::Ucx;
     ProgressMode progress = ProgressMode::Thread;
     std::string transports;   // UCX_TLS for this agent's context ("" = UCX's own choice / env)
@@ -104,8 +125,8 @@ struct Config {
     ErrorMode error_mode = ErrorMode::Auto;
     std::string host_id;  // same-host detection key ("" = hostname + boot id)
     std::chrono::milliseconds heartbeat_interval{1000};
-    std::chrono::milliseconds peer_timeout{3000};  // no message for this long => PeerGone
-    std::chrono::milliseconds default_deadline{30000};
+    std::chrono::milliseconds peer_timeout{3000};       // no message for this long => PeerGone
+    std::chrono::milliseconds default_deadline{30000};  // <= 0: 30 s
     std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger requests: Invalid
     std::uint32_t max_blocks_per_transfer = 1u << 20;           // longer id lists: Invalid
     std::size_t completed_history = 65536;  // terminal transfers kept for poll()
@@ -179,8 +200,9 @@ using NotificationFn = std::function<void(const ReceivedNotification&)>;
 struct PeerInfo {
     PeerHandle handle = kNoPeer;
     std::string name;
-    std::uint64_t instance = 0;    // the peer process's random nonce
-    std::uint32_t generation = 0;  // 1 for the first life seen under this name, then +1
+    std::uint64_t instance = 0;  // the peer process's random nonce
+    // 1 for the first life seen under this (non-empty) name, then +1; always 1 when unnamed
+    std::uint32_t generation = 0;
     bool alive = false;
     bool same_host = false;
     bool peer_error_mode = false;  // UCX endpoint uses UCP_ERR_HANDLING_MODE_PEER

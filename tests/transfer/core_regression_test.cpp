@@ -1,0 +1,235 @@
+// Regression tests of the transfer core: descriptor strides, nested callbacks across agents,
+// durations (saturation, renew, default deadline) and expired-lease reporting. Each test (but
+// DeadlineAfter, the helper the fix added) failed before its fix.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "pdx/pdx.h"
+#include "plan.hpp"
+#include "tests/transfer/regression_fixture.hpp"
+
+namespace pdx::test {
+namespace {
+
+using CoreRegressionTest = BackendTest;
+
+// A remote layout with stride 0 used to be accepted and mapped every block onto block 0.
+TEST_P(CoreRegressionTest, DescriptorWithStrideZeroIsRefused) {
+    auto a = make("a"), b = make("b");
+    pool(*a);
+    pool(*b);
+    auto blob = b->descriptor();
+    // The last layout record ends with u64 stride, u32 count (docs/transfer.md).
+    std::memset(blob.data() + blob.size() - 12, 0, 8);
+    auto s = inspect_descriptor(blob);
+    EXPECT_EQ(s.status(), Status::Invalid);
+    EXPECT_NE(s.message().find("stride"), std::string::npos) << s.message();
+    auto h = a->add_peer(blob);
+    EXPECT_EQ(h.status(), Status::Invalid);
+    EXPECT_NE(h.message().find("stride"), std::string::npos) << h.message();
+    EXPECT_TRUE(a->peers().empty());
+}
+
+TEST(PlanRegression, RefusesAStrideBelowTheBlockSize) {
+    const detail::PlanSide dense{Layout{0, 0, 16, 16, 8}, 0x1000};
+    const detail::PlanSide zero{Layout{0, 0, 16, 0, 8}, 0x100000};
+    const BlockId ids[] = {0, 1, 2};
+    for (bool write : {true, false}) {
+        auto p = detail::make_plan(dense, zero, ids, ids, write, {1 << 20, 100});
+        EXPECT_EQ(p.status(), Status::Invalid);
+        EXPECT_NE(p.message().find("stride"), std::string::npos) << p.message();
+        p = detail::make_plan(zero, dense, ids, ids, write, {1 << 20, 100});
+        EXPECT_EQ(p.status(), Status::Invalid);
+    }
+}
+
+// A's callback drives B, whose callback drives A again (A -> B -> A), and A's callback drives A
+// after B: the re-entrancy guard used to forget A once B's callbacks returned, and A relocked
+// its own callback mutex on the same thread (deadlock).
+TEST_P(CoreRegressionTest, CallbacksMayDriveProgressOfAnyAgentNested) {
+    auto a = make("a", ProgressMode::EventFd), b = make("b", ProgressMode::EventFd);
+    LayoutId la = pool(*a), lb = pool(*b);
+    PeerHandle pb = connect(*a, *b);
+    PeerHandle pa = connect(*b, *a);
+    std::atomic<int> stage{0};  // 1: in A's callback, 2: B's callback ran inside it, 3: done
+    std::atomic<bool> finished{false};
+    // A deadlock cannot be unwound: report it and end the process.
+    std::thread watchdog([&] {
+        const auto until = Clock::now() + 30s;
+        while (!finished.load() && Clock::now() < until)
+            std::this_thread::sleep_for(5ms);
+        if (!finished.load()) {
+            std::fprintf(stderr, "FAILED: deadlock in nested callbacks (stage %d)\n", stage.load());
+            std::fflush(stderr);
+            ::_exit(1);
+        }
+    });
+    const BlockId one[] = {0};
+    TransferRequest qb = make_req(pa, lb, one, la, one, 2);
+    qb.on_complete = [&](const TransferResult&) {
+        a->progress();  // B's callback, itself inside A's callback
+        stage = 2;
+    };
+    TransferRequest qa = make_req(pb, la, one, lb, one, 1);
+    qa.on_complete = [&](const TransferResult&) {
+        stage = 1;
+        auto h = b->write_blocks(qb);  // its callback can only run inside this one
+        EXPECT_TRUE(h) << h.message();
+        const auto until = Clock::now() + 10s;
+        while (h && stage.load() == 1 && Clock::now() < until) {
+            b->progress();
+            a->progress();  // A's own progress from its callback
+        }
+        EXPECT_EQ(stage.load(), 2) << "B's callback did not run inside A's";
+        stage = 3;
+    };
+    auto h = a->write_blocks(qa);
+    ASSERT_TRUE(h) << h.message();
+    EXPECT_TRUE(eventually([&] { return stage.load() == 3; }, {a.get(), b.get()}, 20s));
+    finished = true;
+    watchdog.join();
+}
+
+TEST(DeadlineAfter, SaturatesInsteadOfOverflowing) {
+    const auto now = Clock::now();
+    const auto never = Clock::time_point::max();
+    EXPECT_EQ(deadline_after(std::chrono::milliseconds::max(), now), never);
+    EXPECT_EQ(deadline_after(std::chrono::hours::max(), now), never);
+    EXPECT_EQ(deadline_after(std::chrono::nanoseconds::max(), now), never);
+    EXPECT_EQ(deadline_after(never - now, now), never);
+    EXPECT_EQ(deadline_after(5s, now), now + 5s);
+    EXPECT_EQ(deadline_after(0ms, now), now);
+    EXPECT_EQ(deadline_after(-5s, now), now);
+    EXPECT_EQ(deadline_after(std::chrono::milliseconds::min(), now), now);
+}
+
+// wait(h, milliseconds::max()) used to overflow now + timeout and return InProgress at once.
+TEST_P(CoreRegressionTest, WaitWithTheLongestTimeoutWaitsUntilTerminal) {
+    for (ProgressMode mode : {ProgressMode::Thread, ProgressMode::EventFd}) {
+        auto a = make("a", mode);
+        auto b = make("b", ProgressMode::EventFd);  // never progressed: the write stays pending
+        LayoutId la = pool(*a), lb = pool(*b);      // (except over shm, where it lands at once)
+        PeerHandle pb = connect(*a, *b);
+        const BlockId one[] = {0};
+        auto h = a->write_blocks(make_req(pb, la, one, lb, one, 1, Clock::now() + 300ms));
+        ASSERT_TRUE(h) << h.message();
+        const Status s = a->wait(*h, std::chrono::milliseconds::max());
+        EXPECT_TRUE(s == Status::Expired || s == Status::Ok)
+            << to_string(s) << " (mode " << int(mode) << ")";
+    }
+}
+
+// lease(ttl = milliseconds::max()) used to expire at once; renew() accepted ttl <= 0.
+TEST_P(CoreRegressionTest, LeaseTtlsSaturateAndRenewRefusesNonPositiveTtls) {
+    auto a = make("a", ProgressMode::EventFd);
+    LayoutId la = pool(*a);
+    const BlockId b0[] = {0}, b1[] = {1};
+    ASSERT_TRUE(a->lease(1, la, b0, std::chrono::milliseconds::max()));
+    EXPECT_TRUE(a->expire_leases().empty());
+    EXPECT_TRUE(a->is_leased(la, 0));
+    ASSERT_TRUE(a->lease(2, la, b1, 1h));
+    EXPECT_EQ(a->renew(2, -5s).status(), Status::Invalid);
+    EXPECT_EQ(a->renew(2, 0ms).status(), Status::Invalid);
+    const std::uint64_t both[] = {1, 2};
+    EXPECT_EQ(a->renew(both, 0ms), 0u);
+    EXPECT_EQ(a->renew(both, -1ms), 0u);
+    EXPECT_TRUE(a->expire_leases().empty());
+    EXPECT_TRUE(a->is_leased(la, 1));
+    EXPECT_TRUE(a->renew(2, std::chrono::milliseconds::max()));
+    EXPECT_TRUE(a->expire_leases().empty());
+    EXPECT_EQ(a->renew(both, 1h), 2u);
+    EXPECT_EQ(a->stats().leases_active, 2u);
+}
+
+// Config::default_deadline <= 0 (C: default_deadline_ms = 0) used to be kept: every request
+// without a deadline of its own expired at the next tick.
+TEST_P(CoreRegressionTest, ZeroDefaultDeadlineMeansTheDocumentedDefault) {
+    for (auto d : {0ms, -1ms}) {
+        Config c = config("a", ProgressMode::EventFd);
+        c.default_deadline = d;
+        auto a = make(c);
+        EXPECT_EQ(a->config().default_deadline, 30000ms);
+        auto b = make("b", ProgressMode::EventFd);  // never progressed
+        LayoutId la = pool(*a), lb = pool(*b);
+        PeerHandle pb = connect(*a, *b);
+        const BlockId one[] = {0};
+        auto h = a->write_blocks(make_req(pb, la, one, lb, one, 1));  // the default deadline
+        ASSERT_TRUE(h) << h.message();
+        const auto until = Clock::now() + 30ms;
+        while (Clock::now() < until) {
+            a->progress();  // ticks: deadlines are checked
+            std::this_thread::sleep_for(1ms);
+        }
+        EXPECT_NE(a->poll(*h), Status::Expired);
+    }
+    // The same through the C API.
+    pdx_config_t cc;
+    pdx_config_init(&cc);
+    Config cpp = config("c-a");
+    cc.name = cpp.name.c_str();
+    cc.backend = static_cast<pdx_backend_t>(cpp.backend);
+    cc.progress = PDX_PROGRESS_EVENTFD;
+    cc.transports = cpp.transports.c_str();
+    cc.net_devices = cpp.net_devices.c_str();
+    cc.default_deadline_ms = 0;
+    pdx_agent_t* ca = nullptr;
+    ASSERT_EQ(pdx_agent_create(&cc, &ca), PDX_OK) << pdx_last_error();
+    auto b = make("c-b", ProgressMode::EventFd);  // never progressed
+    LayoutId lb = pool(*b);
+    std::uint32_t region = 0, layout = 0;
+    ASSERT_EQ(pdx_allocate_region(ca, kBlock, &region), PDX_OK);
+    pdx_layout_t l{region, 0, kBlock, 0, 1};
+    ASSERT_EQ(pdx_add_layout(ca, &l, &layout), PDX_OK);
+    auto blob = b->descriptor();
+    std::uint64_t peer = 0, h = 0;
+    ASSERT_EQ(pdx_add_peer(ca, blob.data(), blob.size(), &peer), PDX_OK) << pdx_last_error();
+    const std::uint32_t one[] = {0};
+    ASSERT_EQ(pdx_write_blocks(ca, peer, layout, one, lb, one, 1, 1, 0, nullptr, &h), PDX_OK);
+    const auto until = Clock::now() + 30ms;
+    while (Clock::now() < until) {
+        pdx_progress(ca);
+        std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_NE(pdx_poll(ca, h), PDX_EXPIRED);
+    pdx_agent_destroy(ca);
+}
+
+// Ids expired by the progress loop beyond 65 536 queued used to be dropped silently.
+TEST_P(CoreRegressionTest, ExpiredLeaseIdsAreNeverDropped) {
+    auto a = make("a", ProgressMode::EventFd);  // lease sweeps only inside our progress() calls
+    auto region = a->allocate_region(4096);
+    ASSERT_TRUE(region) << region.message();
+    auto layout = a->add_layout(Layout{*region, 0, 64, 64, 64});
+    ASSERT_TRUE(layout) << layout.message();
+    constexpr std::uint64_t kFirst = 65536, kMore = 100;
+    const BlockId one[] = {0};
+    auto lease_range = [&](std::uint64_t from, std::uint64_t to) {
+        bool all = true;
+        for (std::uint64_t id = from; id < to; ++id)
+            all = a->lease(id, *layout, one, 1ms).ok() && all;
+        return all;
+    };
+    auto swept = [&](std::uint64_t n) {
+        return eventually([&] { return a->stats().leases_expired >= n; }, {a.get()}, 20s);
+    };
+    ASSERT_TRUE(lease_range(0, kFirst));
+    ASSERT_TRUE(swept(kFirst));  // queued by the progress loop, not collected yet
+    ASSERT_TRUE(lease_range(kFirst, kFirst + kMore));
+    ASSERT_TRUE(swept(kFirst + kMore));
+    auto got = a->expire_leases();
+    ASSERT_EQ(got.size(), kFirst + kMore);
+    std::sort(got.begin(), got.end());
+    for (std::uint64_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], i);
+    EXPECT_FALSE(a->is_leased(*layout, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CoreRegressionTest, backend_params(), backend_label);
+
+}  // namespace
+}  // namespace pdx::test

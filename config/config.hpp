@@ -55,6 +55,7 @@ struct Config {
     std::size_t max_body_bytes = 8u << 20;
     std::size_t max_header_bytes = 16u << 10;
     std::size_t max_concurrent_requests = 1024;
+    std::size_t max_client_connections = 10000;
     OnMissingKvParams on_missing_kv_params = OnMissingKvParams::Error;
     int prefill_retries = 1;  // extra attempts on another P after 5xx/connect/timeout
     int decode_retries = 1;   // extra attempts on another D after a connect failure

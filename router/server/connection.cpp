@@ -118,10 +118,18 @@ public:
         }
         responded_ = true;
         streaming_ = true;
-        head.version(11);
-        keep_alive_ = req_.keep_alive() && head.keep_alive() && !conn_.server.draining;
-        head.keep_alive(keep_alive_);
-        head.chunked(true);
+        if (req_.version() == 10) {
+            // HTTP/1.0 has no chunked encoding: the body is the bytes until the close.
+            plain_ = true;
+            head.version(10);
+            keep_alive_ = false;
+            head.keep_alive(false);
+        } else {
+            head.version(11);
+            keep_alive_ = req_.keep_alive() && head.keep_alive() && !conn_.server.draining;
+            head.keep_alive(keep_alive_);
+            head.chunked(true);
+        }
         std::string& text = conn_.head_buf;
         text.clear();
         wire::append_head(text, head.base());
@@ -159,12 +167,16 @@ public:
         if (data.empty()) {
             return std::nullopt;  // an empty chunk would end the body
         }
-        // "<hex size>\r\n" + data + "\r\n": the chunk framing Beast's make_chunk writes.
-        auto [end, fec] = std::to_chars(size_line_, size_line_ + 16, data.size(), 16);
-        (void)fec;
-        *end++ = '\r';
-        *end++ = '\n';
-        size_line_len_ = static_cast<std::size_t>(end - size_line_);
+        // "<hex size>\r\n" + data + "\r\n": the chunk framing Beast's make_chunk writes
+        // (HTTP/1.0: the data alone).
+        size_line_len_ = 0;
+        if (!plain_) {
+            auto [end, fec] = std::to_chars(size_line_, size_line_ + 16, data.size(), 16);
+            (void)fec;
+            *end++ = '\r';
+            *end++ = '\n';
+            size_line_len_ = static_cast<std::size_t>(end - size_line_);
+        }
         std::size_t sent = 0;
         if (wire::send_now(conn_.stream.socket(), chunk_buffers(data), sent, ec)) {
             if (ec) {
@@ -181,6 +193,10 @@ public:
         }
         if (gone_ || aborted_) {
             co_return net::error::not_connected;
+        }
+        if (plain_) {
+            complete_ = true;  // the close that follows ends the body
+            co_return error_code{};
         }
         static constexpr std::string_view kLastChunk = "0\r\n\r\n";
         const auto buffer = net::buffer(kLastChunk.data(), kLastChunk.size());
@@ -240,7 +256,7 @@ public:
 private:
     std::array<net::const_buffer, 3> chunk_buffers(std::string_view data) const {
         return {net::buffer(size_line_, size_line_len_), net::buffer(data.data(), data.size()),
-                net::buffer("\r\n", 2)};
+                net::buffer("\r\n", plain_ ? 0 : 2)};
     }
 
     // The part of a chunk that did not go out at once (the socket's buffer was full).
@@ -264,6 +280,7 @@ private:
     Request req_;
     bool responded_ = false;
     bool streaming_ = false;
+    bool plain_ = false;  // a stream to an HTTP/1.0 client: no chunk framing, ends at the close
     bool complete_ = false;
     bool keep_alive_ = false;
     bool gone_ = false;

@@ -171,6 +171,11 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 r.ec = rec;
                 co_return r;
             }
+            if (!detail::final_status(parser.get().result_int())) {
+                r.failure = Failure::Protocol;
+                r.ec = http::error::bad_status;
+                co_return r;  // the connection is dropped with `a`
+            }
             r.response = parser.release();
             if (r.response.keep_alive() && req.keep_alive()) {
                 impl->give_back(key, std::move(a.conn));

@@ -207,6 +207,10 @@ awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c,
 
 namespace detail {
 
+bool final_status(unsigned status) noexcept {
+    return status >= 200 && status <= 599;
+}
+
 bool is_stale_error(const error_code& ec) noexcept {
     return ec == http::error::end_of_stream || ec == net::error::eof ||
            ec == net::error::connection_reset || ec == net::error::broken_pipe ||

@@ -42,6 +42,10 @@ awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
         Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::ResponseTimeout);
         co_return std::pair{f, ec};
     }
+    if (!detail::final_status(parser_.get().result_int())) {
+        drop();
+        co_return std::pair{Failure::Protocol, error_code{http::error::bad_status}};
+    }
     if (parser_.is_done()) {
         finish();
     }

@@ -426,6 +426,31 @@ TEST_F(FailureTest, BadInputGetsOpenAiErrorsAndCostsNothing) {
     EXPECT_TRUE(answer_ok(send_generation(*pd.router, good), good));
 }
 
+// --max-client-connections reaches the server: beyond it a new connection gets 503 and is
+// closed; a kept-alive client that leaves frees its place at once.
+TEST_F(FailureTest, ConnectionsBeyondMaxClientConnectionsGet503) {
+    auto& pd =
+        start(PdOptions{}.sim(kFastSim).router(fast_router({"--max-client-connections", "1"})));
+    HttpRequest health{"GET", "/health", {{"Connection", "keep-alive"}}, ""};
+    {
+        Connection held;
+        std::string error;
+        ASSERT_TRUE(held.connect(pd.router->port, error)) << error;
+        auto first = http_exchange(held, health);
+        EXPECT_EQ(first.status, 200) << first.describe();
+        auto refused = http_get(pd.router->port, "/health");
+        EXPECT_EQ(refused.status, 503) << refused.describe();
+        EXPECT_TRUE(is_openai_error(refused.body)) << refused.body;
+    }
+    // `held` is closed: its place is free again well before any idle timeout
+    EXPECT_TRUE(
+        wait_until([&] { return http_get(pd.router->port, "/health").status == 200; }, Ms{3000}));
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_bad_requests_total", {{"code", "too_many_requests"}}).value_or(0),
+              1.0)
+        << m;
+}
+
 TEST_F(FailureTest, UndeliveredHandleIsFreedOneLeaseAfterTheLastRefresh) {
     // D never takes the request (both Ds dead after start-up): P's blocks must not be stranded.
     auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));

@@ -29,7 +29,6 @@ inline void PrintTo(const BackendParam& p, std::ostream* os) {
 inline constexpr std::uint64_t kBlock = 4096;
 inline constexpr std::uint32_t kBlocks = 8;
 
-
 class BackendTest : public ::testing::TestWithParam<BackendParam> {
 protected:
     Config config(const std::string& name, ProgressMode mode = ProgressMode::Thread) const {
@@ -51,9 +50,7 @@ protected:
         return make(config(name, mode));
     }
     // kBlocks blocks of kBlock bytes in one new region, one dense layout.
-    static LayoutId pool(Agent& a) {
-        return test::dense_pool(a, kBlock, kBlocks);
-    }
+    static LayoutId pool(Agent& a) { return test::dense_pool(a, kBlock, kBlocks); }
     static PeerHandle connect(Agent& from, Agent& to) { return test::connect_peer(from, to); }
     // One block from `from` to `to`'s block 0; true when it ended Ok.
     static bool write_ok(Agent& from, PeerHandle peer, LayoutId ll, LayoutId rl, std::uint64_t id) {

@@ -33,6 +33,7 @@ TEST_P(ConfigExamples, ParsesWithDefaults) {
     EXPECT_EQ(c.max_body_bytes, d.max_body_bytes);
     EXPECT_EQ(c.max_header_bytes, d.max_header_bytes);
     EXPECT_EQ(c.max_concurrent_requests, d.max_concurrent_requests);
+    EXPECT_EQ(c.max_client_connections, d.max_client_connections);
     EXPECT_EQ(c.on_missing_kv_params, d.on_missing_kv_params);
     EXPECT_EQ(c.prefill_retries, d.prefill_retries);
     EXPECT_EQ(c.decode_retries, d.decode_retries);

@@ -33,6 +33,7 @@ TEST(ConfigFlags, DefaultsWithOnlyInstances) {
     EXPECT_EQ(c.max_body_bytes, 8u << 20);
     EXPECT_EQ(c.max_header_bytes, 16u << 10);
     EXPECT_EQ(c.max_concurrent_requests, 1024u);
+    EXPECT_EQ(c.max_client_connections, 10000u);
     EXPECT_EQ(c.on_missing_kv_params, OnMissingKvParams::Error);
     EXPECT_EQ(c.prefill_retries, 1);
     EXPECT_EQ(c.decode_retries, 1);
@@ -83,6 +84,8 @@ TEST(ConfigFlags, EveryValueFlag) {
         "2000",
         "--max-concurrent-requests",
         "3",
+        "--max-client-connections",
+        "5",
         "--on-missing-kv-params",
         "recompute",
         "--prefill-retries",
@@ -118,6 +121,7 @@ TEST(ConfigFlags, EveryValueFlag) {
     EXPECT_EQ(c.max_body_bytes, 1000u);
     EXPECT_EQ(c.max_header_bytes, 2000u);
     EXPECT_EQ(c.max_concurrent_requests, 3u);
+    EXPECT_EQ(c.max_client_connections, 5u);
     EXPECT_EQ(c.on_missing_kv_params, OnMissingKvParams::Recompute);
     EXPECT_EQ(c.prefill_retries, 0);
     EXPECT_EQ(c.decode_retries, 4);
@@ -236,6 +240,7 @@ TEST(ConfigFlags, HelpMentionsEveryFlagAndEnv) {
                              "--max-body-bytes",
                              "--max-header-bytes",
                              "--max-concurrent-requests",
+                             "--max-client-connections",
                              "--on-missing-kv-params",
                              "--prefill-retries",
                              "--decode-retries",

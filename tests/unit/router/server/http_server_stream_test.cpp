@@ -139,6 +139,30 @@ TEST_F(StreamTest, AbortTruncatesTheStream) {
     }());
 }
 
+// HTTP/1.0 has no chunked encoding: a stream goes out as the plain bytes, ended by the close.
+TEST_F(StreamTest, Http10ClientGetsAPlainBodyEndedByTheClose) {
+    start([](Exchange& ex) -> awaitable<void> {
+        EXPECT_FALSE(co_await ex.begin_stream(sse_head()));
+        EXPECT_FALSE(co_await ex.write_chunk("data: one\n\n"));
+        EXPECT_FALSE(co_await ex.write_chunk("data: two\n\n"));
+        EXPECT_FALSE(co_await ex.end_stream());
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s, "GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+        std::string all = co_await read_until_close(s, Duration{3000});
+        const auto split = all.find("\r\n\r\n");
+        EXPECT_NE(split, std::string::npos) << all;
+        if (split == std::string::npos) {
+            co_return;
+        }
+        const std::string head = all.substr(0, split);
+        EXPECT_EQ(head.rfind("HTTP/1.0 200", 0), 0u) << head;
+        EXPECT_EQ(head.find("chunked"), std::string::npos) << head;
+        EXPECT_EQ(all.substr(split + 4), "data: one\n\ndata: two\n\n");
+    }());
+}
+
 TEST_F(StreamTest, DrainFinishesInFlightAndClosesIdle) {
     start([](Exchange& ex) -> awaitable<void> {
         if (ex.request().target() == "/slow") {

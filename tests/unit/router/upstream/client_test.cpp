@@ -137,6 +137,59 @@ TEST_F(ClientTest, BodyOverLimitIsProtocolFailure) {
     }());
 }
 
+// An upstream that answers with an interim (1xx) or out-of-range status first: a protocol
+// failure for both request() and open(), never an answer to relay (the router sends nothing
+// that asks for an interim answer).
+TEST_F(ClientTest, InterimOrInvalidStatusIsProtocolFailure) {
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    const std::vector<std::string> answers{
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+        "HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok",
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    };
+    std::size_t next = 0;
+    auto serve = [&]() -> awaitable<void> {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            beast::tcp_stream s(std::move(sock));
+            beast::flat_buffer buf;
+            http::request<http::string_body> req;
+            auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+            (void)rn;
+            if (!rec) {
+                const std::string& a = answers[next++ % answers.size()];
+                co_await net::async_write(s, net::buffer(a), use_tuple);
+            }
+            s.socket().shutdown(tcp::socket::shutdown_send, rec);
+        }
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", port};
+        for (std::size_t i = 0; i + 1 < answers.size(); ++i) {
+            SCOPED_TRACE(answers[i].substr(0, 20));
+            Result r = co_await client.request(ep, make_get("/r"), quick());
+            EXPECT_EQ(r.failure, Failure::Protocol) << r.response.result_int();
+        }
+        Result good = co_await client.request(ep, make_get("/r"), quick());
+        EXPECT_TRUE(good.ok()) << to_string(good.failure);
+        for (std::size_t i = 0; i + 1 < answers.size(); ++i) {
+            SCOPED_TRACE(answers[i].substr(0, 20));
+            auto o = co_await client.open(ep, make_get("/o"), quick());
+            EXPECT_EQ(o.failure, Failure::Protocol);
+            EXPECT_FALSE(o.stream);
+        }
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+    acceptor.close();
+}
+
 TEST_F(ClientTest, ConnectRefused) {
     unsigned short dead_port = 0;
     {

@@ -67,6 +67,8 @@ constexpr std::array kTable{
           "internal error"},
     Entry{Errc::BadHttp, http_status::bad_request, kInvalid, "bad_http_request",
           "malformed HTTP request"},
+    Entry{Errc::TooManyConnections, http_status::service_unavailable, kServer,
+          "too_many_connections", "too many client connections"},
 };
 
 constexpr bool table_in_order() {
@@ -75,7 +77,7 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::BadHttp) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::TooManyConnections) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 

@@ -128,9 +128,11 @@ error_code read_failed(Parser& parser, const error_code& read_ec) {
 
 // Beast's http::async_read_some without its composed operation (which costs more than the
 // parsing): parses what is buffered and reads from `sock` only when the parser needs more.
-// Returns the parser's verdict or the read's error (see parse_buffered, read_failed).
+// Returns the parser's verdict or the read's error (see parse_buffered, read_failed). Adds the
+// bytes read from the socket to `*received` when given.
 template <class Parser>
-awaitable<error_code> parse_some(tcp::socket& sock, beast::flat_buffer& in, Parser& parser) {
+awaitable<error_code> parse_some(tcp::socket& sock, beast::flat_buffer& in, Parser& parser,
+                                 std::size_t* received = nullptr) {
     error_code ec;
     while (!parse_buffered(in, parser, ec)) {
         auto [rec, n] = co_await sock.async_read_some(in.prepare(kReadSize), use_tuple);
@@ -138,6 +140,9 @@ awaitable<error_code> parse_some(tcp::socket& sock, beast::flat_buffer& in, Pars
             co_return read_failed(parser, rec);
         }
         in.commit(n);
+        if (received != nullptr) {
+            *received += n;
+        }
     }
     co_return ec;
 }

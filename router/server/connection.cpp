@@ -484,8 +484,17 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
                 (void)wn;
                 ec = wec;
             }
+            // The body limit counts decoded bytes; chunk framing (tiny chunks with long
+            // extensions) could otherwise cost unbounded reading for a small body.
+            const std::size_t max_wire =
+                4 * limits.max_body_bytes + limits.max_header_bytes + wire::kMaxUnparsed;
+            std::size_t received = 0;
             while (!ec && !parser->is_done()) {
-                ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser);
+                ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser,
+                                               &received);
+                if (!ec && received > max_wire) {
+                    ec = http::error::body_limit;
+                }
             }
         }
         conn.read_deadline.expires_never();
@@ -541,8 +550,7 @@ awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socke
     Connection conn(*state, std::move(sock));
     conn.pos = state->connections.end();
     ++state->pending_rejects;
-    if (co_await send_error(conn, Errc::TooManyRequests, "too many connections", 11,
-                            http::status::service_unavailable)) {
+    if (co_await send_error(conn, Errc::TooManyConnections, "too many client connections", 11)) {
         co_await linger_close(conn);
     }
     conn.close();

@@ -208,7 +208,7 @@ awaitable<std::pair<Failure, error_code>> Client::Impl::connect(detail::Conn& c,
 namespace detail {
 
 bool final_status(unsigned status) noexcept {
-    return status >= 200 && status <= 599;
+    return status >= 200 && status <= 599 && status != 204 && status != 205 && status != 304;
 }
 
 bool is_stale_error(const error_code& ec) noexcept {

@@ -60,7 +60,9 @@ inline constexpr std::uint32_t kMaxResponseHeader = 64 * 1024;
 bool is_stale_error(const error_code& ec) noexcept;
 // A status an upstream may end an exchange with. Not 1xx: nothing the router sends asks for an
 // interim answer (no Expect, no Upgrade), so one is a broken upstream, as is anything outside
-// 200-599 (a protocol failure, never relayed to the client as the answer).
+// 200-599 (a protocol failure, never relayed to the client as the answer). Nor 204, 205 or 304:
+// answers without a body to a completion or a probe (and the router never asks conditionally);
+// relayed, a stream would get a chunked body a client must not expect.
 bool final_status(unsigned status) noexcept;
 Failure classify_write(const error_code& ec) noexcept;
 Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;

@@ -446,8 +446,9 @@ TEST_F(FailureTest, ConnectionsBeyondMaxClientConnectionsGet503) {
     EXPECT_TRUE(
         wait_until([&] { return http_get(pd.router->port, "/health").status == 200; }, Ms{3000}));
     auto m = metrics_text(*pd.router);
-    EXPECT_GE(metric(m, "pdrouter_bad_requests_total", {{"code", "too_many_requests"}}).value_or(0),
-              1.0)
+    EXPECT_GE(
+        metric(m, "pdrouter_bad_requests_total", {{"code", "too_many_connections"}}).value_or(0),
+        1.0)
         << m;
 }
 

@@ -147,6 +147,8 @@ TEST_F(ClientTest, InterimOrInvalidStatusIsProtocolFailure) {
         "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
         "HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok",
+        "HTTP/1.1 204 No Content\r\n\r\n",
+        "HTTP/1.1 304 Not Modified\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     };
     std::size_t next = 0;

@@ -159,7 +159,16 @@ void write(Level lvl, std::string_view component, std::string_view message,
         line += component;
         line += "] ";
         for (char c : message) {
-            line += (c == '\n' || c == '\r') ? ' ' : c;  // one event, one line
+            // one event, one line; no other control byte (a NUL or an escape sequence from a
+            // client-supplied name) reaches the terminal or the log file as it is
+            const auto u = static_cast<unsigned char>(c);
+            if (c == '\n' || c == '\r' || c == '\t') {
+                line += ' ';
+            } else if (u < 0x20 || u == 0x7f) {
+                line += '?';
+            } else {
+                line += c;
+            }
         }
         if (!request_id.empty()) {
             line += " request_id=";

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <regex>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -46,7 +47,7 @@ TEST_F(LogTest, TextFormat) {
     configure(Level::Info, Format::Text);
     std::string out = capture_stderr([] {
         PDR_INFO("server", "listening on 1", "req-1");
-        PDR_ERROR("upstream", "bad\nthing");
+        PDR_ERROR("upstream", std::string("bad\nthing\0\x1b[2J\x7f!", 16));
         PDR_DEBUG("server", "hidden");
     });
     std::istringstream in(out);
@@ -58,7 +59,7 @@ TEST_F(LogTest, TextFormat) {
     EXPECT_TRUE(std::regex_match(l1, text)) << l1;
     EXPECT_TRUE(std::regex_match(l2, text)) << l2;
     EXPECT_NE(l1.find("INFO  [server] listening on 1 request_id=req-1"), std::string::npos) << l1;
-    EXPECT_NE(l2.find("ERROR [upstream] bad thing"), std::string::npos) << l2;
+    EXPECT_NE(l2.find("ERROR [upstream] bad thing??[2J?!"), std::string::npos) << l2;
     EXPECT_EQ(l2.find("request_id"), std::string::npos);
 }
 

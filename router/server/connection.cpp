@@ -43,23 +43,10 @@ bool iequals(std::string_view a, std::string_view b) {
 // True when the request has no Transfer-Encoding or exactly "chunked" (one field). Anything
 // else is refused: a coding that does not end in chunked leaves the body's length unknown
 // (RFC 9112 6.3: 400 and close, or bytes of the body would be taken for the next request), and
-// the router decodes no other coding.
+// the router decodes no other coding. (Beast's parser has trimmed the value's whitespace.)
 bool plain_transfer_encoding(const Request& req) {
     auto [first, last] = req.equal_range(http::field::transfer_encoding);
-    if (first == last) {
-        return true;
-    }
-    if (std::next(first) != last) {
-        return false;
-    }
-    std::string_view v = first->value();
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
-        v.remove_prefix(1);
-    }
-    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) {
-        v.remove_suffix(1);
-    }
-    return iequals(v, "chunked");
+    return first == last || (std::next(first) == last && iequals(first->value(), "chunked"));
 }
 
 }  // namespace
@@ -359,15 +346,11 @@ awaitable<void> linger_close(Connection& conn) {
     conn.close();
 }
 
-awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, unsigned version,
-                           http::status status = http::status::unknown) {
+awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, unsigned version) {
     if (conn.server.on_reject) {
         conn.server.on_reject(e);
     }
     Response res = make_error_response(e, message, version);
-    if (status != http::status::unknown) {
-        res.result(status);
-    }
     conn.stream.expires_after(conn.server.limits.write_timeout);
     auto [ec, n] = co_await http::async_write(conn.stream, res, use_tuple);
     (void)n;

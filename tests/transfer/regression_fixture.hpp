@@ -32,14 +32,7 @@ inline constexpr std::uint32_t kBlocks = 8;
 class BackendTest : public ::testing::TestWithParam<BackendParam> {
 protected:
     Config config(const std::string& name, ProgressMode mode = ProgressMode::Thread) const {
-        Config c;
-        c.name = name;
-        c.backend = GetParam().backend;
-        c.transports = GetParam().transports;
-        if (c.backend == BackendKind::Ucx && c.transports.find("tcp") != std::string::npos)
-            c.net_devices = "lo";
-        c.progress = mode;
-        return c;
+        return test::agent_config(name, GetParam().backend, GetParam().transports, mode);
     }
     std::unique_ptr<Agent> make(const Config& c) {
         auto a = Agent::create(c);

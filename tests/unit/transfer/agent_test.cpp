@@ -46,13 +46,7 @@ class AgentTest : public ::testing::TestWithParam<Param> {
 protected:
     std::unique_ptr<Agent> make(const std::string& name, ProgressMode mode = ProgressMode::Thread,
                                 std::chrono::milliseconds hb = 1000ms) {
-        Config c;
-        c.name = name;
-        c.backend = GetParam().backend;
-        c.transports = GetParam().transports;
-        if (c.backend == BackendKind::Ucx && c.transports.find("tcp") != std::string::npos)
-            c.net_devices = "lo";
-        c.progress = mode;
+        Config c = test::agent_config(name, GetParam().backend, GetParam().transports, mode);
         c.latency_stats = latency_stats_;
         c.heartbeat_interval = hb;
         c.peer_timeout = 6 * hb;

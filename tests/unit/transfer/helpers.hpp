@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace pdx::test {
 
@@ -22,6 +23,19 @@ inline TransferRequest make_req(PeerHandle peer, LayoutId ll, std::span<const Bl
     r.transfer_id = id;
     r.deadline = deadline;
     return r;
+}
+
+// An agent configuration for a test on `backend` over `transports` (UCX over tcp on loopback).
+inline Config agent_config(const std::string& name, BackendKind backend, const char* transports,
+                           ProgressMode mode) {
+    Config c;
+    c.name = name;
+    c.backend = backend;
+    c.transports = transports;
+    if (c.backend == BackendKind::Ucx && c.transports.find("tcp") != std::string::npos)
+        c.net_devices = "lo";
+    c.progress = mode;
+    return c;
 }
 
 // `blocks` blocks of `block` bytes in one new region, one dense layout.

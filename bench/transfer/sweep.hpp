@@ -36,7 +36,8 @@ struct Options {
     std::string target_progress = "thread";
     bool latency_stats = true;        // Config::latency_stats on the initiator (--no-latency-stats)
     std::string error_mode = "auto";  // Config::error_mode on both sides: auto | peer | none
-    std::int64_t inline_kib = -1;     // Config::inline_post_bytes in KiB (-1: the default)
+    std::string write_protocol = "auto";  // Config::write_protocol on both sides: auto | rma | am
+    std::int64_t inline_kib = -1;         // Config::inline_post_bytes in KiB (-1: the default)
 };
 
 struct Cell {

@@ -7,6 +7,7 @@
 //       [--time-ms 200] [--min-iters 3] [--max-iters 2000] [--post-iters 200] [--no-post]
 //       [--no-verify] [--register] [--progress thread|eventfd|poll] [--eventfd]
 //       [--target-progress thread|poll] [--error-mode auto|peer|none] [--no-latency-stats]
+//       [--write-protocol auto|rma|am]
 //       [--inline-kib N] [--csv]
 #include <poll.h>
 #include <sys/socket.h>
@@ -103,6 +104,8 @@ Options parse(int argc, char** argv) {
             o.latency_stats = false;
         else if (a == "--error-mode")
             o.error_mode = val();
+        else if (a == "--write-protocol")
+            o.write_protocol = val();
         else if (a == "--target-progress")
             o.target_progress = val();
         else if (a == "--inline-kib")
@@ -118,6 +121,8 @@ Options parse(int argc, char** argv) {
         usage("--progress thread|eventfd|poll");
     if (o.error_mode != "auto" && o.error_mode != "peer" && o.error_mode != "none")
         usage("--error-mode auto|peer|none");
+    if (o.write_protocol != "auto" && o.write_protocol != "rma" && o.write_protocol != "am")
+        usage("--write-protocol auto|rma|am");
     if (o.target_progress != "thread" && o.target_progress != "poll")
         usage("--target-progress thread|poll");
     if (o.tls == "loopback" && o.target_progress != "thread")
@@ -155,6 +160,8 @@ bool make_side(const Options& o, const char* name, bool initiator, Side& s) {
         cfg.latency_stats = o.latency_stats;
     if (o.error_mode != "auto")
         cfg.error_mode = o.error_mode == "peer" ? ErrorMode::Peer : ErrorMode::None;
+    if (o.write_protocol != "auto")
+        cfg.write_protocol = o.write_protocol == "rma" ? WriteProtocol::Rma : WriteProtocol::Am;
     if (o.inline_kib >= 0)
         cfg.inline_post_bytes = cfg.inline_post_bytes_peer_mode =
             static_cast<std::uint64_t>(o.inline_kib) << 10;

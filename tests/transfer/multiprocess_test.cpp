@@ -28,6 +28,8 @@ struct Transport {
     const char* dev;
     ErrorMode mode;
     bool one_sided;  // data moves without the target progressing (shm)
+    WriteProtocol protocol = WriteProtocol::Auto;
+    bool am_writes = false;  // expected: writes go as active messages (Auto: tcp only)
 };
 
 constexpr std::uint32_t kBlocks = 16;
@@ -117,6 +119,7 @@ protected:
         c.transports = GetParam().tls;
         c.net_devices = GetParam().dev;
         c.error_mode = GetParam().mode;
+        c.write_protocol = GetParam().protocol;
         c.heartbeat_interval = 200ms;
         c.peer_timeout = peer_timeout;
         auto a = Agent::create(c);
@@ -139,6 +142,7 @@ protected:
         while (agent_->peer_info(*h)->ms_since_heard < 0 && Clock::now() < until)
             std::this_thread::sleep_for(5ms);
         EXPECT_GE(agent_->peer_info(*h)->ms_since_heard, 0);
+        EXPECT_EQ(agent_->peer_info(*h)->am_writes, GetParam().am_writes);
         return *h;
     }
     TransferRequest req(PeerHandle p, std::span<const BlockId> l, std::span<const BlockId> r,
@@ -339,11 +343,32 @@ TEST_P(MultiProcess, ReportsWriteBandwidthFor1MiBBlocks) {
     EXPECT_GT(gbps, 0.01);
 }
 
+// An active-message write names its destination by address; the target checks it against the
+// regions it has now, so a write into a region it released (after the initiator took its
+// descriptor) fails instead of landing in unmapped memory, and the target keeps serving.
+TEST_P(MultiProcess, AmWriteIntoAReleasedRegionFailsAndTheTargetSurvives) {
+    if (!GetParam().am_writes)
+        GTEST_SKIP() << "puts are checked by UCX's rkeys, not by the target";
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    ASSERT_EQ(child->cmd("RELEASE"), "OK");
+    std::vector<BlockId> ids = {2, 3};
+    auto h = agent_->write_blocks(req(p, ids, ids, 1));
+    ASSERT_TRUE(h) << h.message();
+    EXPECT_EQ(agent_->wait(*h, 10s), Status::Failed);
+    EXPECT_NE(agent_->result(*h)->message.find("ucx transfer"), std::string::npos)
+        << agent_->result(*h)->message;
+    EXPECT_EQ(child->cmd("WAITNOTE 1 999 10"), "TIMEOUT");  // still answers commands
+    EXPECT_TRUE(agent_->peer_info(p)->alive);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Ucx, MultiProcess,
-    ::testing::Values(Transport{"tcp", "tcp", "lo", ErrorMode::Auto, false},
-                      Transport{"tcp_mode_none", "tcp", "lo", ErrorMode::None, false},
-                      Transport{"shm", "posix,self", "", ErrorMode::Auto, true}),
+    ::testing::Values(
+        Transport{"tcp", "tcp", "lo", ErrorMode::Auto, false, WriteProtocol::Auto, true},
+        Transport{"tcp_mode_none", "tcp", "lo", ErrorMode::None, false, WriteProtocol::Auto, true},
+        Transport{"tcp_rma", "tcp", "lo", ErrorMode::Auto, false, WriteProtocol::Rma, false},
+        Transport{"shm", "posix,self", "", ErrorMode::Auto, true}),
     [](const auto& tp) { return std::string(tp.param.label); });
 
 }  // namespace

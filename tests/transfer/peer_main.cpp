@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
                     ::poll(&p, 1, 5);
             }
             ch.send(reply);
+        } else if (cmd == "RELEASE") {  // unmaps the region (the descriptor sent is stale)
+            auto r = a.release_region(*region);
+            ch.send(r ? std::string("OK") : "ERR " + r.message());
         } else if (cmd == "QUIT") {
             ch.send("OK");
             return 0;

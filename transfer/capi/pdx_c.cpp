@@ -114,6 +114,7 @@ void pdx_config_init(pdx_config_t* c) {
     c->max_transfer_bytes = d.max_transfer_bytes;
     c->max_blocks_per_transfer = d.max_blocks_per_transfer;
     c->completed_history = d.completed_history;
+    c->write_protocol = static_cast<pdx_write_protocol_t>(d.write_protocol);
 }
 
 pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
@@ -127,6 +128,9 @@ pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
         return fail(PDX_INVALID, "unknown progress mode");
     if (mode < PDX_ERROR_MODE_AUTO || mode > PDX_ERROR_MODE_NONE)
         return fail(PDX_INVALID, "unknown error mode");
+    const int wp = raw(c->write_protocol);
+    if (wp < PDX_WRITE_PROTOCOL_AUTO || wp > PDX_WRITE_PROTOCOL_AM)
+        return fail(PDX_INVALID, "unknown write protocol");
     return guarded([&] {
         pdx::Config cfg;
         cfg.name = c->name ? c->name : "";
@@ -135,6 +139,7 @@ pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
         cfg.transports = c->transports ? c->transports : "";
         cfg.net_devices = c->net_devices ? c->net_devices : "";
         cfg.error_mode = static_cast<pdx::ErrorMode>(mode);
+        cfg.write_protocol = static_cast<pdx::WriteProtocol>(wp);
         cfg.host_id = c->host_id ? c->host_id : "";
         cfg.heartbeat_interval = ms(c->heartbeat_interval_ms);
         cfg.peer_timeout = ms(c->peer_timeout_ms);
@@ -274,6 +279,7 @@ pdx_status_t pdx_peer_info(pdx_agent_t* a, uint64_t peer, pdx_peer_info_t* info)
         info->peer_error_mode = r->peer_error_mode;
         info->layouts = r->layouts;
         info->ms_since_heard = r->ms_since_heard;
+        info->am_writes = r->am_writes;
         return PDX_OK;
     });
 }

@@ -95,7 +95,7 @@ Agent::Impl::Impl(const Config& config) : cfg_(config), instance_(random_nonce()
 }
 
 Result<void> Agent::Impl::start() {
-    detail::BackendOptions o{instance_, cfg_.transports, cfg_.net_devices};
+    detail::BackendOptions o{instance_, cfg_.transports, cfg_.net_devices, cfg_.write_protocol};
     if (cfg_.backend == BackendKind::Loopback) {
         backend_ = detail::make_loopback_backend(o, *this);
     } else {

@@ -70,6 +70,7 @@ PeerInfo Agent::Impl::info(const Peer& p) const {
     i.alive = p.state == PeerState::Alive;
     i.same_host = p.same_host;
     i.peer_error_mode = p.peer_error_mode;
+    i.am_writes = p.conn != 0 && backend_->am_writes(p.conn);
     i.layouts = static_cast<std::uint32_t>(p.desc.layouts.size());
     if (p.heard)
         i.ms_since_heard =

@@ -68,6 +68,8 @@ public:
     virtual std::size_t deliver_completed() { return 0; }
     // True if the transport holds work that only progress() can finish (e.g. unsent messages).
     virtual bool busy() const { return false; }
+    // True if writes on the connection go as active messages (WriteProtocol::Am or Auto).
+    virtual bool am_writes(std::uint64_t /*conn*/) const { return false; }
     virtual int event_fd() const = 0;  // -1 if none
     virtual bool arm() = 0;            // false: more work pending
 };
@@ -76,6 +78,7 @@ struct BackendOptions {
     std::uint64_t instance = 0;
     std::string transports;
     std::string net_devices;
+    WriteProtocol write_protocol = WriteProtocol::Auto;
 };
 
 std::unique_ptr<Backend> make_loopback_backend(const BackendOptions& options, BackendEvents& ev);

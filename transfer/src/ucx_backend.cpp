@@ -1,12 +1,16 @@
-// UCX backend: ucp_put_nbx/ucp_get_nbx per merged segment, then ucp_ep_flush_nbx; the transfer
-// completes when the flush is done (puts carry no request or callback of their own; gets do) (so a
-// Done notification sent afterwards follows data that is visible at the target). Notifications are
-// eager active messages. UCX calls happen under the agent's lock (worker in SERIALIZED mode);
-// request callbacks only record results, which progress() reports after ucp_worker_progress
-// returns.
+// UCX backend. Writes: ucp_put_nbx per merged segment, then ucp_ep_flush_nbx, and the transfer
+// completes when the flush is done (puts carry no request or callback of their own; gets do),
+// so a Done notification sent afterwards follows data that is visible at the target; or, on
+// connections that run over tcp only (WriteProtocol::Auto) or when asked (Am), one active
+// message per segment that the target's backend places into its own memory and acknowledges,
+// and the transfer completes on the last acknowledgement. Notifications are eager active
+// messages. UCX calls happen under the agent's lock (worker in SERIALIZED mode); request
+// callbacks only record results, which progress() reports after ucp_worker_progress returns.
 #include <ucp/api/ucp.h>
 
+#include <array>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -22,7 +26,26 @@ bool ucx_available() noexcept {
 namespace pdx::detail {
 namespace {
 
-constexpr unsigned kAmId = 0x7d;
+constexpr unsigned kAmId = 0x7d;       // notification
+constexpr unsigned kWriteAmId = 0x7e;  // one segment of an Am write: WriteHeader, then the bytes
+constexpr unsigned kAckAmId = 0x7f;    // the target's answer to one kWriteAmId message: Ack
+
+// Am write wire formats, little-endian (docs/transfer.md):
+//   WriteHeader (16 bytes): u64 sequence (the initiator's operation), u64 destination address
+//   Ack (12 bytes):         u64 sequence, i32 ucs_status_t of the placement (0 = placed)
+constexpr std::size_t kWriteHeaderBytes = 16;
+constexpr std::size_t kAckBytes = 12;
+
+void store_le(std::byte* p, std::uint64_t v, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+        p[i] = std::byte(std::uint8_t(v >> (8 * i)));
+}
+std::uint64_t load_le(const std::byte* p, std::size_t n) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i)
+        v |= std::uint64_t(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+    return v;
+}
 
 std::string ucs_message(const char* what, ucs_status_t s) {
     return std::string(what) + ": " + ucs_status_string(s);
@@ -49,6 +72,7 @@ struct Conn {
     UcxBackend* owner = nullptr;
     std::uint64_t token = 0;
     ucp_ep_h ep = nullptr;
+    bool am_write = false;                       // writes go as active messages (see WriteProtocol)
     std::vector<ucp_rkey_h> rkeys;               // by remote region index (null: none)
     std::vector<std::vector<std::byte>> packed;  // the packed bytes each of rkeys came from
     std::vector<ucp_rkey_h> retired;
@@ -57,13 +81,24 @@ struct Conn {
 struct Op {
     UcxBackend* owner = nullptr;
     std::uint64_t id = 0;
-    int pending = 0;  // outstanding UCX requests
+    int pending = 0;  // outstanding UCX requests, plus acknowledgements awaited (Am writes)
     bool posted = false;
     ucs_status_t status = UCS_OK;
+    std::uint64_t seq = 0;   // unique per operation: the key acknowledgements come back with
+    std::uint64_t conn = 0;  // Am writes: the connection the segments went out on
+    std::uint32_t acks = 0;  // Am writes: acknowledgements still awaited (counted in pending)
+    std::vector<std::array<std::byte, 16>> headers;  // Am writes: one header per segment
 };
 
 struct SendBuf {
     std::vector<std::byte> bytes;
+};
+
+// Target side of an Am write segment received by rendezvous: answered when the data is in.
+struct WriteRx {
+    UcxBackend* owner = nullptr;
+    ucp_ep_h reply = nullptr;
+    std::uint64_t seq = 0;
 };
 
 class UcxBackend final : public Backend {
@@ -71,6 +106,7 @@ public:
     UcxBackend(BackendEvents& ev) : ev_(ev) {}
 
     std::string init(const BackendOptions& o) {
+        write_protocol_ = o.write_protocol;
         ucp_config_t* config = nullptr;
         ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
         if (s != UCS_OK)
@@ -103,16 +139,22 @@ public:
         auto* a = reinterpret_cast<const std::byte*>(attr.address);
         address_.assign(a, a + attr.address_length);
         ucp_worker_release_address(worker_, attr.address);
-        ucp_am_handler_param_t hp{};
-        hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-        hp.id = kAmId;
-        hp.cb = &UcxBackend::am_cb;
-        hp.arg = this;
-        hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-        s = ucp_worker_set_am_recv_handler(worker_, &hp);
-        if (s != UCS_OK)
-            return ucs_message("ucp_worker_set_am_recv_handler", s);
+        const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
+            {kAmId, &UcxBackend::am_cb},
+            {kWriteAmId, &UcxBackend::write_am_cb},
+            {kAckAmId, &UcxBackend::ack_am_cb}};
+        for (const auto& [id, cb] : handlers) {
+            ucp_am_handler_param_t hp{};
+            hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                            UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+            hp.id = id;
+            hp.cb = cb;
+            hp.arg = this;
+            hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+            s = ucp_worker_set_am_recv_handler(worker_, &hp);
+            if (s != UCS_OK)
+                return ucs_message("ucp_worker_set_am_recv_handler", s);
+        }
         return {};
     }
 
@@ -141,6 +183,7 @@ public:
         return map(data, bytes);
     }
     void release(LocalRegion& r) override {
+        std::erase_if(mine_, [&](const auto& m) { return m.first == r.base; });
         if (r.handle)
             ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
         r.handle = nullptr;
@@ -162,6 +205,8 @@ public:
         ucs_status_t s = ucp_ep_create(worker_, &ep, &c->ep);
         if (s != UCS_OK)
             return {Status::Failed, ucs_message("ucp_ep_create", s)};
+        c->am_write = write_protocol_ == WriteProtocol::Am ||
+                      (write_protocol_ == WriteProtocol::Auto && tcp_only(c->ep));
         std::uint64_t token = c->token;
         conns_[token] = std::move(c);
         auto u = update_regions(token, *p.regions);
@@ -235,7 +280,9 @@ public:
         Op* op = new_op(op_id);
         ucp_request_param_t rp{};
         rp.memh = static_cast<ucp_mem_h>(local.handle);
-        if (dir == Direction::Write) {
+        if (dir == Direction::Write && c.am_write) {
+            post_am_write(c, op, rp, segments);
+        } else if (dir == Direction::Write) {
             // No request or callback per put: the flush below completes after every put.
             rp.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
             if (segments.size() > 1)
@@ -260,7 +307,7 @@ public:
                                            s.remote_addr, rkey, &rp)))
                     break;
         }
-        if (op->status == UCS_OK) {
+        if (op->status == UCS_OK && !(dir == Direction::Write && c.am_write)) {
             ucp_request_param_t fp{};
             fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
             fp.cb.send = &UcxBackend::op_cb;
@@ -277,24 +324,9 @@ public:
         auto it = conns_.find(conn);
         if (it == conns_.end())
             return {Status::PeerGone, "ucx: connection closed"};
-        auto* sb = new SendBuf{std::move(message)};
-        ucp_request_param_t rp{};
-        rp.op_attr_mask =
-            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-        rp.flags = UCP_AM_SEND_FLAG_EAGER;
-        rp.cb.send = &UcxBackend::send_cb;
-        rp.user_data = sb;
-        ucs_status_ptr_t r = ucp_am_send_nbx(it->second->ep, kAmId, nullptr, 0, sb->bytes.data(),
-                                             sb->bytes.size(), &rp);
-        if (r == nullptr) {
-            delete sb;
-            return {};
-        }
-        if (UCS_PTR_IS_ERR(r)) {
-            delete sb;
-            return {Status::Failed, ucs_message("ucp_am_send_nbx", UCS_PTR_STATUS(r))};
-        }
-        kicked_ = true;  // the send needs progress to finish
+        ucs_status_t s = send_eager(it->second->ep, kAmId, std::move(message));
+        if (s != UCS_OK)
+            return {Status::Failed, ucs_message("ucp_am_send_nbx", s)};
         return {};
     }
 
@@ -335,6 +367,10 @@ public:
         return n;
     }
     bool busy() const override { return kicked_ || !done_.empty(); }
+    bool am_writes(std::uint64_t conn) const override {
+        auto it = conns_.find(conn);
+        return it != conns_.end() && it->second->am_write;
+    }
     int event_fd() const override { return efd_; }
     bool arm() override {
         if (!done_.empty() || !errors_.empty() || !messages_.empty())
@@ -343,6 +379,129 @@ public:
     }
 
 private:
+    // True if every lane of the endpoint is a tcp one (ucp_ep_print_info is UCX 1.13's only
+    // view of the lanes; its lane lines read "lane[i]:  n:tcp/lo.0 md[..] -> ...").
+    static bool tcp_only(ucp_ep_h ep) {
+        char* text = nullptr;
+        std::size_t len = 0;
+        FILE* f = open_memstream(&text, &len);
+        if (!f)
+            return false;
+        ucp_ep_print_info(ep, f);
+        std::fclose(f);
+        std::string info(text ? text : "", len);
+        std::free(text);
+        std::size_t lanes = 0, tcp = 0;
+        for (std::size_t at = info.find("lane["); at != std::string::npos;
+             at = info.find("lane[", at + 1)) {
+            const std::size_t eol = info.find('\n', at);
+            const std::string line = info.substr(at, eol == std::string::npos ? eol : eol - at);
+            ++lanes;
+            if (line.find(":tcp/") != std::string::npos)
+                ++tcp;
+        }
+        return lanes > 0 && lanes == tcp;
+    }
+
+    // One active message per segment (the header names the destination); the target answers
+    // each with an Ack once the bytes are in its memory. The operation waits for the sends
+    // (the source must stay untouched until then) and for every Ack.
+    void post_am_write(Conn& c, Op* op, ucp_request_param_t& rp,
+                       std::span<const Segment> segments) {
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                          UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_FLAGS;
+        rp.flags = UCP_AM_SEND_FLAG_REPLY;
+        rp.cb.send = &UcxBackend::op_cb;
+        rp.user_data = op;
+        op->conn = c.token;
+        op->headers.reserve(segments.size());  // no reallocation: UCX holds the pointers
+        for (const auto& s : segments) {
+            // UCX may keep the header until the send completes: one slot per segment, kept
+            // with the operation (reused by the next one that takes this record).
+            op->headers.emplace_back();
+            std::byte* h = op->headers.back().data();
+            store_le(h, op->seq, 8);
+            store_le(h + 8, s.remote_addr, 8);
+            ++op->acks;
+            ++op->pending;
+            if (!track(op, ucp_am_send_nbx(c.ep, kWriteAmId, h, kWriteHeaderBytes,
+                                           reinterpret_cast<void*>(s.local_addr), s.bytes, &rp))) {
+                --op->acks;  // never sent: no answer will come
+                --op->pending;
+                break;
+            }
+        }
+        if (op->acks > 0)
+            awaiting_[op->seq] = op;
+    }
+
+    // Target: the destination [addr, addr + bytes) must lie in one of this agent's regions.
+    bool owns(std::uint64_t addr, std::size_t bytes) const {
+        for (const auto& [base, size] : mine_) {
+            const auto b = reinterpret_cast<std::uint64_t>(base);
+            if (addr >= b && bytes <= size && addr - b <= size - bytes)
+                return true;
+        }
+        return false;
+    }
+    // An eager active message with no AM header; the bytes live until the send completes.
+    ucs_status_t send_eager(ucp_ep_h ep, unsigned id, std::vector<std::byte> bytes) {
+        auto* sb = new SendBuf{std::move(bytes)};
+        ucp_request_param_t rp{};
+        rp.op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+        rp.flags = UCP_AM_SEND_FLAG_EAGER;
+        rp.cb.send = &UcxBackend::send_cb;
+        rp.user_data = sb;
+        ucs_status_ptr_t r =
+            ucp_am_send_nbx(ep, id, nullptr, 0, sb->bytes.data(), sb->bytes.size(), &rp);
+        if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+            delete sb;
+            return UCS_PTR_STATUS(r);
+        }
+        kicked_ = true;  // the send needs progress to finish
+        return UCS_OK;
+    }
+    // Failures are not reported: the initiator is gone, and its deadline ends the write anyway.
+    void send_ack(ucp_ep_h reply, std::uint64_t seq, ucs_status_t status) {
+        if (!reply)
+            return;
+        std::vector<std::byte> ack(kAckBytes);
+        store_le(ack.data(), seq, 8);
+        store_le(ack.data() + 8, static_cast<std::uint32_t>(status), 4);
+        send_eager(reply, kAckAmId, std::move(ack));
+    }
+    // Initiator: an Ack for one segment of an Am write.
+    void on_ack(std::uint64_t seq, ucs_status_t status) {
+        auto it = awaiting_.find(seq);
+        if (it == awaiting_.end())
+            return;  // its connection was closed: the operation already ended
+        Op* op = it->second;
+        if (status != UCS_OK && op->status == UCS_OK)
+            op->status = status;
+        --op->pending;
+        if (--op->acks == 0)
+            awaiting_.erase(it);
+        maybe_done(op);
+    }
+    // Operations on a closing connection stop waiting for Acks (their sends are canceled by
+    // the close; no Ack can be told from a late one of a later life of the peer).
+    void forget_acks(std::uint64_t token) {
+        for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+            Op* op = it->second;
+            if (op->conn != token) {
+                ++it;
+                continue;
+            }
+            op->pending -= static_cast<int>(op->acks);
+            op->acks = 0;
+            if (op->status == UCS_OK)
+                op->status = UCS_ERR_CANCELED;
+            it = awaiting_.erase(it);
+            maybe_done(op);
+        }
+    }
+
     Result<LocalRegion> map(void* data, std::size_t bytes) {
         ucp_mem_map_params_t mp{};
         mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
@@ -375,6 +534,7 @@ private:
         r.owned = data == nullptr;
         if (r.owned)
             std::memset(r.base, 0, bytes);
+        mine_.emplace_back(r.base, bytes);
         return r;
     }
 
@@ -428,10 +588,19 @@ private:
             op = free_ops_.back();
             free_ops_.pop_back();
         }
-        *op = Op{this, id, 0, false, UCS_OK};
+        op->owner = this;
+        op->id = id;
+        op->pending = 0;
+        op->posted = false;
+        op->status = UCS_OK;
+        op->seq = ++next_seq_;
+        op->conn = 0;
+        op->acks = 0;
+        op->headers.clear();  // keeps its capacity
         return op;
     }
     void close_conn(Conn& c) {
+        forget_acks(c.token);
         for (auto k : c.rkeys)
             if (k)
                 ucp_rkey_destroy(k);
@@ -473,6 +642,60 @@ private:
         auto* c = static_cast<Conn*>(arg);
         c->owner->errors_.emplace_back(c->token, status);
     }
+    // Target: one segment of an Am write. Eager data is copied in here; rendezvous data is
+    // received straight into the destination. Either way the Ack follows the placement.
+    static ucs_status_t write_am_cb(void* arg, const void* header, size_t header_length, void* data,
+                                    size_t length, const ucp_am_recv_param_t* param) {
+        auto* self = static_cast<UcxBackend*>(arg);
+        const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+        const ucp_ep_h reply =
+            (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+        if (header_length != kWriteHeaderBytes) {
+            return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;  // not ours to answer: dropped
+        }
+        const auto* h = static_cast<const std::byte*>(header);
+        const std::uint64_t seq = load_le(h, 8);
+        const std::uint64_t addr = load_le(h + 8, 8);
+        if (!self->owns(addr, length)) {
+            self->send_ack(reply, seq, UCS_ERR_INVALID_ADDR);
+            return rndv ? UCS_ERR_INVALID_ADDR : UCS_OK;
+        }
+        if (!rndv) {
+            std::memcpy(reinterpret_cast<void*>(addr), data, length);
+            self->send_ack(reply, seq, UCS_OK);
+            return UCS_OK;
+        }
+        auto* rx = new WriteRx{self, reply, seq};
+        ucp_request_param_t rp{};
+        rp.op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        rp.cb.recv_am = &UcxBackend::write_rx_cb;
+        rp.user_data = rx;
+        ucs_status_ptr_t r =
+            ucp_am_recv_data_nbx(self->worker_, data, reinterpret_cast<void*>(addr), length, &rp);
+        if (UCS_PTR_IS_ERR(r)) {
+            delete rx;
+            self->send_ack(reply, seq, UCS_PTR_STATUS(r));
+            return UCS_PTR_STATUS(r);
+        }
+        return UCS_INPROGRESS;
+    }
+    static void write_rx_cb(void* request, ucs_status_t status, size_t, void* user_data) {
+        auto* rx = static_cast<WriteRx*>(user_data);
+        if (to_status(status) != Status::PeerGone)  // else no one is left to answer
+            rx->owner->send_ack(rx->reply, rx->seq, status);
+        delete rx;
+        ucp_request_free(request);
+    }
+    static ucs_status_t ack_am_cb(void* arg, const void*, size_t, void* data, size_t length,
+                                  const ucp_am_recv_param_t* param) {
+        if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length != kAckBytes)
+            return UCS_OK;  // never sent by us
+        const auto* p = static_cast<const std::byte*>(data);
+        static_cast<UcxBackend*>(arg)->on_ack(
+            load_le(p, 8), static_cast<ucs_status_t>(static_cast<std::int32_t>(load_le(p + 8, 4))));
+        return UCS_OK;
+    }
     static ucs_status_t am_cb(void* arg, const void*, size_t, void* data, size_t length,
                               const ucp_am_recv_param_t* param) {
         auto* self = static_cast<UcxBackend*>(arg);
@@ -499,6 +722,10 @@ private:
     std::vector<std::pair<std::uint64_t, ucs_status_t>> errors_;
     std::vector<std::vector<std::byte>> messages_;
     bool kicked_ = false;  // work was queued in UCX since the last progress()
+    WriteProtocol write_protocol_ = WriteProtocol::Auto;
+    std::uint64_t next_seq_ = 0;
+    std::unordered_map<std::uint64_t, Op*> awaiting_;       // Am writes by sequence: Acks due
+    std::vector<std::pair<std::byte*, std::size_t>> mine_;  // local regions (Am write targets)
 };
 
 }  // namespace

@@ -81,7 +81,7 @@ std::uint64_t fnv1a(std::span<const std::byte> data, std::uint64_t seed) {
 
 std::uint64_t compat_hash() {
     constexpr std::string_view kAbi =
-        "pdx|descriptor-v1|notify-v1|layout(region,offset,block,stride,count)|le";
+        "pdx|descriptor-v1|notify-v1|layout(region,offset,block,stride,count)|le|am-write-v1";
     return fnv1a(std::as_bytes(std::span(kAbi.data(), kAbi.size())));
 }
 

@@ -25,6 +25,16 @@ Descriptor sample() {
     return d;
 }
 
+// The compatibility hash is part of the wire format (docs/transfer.md): a change to what both
+// sides must agree on changes the string it hashes, and this value with it, on purpose.
+TEST(Descriptor, CompatibilityHashIsTheDocumentedOne) {
+    EXPECT_EQ(compat_hash(), 0xa540d07f2077e735ull);
+    const std::string_view before =
+        "pdx|descriptor-v1|notify-v1|layout(region,offset,block,stride,count)|le";
+    EXPECT_EQ(fnv1a(std::as_bytes(std::span(before.data(), before.size()))),
+              0xb1e0a5622874185full);  // agents without Am writes: refused
+}
+
 TEST(Descriptor, RoundTripsAndIsLittleEndian) {
     auto blob = encode_descriptor(sample());
     ASSERT_GE(blob.size(), 24u);

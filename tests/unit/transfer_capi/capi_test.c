@@ -383,6 +383,10 @@ static int run_loopback(void) {
     pdx_agent_t* none = (pdx_agent_t*)&bad;
     CHECK_STATUS(pdx_agent_create(&bad, &none), PDX_INVALID);
     CHECK(none == NULL);
+    pdx_config_init(&bad);
+    bad.write_protocol = (pdx_write_protocol_t)3;
+    CHECK_STATUS(pdx_agent_create(&bad, &none), PDX_INVALID);
+    CHECK(strstr(pdx_last_error(), "write protocol") != NULL);
     return 0;
 }
 
@@ -474,6 +478,10 @@ static int run_ucx(const char* tls) {
     int rc = 0;
     if (make_side("capi-a", PDX_BACKEND_UCX, tls, &a)) {
         uint64_t peer_b = exchange(&a, sv[0]);
+        /* the default write protocol: active messages over tcp, puts over shared memory */
+        pdx_peer_info_t info;
+        CHECK_STATUS(pdx_peer_info(a.agent, peer_b, &info), PDX_OK);
+        CHECK(info.am_writes == (strcmp(tls, "tcp") == 0 ? 1 : 0));
         side_t remote = {NULL, 0, 0}; /* target layout 0, region 0 in the other process */
         data_path(&a, &remote, peer_b);
         completion_callbacks(&a, &remote, peer_b, 0);

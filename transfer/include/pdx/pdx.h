@@ -42,6 +42,13 @@ typedef enum pdx_error_mode {
     PDX_ERROR_MODE_PEER = 1,
     PDX_ERROR_MODE_NONE = 2
 } pdx_error_mode_t;
+/* How writes move over UCX (see pdx::WriteProtocol): AUTO = active messages on tcp-only
+ * connections, puts elsewhere. */
+typedef enum pdx_write_protocol {
+    PDX_WRITE_PROTOCOL_AUTO = 0,
+    PDX_WRITE_PROTOCOL_RMA = 1,
+    PDX_WRITE_PROTOCOL_AM = 2
+} pdx_write_protocol_t;
 typedef enum pdx_notify_kind {
     PDX_NOTIFY_DONE = 1,
     PDX_NOTIFY_FAILED = 2,
@@ -76,6 +83,7 @@ typedef struct pdx_config {
     uint64_t max_transfer_bytes;
     uint32_t max_blocks_per_transfer;
     uint64_t completed_history;
+    pdx_write_protocol_t write_protocol;
 } pdx_config_t;
 
 /* Dense when stride == 0. Block i is at region base + offset + i * stride. */
@@ -133,6 +141,7 @@ typedef struct pdx_peer_info_s {
     int peer_error_mode;
     uint32_t layouts;
     int64_t ms_since_heard; /* -1 if nothing heard yet */
+    int am_writes;          /* writes to this peer go as active messages */
 } pdx_peer_info_t;
 
 typedef struct pdx_latency {

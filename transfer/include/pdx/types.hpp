@@ -111,6 +111,14 @@ enum class ProgressMode : std::uint8_t {
 // disables shm lanes) and rely on the core's heartbeats and deadlines.
 enum class ErrorMode : std::uint8_t { Auto = 0, Peer = 1, None = 2 };
 
+// How write_blocks moves data over UCX. Rma: ucp_put_nbx per merged run, then a flush. Am:
+// each run is an active message that the target's agent copies (eager) or receives (rendezvous)
+// into the destination blocks and acknowledges; the write completes on the acknowledgement.
+// Auto: Am for peers whose endpoint runs over tcp only (UCX 1.13 acknowledges every put
+// fragment there; active messages move 64 KiB-16 MiB writes at 2-3x the put rate), Rma
+// otherwise (shared memory and RDMA transports have native puts). Reads always use gets.
+enum class WriteProtocol : std::uint8_t { Auto = 0, Rma = 1, Am = 2 };
+
 struct Config {
     // Agent name, carried in the descriptor. A non-empty name identifies one logical peer
     // across restarts: it must be unique among the agents a process adds as peers, and a
@@ -123,6 +131,7 @@ struct Config {
     std::string transports;   // UCX_TLS for this agent's context ("" = UCX's own choice / env)
     std::string net_devices;  // UCX_NET_DEVICES ("" = UCX's own choice / env), e.g. "lo"
     ErrorMode error_mode = ErrorMode::Auto;
+    WriteProtocol write_protocol = WriteProtocol::Auto;
     std::string host_id;  // same-host detection key ("" = hostname + boot id)
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds peer_timeout{3000};       // no message for this long => PeerGone
@@ -206,6 +215,7 @@ struct PeerInfo {
     bool alive = false;
     bool same_host = false;
     bool peer_error_mode = false;  // UCX endpoint uses UCP_ERR_HANDLING_MODE_PEER
+    bool am_writes = false;        // writes to it go as active messages (WriteProtocol)
     // Milliseconds since the last message (heartbeat or notification) from the peer; -1 if it
     // never sent one (heartbeat liveness applies only once a peer has been heard from).
     std::int64_t ms_since_heard = -1;

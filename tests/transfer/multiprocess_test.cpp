@@ -250,6 +250,34 @@ TEST_P(MultiProcess, DeadlineExpiresAndCancelEndsWhileTargetIsStalled) {
     EXPECT_EQ(agent_->poll(*c), Status::Canceled);
 }
 
+// A write that expires while its data is still on the way sends its Failed notification only
+// once nothing of it can land any more: a target that frees the blocks on Failed must not have
+// them overwritten afterwards (with rendezvous Am writes the note could otherwise overtake the
+// data, whose transfer starts only when the target answers).
+TEST_P(MultiProcess, FailedNoteOfAnExpiredWriteWaitsUntilItsDataCannotLandAnyMore) {
+    if (GetParam().one_sided)
+        GTEST_SKIP() << "shared-memory puts complete without the target";
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    fill_local(66);
+    ASSERT_EQ(child->cmd("FREEZE 2000"), "OK");
+    const auto frozen_at = Clock::now();
+    std::vector<BlockId> src = {1, 3, 5}, dst = {2, 4, 6};  // three 1 MiB operations
+    TransferRequest w = req(p, src, dst, 77, 100ms);
+    w.notify = Notification{NotifyKind::Done, 77, 0, 1, Status::Ok, "never"};
+    auto h = agent_->write_blocks(w);
+    ASSERT_TRUE(h) << h.message();
+    EXPECT_EQ(agent_->wait(*h, 5s), Status::Expired);
+    const std::uint64_t sent_while_frozen = agent_->stats().notifications_sent;
+    if (Clock::now() - frozen_at > 1500ms)
+        GTEST_SKIP() << "machine too loaded: this thread ran only after the freeze had ended";
+    EXPECT_EQ(sent_while_frozen, 0u) << "Failed sent while the write's data was still on the way";
+    // once the target runs again the data lands, then the Failed note follows it
+    EXPECT_EQ(child->cmd("WAITNOTE 2 77 10000").rfind("OK", 0), 0u);
+    EXPECT_EQ(agent_->stats().notifications_sent, 1u);
+    EXPECT_EQ(child->cmd("VERIFY 66 2:1 4:3 6:5"), "OK");
+}
+
 TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
     make_agent(kFastPeerTimeout);  // tcp_mode_none detects the kill by missing heartbeats
     std::unique_ptr<Child> child;

@@ -65,6 +65,9 @@ public:
         Status op_status = Status::Ok;        // first backend failure
         std::string op_message;
         std::optional<Notification> notify;
+        // A write that ended (not Ok) while chunks were still posted: its Failed notification
+        // waits for them (settle()), so it cannot reach the target ahead of data that lands.
+        bool failed_note_due = false;
         CompletionFn on_complete;
     };
 
@@ -85,6 +88,7 @@ public:
     bool needs_progress_locked() const;
     void drop_backend_op(Xfer& x);
     Result<void> send_locked(Peer& p, const Notification& n, std::uint8_t flags);
+    void send_failed_locked(Peer& p, const Xfer& x);  // the Failed note of a write that ended
     std::size_t progress();
     bool arm();
     void tick_locked(Clock::time_point now);

@@ -65,6 +65,11 @@ void Agent::Impl::settle(std::unordered_map<TransferHandle, Xfer>::iterator it) 
         return;
     drop_backend_op(x);
     finish(it->first, x, x.op_status, std::move(x.op_message));
+    if (x.failed_note_due) {  // every posted chunk has completed: nothing more can land
+        auto pit = peers_.find(x.res.peer);
+        if (pit != peers_.end() && pit->second.state == PeerState::Alive)
+            send_failed_locked(pit->second, x);
+    }
     xfers_.erase(it);
 }
 

@@ -231,17 +231,12 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
         if (!peer->in_flight.empty())
             peer->in_flight.erase(h);
         if (x.notify && x.res.direction == Direction::Write && peer->state == PeerState::Alive) {
-            if (s == Status::Ok) {
+            if (s == Status::Ok)
                 send_locked(*peer, *x.notify, 0);
-            } else {
-                Notification f;
-                f.kind = NotifyKind::Failed;
-                f.transfer_id = x.notify->transfer_id;
-                f.sequence = x.notify->sequence;
-                f.expected = x.notify->expected;
-                f.status = s;
-                send_locked(*peer, f, 0);
-            }
+            else if (x.ops > 0)
+                x.failed_note_due = true;  // posted chunks may still land: settle() sends it
+            else
+                send_failed_locked(*peer, x);
         }
     }
     remember(h, x.res);
@@ -274,6 +269,16 @@ void Agent::Impl::remember(TransferHandle h, const TransferResult& r) {
         history_.erase(history_order_.front());
         history_order_.pop_front();
     }
+}
+
+void Agent::Impl::send_failed_locked(Peer& p, const Xfer& x) {
+    Notification f;
+    f.kind = NotifyKind::Failed;
+    f.transfer_id = x.notify->transfer_id;
+    f.sequence = x.notify->sequence;
+    f.expected = x.notify->expected;
+    f.status = x.res.status;
+    send_locked(p, f, 0);
 }
 
 Result<void> Agent::Impl::send_locked(Peer& p, const Notification& n, std::uint8_t flags) {

@@ -11,6 +11,7 @@
 
 #include "pdx/pdx.h"
 #include "plan.hpp"
+#include "tests/transfer/peer_proto.hpp"
 #include "tests/transfer/regression_fixture.hpp"
 
 namespace pdx::test {
@@ -227,6 +228,25 @@ TEST_P(CoreRegressionTest, ExpiredLeaseIdsAreNeverDropped) {
     for (std::uint64_t i = 0; i < got.size(); ++i)
         ASSERT_EQ(got[i], i);
     EXPECT_FALSE(a->is_leased(*layout, 0));
+}
+
+// The same memory registered twice is two regions; releasing one must leave the other a valid
+// write target (the Am write path over tcp used to forget every region at that address).
+TEST_P(CoreRegressionTest, MemoryRegisteredTwiceStaysWritableAfterOneRegionIsReleased) {
+    auto src = make("src");
+    auto dst = make("dst");
+    const LayoutId sl = pool(*src);
+    std::vector<std::byte> memory(kBlock * kBlocks);
+    auto first = dst->register_region(memory.data(), memory.size());
+    auto second = dst->register_region(memory.data(), memory.size());
+    ASSERT_TRUE(first && second) << first.message() << " / " << second.message();
+    auto dl = dst->add_layout(Layout{*second, 0, kBlock, 0, kBlocks});
+    ASSERT_TRUE(dl) << dl.message();
+    PeerHandle peer = connect(*src, *dst);
+    ASSERT_TRUE(dst->release_region(*first)) << "the first registration is unused";
+    fill_block(src->block(sl, 0), 91, 0);
+    ASSERT_TRUE(write_ok(*src, peer, sl, *dl, 1));
+    EXPECT_EQ(check_block(dst->block(*dl, 0), 91, 0), -1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CoreRegressionTest, backend_params(), backend_label);

@@ -112,11 +112,12 @@ enum class ProgressMode : std::uint8_t {
 enum class ErrorMode : std::uint8_t { Auto = 0, Peer = 1, None = 2 };
 
 // How write_blocks moves data over UCX. Rma: ucp_put_nbx per merged run, then a flush. Am:
-// each run is an active message that the target's agent copies (eager) or receives (rendezvous)
-// into the destination blocks and acknowledges; the write completes on the acknowledgement.
-// Auto: Am for peers whose endpoint runs over tcp only (UCX 1.13 acknowledges every put
-// fragment there; active messages move 64 KiB-16 MiB writes at 2-3x the put rate), Rma
-// otherwise (shared memory and RDMA transports have native puts). Reads always use gets.
+// each run (in pieces of at most 256 KiB) is an eager active message that the target's agent
+// checks against its live regions, copies into the destination blocks and acknowledges; the
+// write completes on the last acknowledgement. Auto: Am for peers whose endpoint runs over tcp
+// only (UCX 1.13 acknowledges every put fragment there; active messages move 64 KiB-16 MiB
+// writes at about twice the put rate), Rma otherwise (shared memory and RDMA transports have
+// native puts). Reads always use gets.
 enum class WriteProtocol : std::uint8_t { Auto = 0, Rma = 1, Am = 2 };
 
 struct Config {

@@ -49,6 +49,10 @@ awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
     if (parser_.is_done()) {
         finish();
     }
+    // From here on one parse takes every chunk already buffered (up to the body buffer), not
+    // just the next one: a burst of stream events goes to the client in one write, while an
+    // event that arrives alone is still passed on at once.
+    parser_.eager(true);
     co_return std::pair{Failure::None, error_code{}};
 }
 
@@ -68,9 +72,11 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             body.data = buf_;
             body.size = kBufferSize;
             conn_->deadline.expires_after(timeouts_.idle);
-            // wire::parse_some, inlined: one coroutine frame less per piece of a stream.
+            // wire::parse_some, inlined: one coroutine frame less per piece of a stream. Body
+            // bytes the parser took are passed on before waiting for more input.
             error_code rec;
-            while (!wire::parse_buffered(conn_->buffer, parser_, rec)) {
+            while (!wire::parse_buffered(conn_->buffer, parser_, rec) &&
+                   parser_.get().body().size == kBufferSize) {
                 auto [read_ec, n] = co_await conn_->stream.socket().async_read_some(
                     conn_->buffer.prepare(wire::kReadSize), use_tuple);
                 if (read_ec) {

@@ -162,6 +162,7 @@ pdx_status_t pdx_stats(pdx_agent_t* a, pdx_stats_t* out) {
         out->descriptors_posted = s.descriptors_posted;
         out->notifications_sent = s.notifications_sent;
         out->notifications_received = s.notifications_received;
+        out->notifications_failed = s.notifications_failed;
         out->leases_active = s.leases_active;
         out->leases_expired = s.leases_expired;
         out->peers = s.peers;

@@ -231,12 +231,14 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
         if (!peer->in_flight.empty())
             peer->in_flight.erase(h);
         if (x.notify && x.res.direction == Direction::Write && peer->state == PeerState::Alive) {
-            if (s == Status::Ok)
-                send_locked(*peer, *x.notify, 0);
-            else if (x.ops > 0)
+            if (s == Status::Ok) {
+                if (auto sent = send_locked(*peer, *x.notify, 0); !sent)
+                    x.res.message = "data written; notification not sent: " + sent.message();
+            } else if (x.ops > 0) {
                 x.failed_note_due = true;  // posted chunks may still land: settle() sends it
-            else
+            } else {
                 send_failed_locked(*peer, x);
+            }
         }
     }
     remember(h, x.res);
@@ -283,8 +285,8 @@ void Agent::Impl::send_failed_locked(Peer& p, const Xfer& x) {
 
 Result<void> Agent::Impl::send_locked(Peer& p, const Notification& n, std::uint8_t flags) {
     auto r = backend_->send(p.conn, detail::encode_notification(n, flags, instance_));
-    if (r && !(flags & detail::kNotifyFlagInternal))
-        ++stats_.notifications_sent;
+    if (!(flags & detail::kNotifyFlagInternal))
+        ++(r ? stats_.notifications_sent : stats_.notifications_failed);
     return r;
 }
 

@@ -518,6 +518,37 @@ TEST_P(AgentTest, DescriptorCanBeInspected) {
     EXPECT_EQ(s->backend, GetParam().backend);
 }
 
+// The data of a write landed but its Done notification could not be sent (the target went away
+// in between): the write is Ok, says so in its message, and the refused send is counted.
+// Loopback only: there the order is deterministic (the completion is queued before the
+// connection error that the target's destruction queues).
+TEST(AgentNotify, DoneThatCannotBeSentIsCountedAndReported) {
+    auto make = [](const char* name) {
+        auto a = Agent::create(
+            test::agent_config(name, BackendKind::Loopback, "", ProgressMode::EventFd));
+        EXPECT_TRUE(a) << a.message();
+        return std::move(*a);
+    };
+    auto a = make("a");
+    auto b = make("b");
+    const LayoutId al = test::dense_pool(*a, 4096, 2), bl = test::dense_pool(*b, 4096, 2);
+    const PeerHandle peer = test::connect_peer(*a, *b);
+    const BlockId one[] = {1};
+    TransferRequest w = test::make_req(peer, al, one, bl, one, 7);
+    w.notify = Notification{NotifyKind::Done, 7, 0, 1, Status::Ok, "done"};
+    auto h = a->write_blocks(w);
+    ASSERT_TRUE(h) << h.message();
+    b->progress();  // the target copies the data and queues the completion to a
+    b.reset();      // then goes away: the Done has nowhere to go
+    for (int i = 0; i < 1000 && a->poll(*h) == Status::InProgress; ++i)
+        a->progress();
+    ASSERT_EQ(a->poll(*h), Status::Ok);
+    EXPECT_NE(a->result(*h)->message.find("notification not sent"), std::string::npos)
+        << a->result(*h)->message;
+    EXPECT_EQ(a->stats().notifications_failed, 1u);
+    EXPECT_EQ(a->stats().notifications_sent, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, AgentTest,
                          ::testing::Values(Param{"loopback", BackendKind::Loopback, "", true},
                                            Param{"ucx_tcp", BackendKind::Ucx, "tcp", true},

@@ -169,8 +169,9 @@ typedef struct pdx_stats_s {
     uint64_t leases_expired;
     uint64_t peers;
     uint64_t peers_gone;
-    pdx_latency_t post;       /* time inside write/read_blocks */
-    pdx_latency_t completion; /* post to terminal OK */
+    pdx_latency_t post;            /* time inside write/read_blocks */
+    pdx_latency_t completion;      /* post to terminal OK */
+    uint64_t notifications_failed; /* refused by the transport (peer connection gone) */
 } pdx_stats_t;
 
 /* ---- misc ------------------------------------------------------------------------------ */

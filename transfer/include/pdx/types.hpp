@@ -245,6 +245,9 @@ struct Stats {
     std::uint64_t descriptors_posted = 0;  // operations after merging
     std::uint64_t notifications_sent = 0;
     std::uint64_t notifications_received = 0;
+    // Notifications the transport refused (the peer's connection was already gone), a write's
+    // Done or Failed included: the write's result stays Ok with the reason in its message.
+    std::uint64_t notifications_failed = 0;
     std::uint64_t leases_active = 0;
     std::uint64_t leases_expired = 0;
     std::uint64_t peers = 0;       // alive peers

@@ -324,6 +324,7 @@ TEST_P(MultiProcess, RestartedPeerIsANewGenerationAndStaleHandleIsRefused) {
     ASSERT_NE(h2, kNoPeer);
     EXPECT_NE(h1, h2);
     EXPECT_EQ(agent_->peer_info(h2)->generation, 2u);
+    EXPECT_EQ(agent_->peer_info(h1)->layouts, 0u);  // the retired one keeps no descriptor
     std::vector<BlockId> ids = {4};
     auto stale = agent_->write_blocks(req(h1, ids, ids, 1));
     EXPECT_EQ(stale.status(), Status::NotFound);

@@ -131,6 +131,9 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
                                  "replaced by a new generation of '" + d->name + "'");
                 else
                     it->second.state = Impl::PeerState::Replaced;
+                // Kept only to answer its stale handle: its descriptor (worker address, packed
+                // keys, layouts) is dead weight once a newer generation took over.
+                it->second.desc = {};
             }
         }
     }

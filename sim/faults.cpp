@@ -57,7 +57,8 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
         !read_int(obj, "delay_ms", f.delay_ms, error) ||
         !read_int(obj, "token_delay_ms", f.token_delay_ms, error) ||
         !read_bool(obj, "close_before_response", f.close_before_response, error) ||
-        !read_bool(obj, "omit_kv_params", f.omit_kv_params, error)) {
+        !read_bool(obj, "omit_kv_params", f.omit_kv_params, error) ||
+        !read_bool(obj, "cut_last_event", f.cut_last_event, error)) {
         return error;
     }
     if (f.status != 0 && (f.status < 100 || f.status > 599)) {

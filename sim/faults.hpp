@@ -12,6 +12,7 @@ struct Fault {
     std::string body;  // default: an OpenAI-style error object
     bool close_before_response = false;
     int close_after_chunks = -1;  // >= 0: close after N SSE events (non-stream: after the head)
+    bool cut_last_event = false;  // with close_after_chunks: the Nth event is sent only half
     int delay_ms = 0;             // wait before answering
     bool omit_kv_params = false;  // prefill: answer without kv_transfer_params
     int token_delay_ms = -1;      // >= 0: per-token delay instead of the configured one

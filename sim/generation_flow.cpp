@@ -67,6 +67,7 @@ struct StreamWriter {
     server::Exchange& x;
     RequestCtx& ctx;
     int close_after;  // < 0: never
+    bool cut_last;    // the event that reaches close_after goes out only half
     int sent = 0;
 
     void close() {
@@ -75,6 +76,11 @@ struct StreamWriter {
     }
     // Sends one SSE event; false when the stream ended (client gone or injected close).
     awaitable<bool> emit(std::string_view event) {
+        if (cut_last && close_after >= 0 && sent + 1 >= close_after) {
+            co_await x.write_chunk(event.substr(0, event.size() / 2));
+            close();
+            co_return false;
+        }
         auto ec = co_await x.write_chunk(event);
         if (ec) {
             co_return false;
@@ -91,6 +97,7 @@ struct StreamWriter {
 struct AnswerPlan {
     Duration token_delay{0};
     int close_after_chunks = -1;
+    bool cut_last_event = false;
     std::function<void(json&)> finalize;  // adds fields to a non-stream answer before it is sent
 };
 
@@ -134,7 +141,7 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
     if (co_await x.begin_stream(std::move(head))) {
         co_return;
     }
-    StreamWriter w{x, ctx, plan.close_after_chunks};
+    StreamWriter w{x, ctx, plan.close_after_chunks, plan.cut_last_event};
     if (w.close_after == 0) {
         w.close();
         co_return;
@@ -287,6 +294,7 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     plan.token_delay =
         fault && fault->token_delay_ms >= 0 ? Duration{fault->token_delay_ms} : cfg.token_delay;
     plan.close_after_chunks = fault ? fault->close_after_chunks : -1;
+    plan.cut_last_event = fault && fault->cut_last_event;
 
     if (cfg.role == Role::Prefill) {
         const bool leg = g.kv_params.has_value();

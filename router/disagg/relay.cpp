@@ -58,6 +58,26 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
     co_return RelayEnd::Complete;
 }
 
+// True when `tail`, the last bytes relayed, is empty or ends with a blank line (an SSE event
+// boundary, with LF, CRLF or CR line ends). A rarer mix of line ends counts as inside an event:
+// the blank lines then added are harmless (a blank line with no data dispatches nothing).
+bool ends_an_event(std::string_view tail) {
+    return tail.empty() || tail.ends_with("\n\n") || tail.ends_with("\r\r") ||
+           tail.ends_with("\r\n\r\n");
+}
+
+void keep_tail(std::string& tail, std::string_view piece) {
+    constexpr std::size_t kKeep = 4;
+    if (piece.size() >= kKeep) {
+        tail.assign(piece.substr(piece.size() - kKeep));
+        return;
+    }
+    tail.append(piece);
+    if (tail.size() > kKeep) {
+        tail.erase(0, tail.size() - kKeep);
+    }
+}
+
 awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
                                  const instances::Instance& decode, FirstByteHook on_first_byte) {
     server::Exchange& ex = req.exchange;
@@ -72,6 +92,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     }
     std::string piece;
     bool first = true;
+    // The last bytes relayed (up to 4), to tell whether the stream stopped inside an event.
+    std::string tail;
     for (;;) {
         piece.clear();
         upstream::Failure f = co_await up.read_some(piece);
@@ -84,6 +106,11 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             std::string event = openai_error_event(
                 errc_for(f),
                 std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)));
+            if (!ends_an_event(tail)) {
+                // The decode stopped inside an event: end it, so the error event stands alone
+                // instead of being glued onto a half line.
+                event.insert(0, "\n\n");
+            }
             co_await ex.write_chunk(event);
             ex.abort();
             co_return RelayEnd::UpstreamFailed;
@@ -94,6 +121,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
                 on_first_byte();
                 deps.metrics.first_byte(req.route, seconds_since(req.started));
             }
+            keep_tail(tail, piece);
             error_code ec;
             if (auto rest = ex.write_chunk_or_rest(piece, ec)) {
                 ec = co_await std::move(*rest);

@@ -101,6 +101,7 @@ private:
     char* buf_ = nullptr;  // owned by conn_ (Conn::body_buf)
     bool done_ = false;
     bool canceled_ = false;
+    Failure deferred_ = Failure::None;  // an error that follows body bytes already passed on
     bool closed_ = false;
 };
 

@@ -63,6 +63,9 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
     if (canceled_) {
         co_return Failure::Canceled;
     }
+    if (deferred_ != Failure::None) {
+        co_return deferred_;
+    }
     if (closed_ || !conn_) {
         co_return Failure::Read;
     }
@@ -94,6 +97,13 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
                 Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::IdleTimeout);
                 canceled_ = f == Failure::Canceled;
                 drop();
+                if (got > 0 && !canceled_) {
+                    // Body bytes taken before the error are good: they go out first, the
+                    // failure with the next call.
+                    out.append(buf_, got);
+                    deferred_ = f;
+                    co_return Failure::None;
+                }
                 co_return f;
             }
             out.append(buf_, got);

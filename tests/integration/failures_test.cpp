@@ -280,6 +280,27 @@ TEST_F(FailureTest, DecodeFailsMidStreamErrorEventNoDone) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
+// The decode closes inside an event: the half event is ended, and the error event stands alone
+// (not glued onto the half line, where no client could parse it).
+TEST_F(FailureTest, DecodeFailsInsideAnEventErrorEventStandsAlone) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    sim_fault(*pd.decode[0], {{"close_after_chunks", 3}, {"cut_last_event", true}});
+    json body = completion_body("break inside an event", 10, true);
+    auto r = http_request(
+        pd.router->port,
+        HttpRequest{"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
+        Ms{10000});
+    EXPECT_EQ(r.status, 200) << r.describe();
+    auto events = sse_data(r.body);
+    auto errors = error_events(r.body);
+    EXPECT_EQ(errors.size(), 1u) << r.body;
+    ASSERT_EQ(events.size(), 4u) << r.body;  // two whole events, the half one, the error
+    EXPECT_TRUE(json::parse(events[1], nullptr, false).is_object()) << events[1];
+    EXPECT_TRUE(json::parse(events[2], nullptr, false).is_discarded()) << events[2];
+    EXPECT_EQ(events.back(), errors.empty() ? "" : errors.back()) << "error must be last";
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
 // Opens a client connection, sends `body`, waits for `ready`, then resets the connection and
 // measures how long until `server`'s client_disconnects grows.
 double disconnect_and_measure(const Server& router, const Server& server, const json& body,

@@ -99,6 +99,55 @@ TEST_F(StreamClientTest, ReadsEventsAsTheyArrive) {
     EXPECT_EQ(requests_, 2);
 }
 
+// An upstream whose good chunks arrive in the same segment as a broken chunk-size line: the
+// events it sent reach the caller first, then the protocol failure.
+TEST_F(StreamClientTest, EventsBeforeABrokenChunkArePassedOnBeforeTheFailure) {
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    auto serve = [&]() -> awaitable<void> {
+        auto [ec, sock] = co_await acceptor.async_accept();
+        if (ec) {
+            co_return;
+        }
+        beast::tcp_stream s(std::move(sock));
+        beast::flat_buffer buf;
+        http::request<http::string_body> req;
+        auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+        (void)rn;
+        if (rec) {
+            co_return;
+        }
+        co_await write_raw(s,
+                           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                           "Transfer-Encoding: chunked\r\n\r\n"
+                           "9\r\ndata: 0\n\n\r\n9\r\ndata: 1\n\n\r\nzz\r\n");
+        co_await sleep_for(Duration{2000});
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", port};
+        auto o = co_await client.open(ep, make_req(http::verb::get, "/events"), quick());
+        if (!o.stream) {
+            ADD_FAILURE() << to_string(o.failure);
+            co_return;
+        }
+        std::string got;
+        Failure f = Failure::None;
+        for (int i = 0; i < 8 && f == Failure::None && !o.stream->done(); ++i) {
+            f = co_await o.stream->read_some(got);
+        }
+        EXPECT_EQ(got, "data: 0\n\ndata: 1\n\n");
+        EXPECT_EQ(f, Failure::Protocol) << to_string(f);
+        EXPECT_FALSE(o.stream->done());
+        std::string more;
+        EXPECT_NE(co_await o.stream->read_some(more), Failure::None);  // and stays failed
+        EXPECT_TRUE(more.empty());
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+    acceptor.close();
+}
+
 TEST_F(StreamClientTest, StalledStreamHitsIdleTimeout) {
     run([this]() -> awaitable<void> {
         Client client(ioc_.get_executor());

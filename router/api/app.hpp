@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <unordered_set>
 
 namespace pdr::api {
 
@@ -67,6 +69,7 @@ private:
     disagg::FlowDeps deps_;
     std::unique_ptr<server::HttpServer> server_;
     std::size_t generations_in_flight_ = 0;
+    std::unordered_set<std::string> request_ids_in_flight_;  // generation requests' ids
     bool shutting_down_ = false;
 };
 

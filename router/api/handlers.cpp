@@ -40,6 +40,32 @@ private:
     metrics::Gauge& gauge_;
 };
 
+// Claims a request id for as long as its request is in flight; claimed() is false when another
+// request in flight holds it.
+class RequestIdClaim {
+public:
+    RequestIdClaim(std::unordered_set<std::string>& ids, const std::string& id) : ids_(ids) {
+        auto [it, inserted] = ids_.insert(id);
+        if (inserted) {
+            it_ = it;
+            claimed_ = true;
+        }
+    }
+    ~RequestIdClaim() {
+        if (claimed_) {
+            ids_.erase(it_);
+        }
+    }
+    RequestIdClaim(const RequestIdClaim&) = delete;
+    RequestIdClaim& operator=(const RequestIdClaim&) = delete;
+    bool claimed() const noexcept { return claimed_; }
+
+private:
+    std::unordered_set<std::string>& ids_;
+    std::unordered_set<std::string>::iterator it_;
+    bool claimed_ = false;
+};
+
 awaitable<void> respond_json(server::Exchange& ex, unsigned status, const disagg::Json& body) {
     co_await disagg::respond_relayed(ex, status, "application/json", disagg::dump(body));
 }
@@ -62,6 +88,19 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
     }
     GenerationSlot slot(generations_in_flight_, router_metrics_.requests_in_flight);
     const server::Request& request = ex.request();
+    // The id is the engines' request id on both legs: two requests in flight with one id would
+    // collide there (the second prefill replaces the first's KV blocks).
+    RequestIdClaim id_claim(request_ids_in_flight_, ex.request_id());
+    if (!id_claim.claimed()) {
+        router_metrics_.bad_request(error_info(Errc::DuplicateRequestId).code);
+        PDR_WARN(kLog, "rejected: X-Request-Id already in flight", ex.request_id());
+        co_await disagg::respond_error(
+            ex, Errc::DuplicateRequestId,
+            "X-Request-Id '" + ex.request_id() +
+                "' is already used by a request in flight; request ids must be unique",
+            "X-Request-Id");
+        co_return;
+    }
     ParsedGeneration parsed;
     const GenerationKind kind =
         id == RouteId::Completions ? GenerationKind::Completions : GenerationKind::ChatCompletions;

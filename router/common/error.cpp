@@ -69,6 +69,8 @@ constexpr std::array kTable{
           "malformed HTTP request"},
     Entry{Errc::TooManyConnections, http_status::service_unavailable, kServer,
           "too_many_connections", "too many client connections"},
+    Entry{Errc::DuplicateRequestId, http_status::conflict, kInvalid, "duplicate_request_id",
+          "request id already in flight"},
 };
 
 constexpr bool table_in_order() {
@@ -77,7 +79,7 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::TooManyConnections) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::DuplicateRequestId) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 

@@ -37,6 +37,7 @@ enum class Errc {
     Internal,            // 500
     BadHttp,             // 400 malformed HTTP request (added by the net layer)
     TooManyConnections,  // 503 (--max-client-connections reached; added by the net layer)
+    DuplicateRequestId,  // 409 (a client's X-Request-Id that a request in flight already uses)
 };
 
 const boost::system::error_category& router_category() noexcept;

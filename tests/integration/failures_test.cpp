@@ -447,6 +447,37 @@ TEST_F(FailureTest, BadInputGetsOpenAiErrorsAndCostsNothing) {
     EXPECT_TRUE(answer_ok(send_generation(*pd.router, good), good));
 }
 
+// Two requests in flight with one client X-Request-Id would collide on the engines (the id is
+// theirs on both legs): the second is refused with 409 before any upstream call; the first is
+// untouched, and the id is free again once it is over.
+TEST_F(FailureTest, SecondRequestWithAnIdInFlightGets409) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    sim_fault(*pd.decode[0], {{"token_delay_ms", 100}, {"count", 1}});
+    json slow = completion_body("the first holder of the id", 6, true);
+    HttpResponse first;
+    std::thread client([&] {
+        first = send_generation(*pd.router, slow, {{"X-Request-Id", "dup-1"}}, Ms{10000});
+    });
+    const bool decoding =
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; }, Ms{3000});
+    EXPECT_TRUE(decoding) << "the first request never reached decode";
+    json other = completion_body("a second one with the same id", 4, false);
+    auto second = send_generation(*pd.router, other, {{"X-Request-Id", "dup-1"}}, Ms{5000});
+    EXPECT_EQ(second.status, 409) << second.describe();
+    EXPECT_TRUE(is_openai_error(second.body)) << second.describe();
+    EXPECT_NE(second.body.find("duplicate_request_id"), std::string::npos) << second.body;
+    EXPECT_EQ(second.header("x-request-id"), "dup-1");
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 1) << "the duplicate reached P";
+    client.join();
+    EXPECT_TRUE(answer_ok(first, slow));
+    auto m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_bad_requests_total", {{"code", "duplicate_request_id"}}), 1.0)
+        << m;
+    // Over: the id can be used again.
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, other, {{"X-Request-Id", "dup-1"}}), other));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
 // --max-client-connections reaches the server: beyond it a new connection gets 503 and is
 // closed; a kept-alive client that leaves frees its place at once.
 TEST_F(FailureTest, ConnectionsBeyondMaxClientConnectionsGet503) {

@@ -64,6 +64,9 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
     if (f.status != 0 && (f.status < 100 || f.status > 599)) {
         return "'status' must be an HTTP status (100-599)";
     }
+    if (f.cut_last_event && f.close_after_chunks < 1) {
+        return "'cut_last_event' needs 'close_after_chunks' >= 1";
+    }
     if (f.delay_ms < 0) {
         return "'delay_ms' must not be negative";
     }

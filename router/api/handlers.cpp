@@ -41,19 +41,15 @@ private:
 };
 
 // Claims a request id for as long as its request is in flight; claimed() is false when another
-// request in flight holds it.
+// request in flight holds it. `id` must outlive the claim. Released by key: an insert that
+// rehashes the set invalidates its iterators.
 class RequestIdClaim {
 public:
-    RequestIdClaim(std::unordered_set<std::string>& ids, const std::string& id) : ids_(ids) {
-        auto [it, inserted] = ids_.insert(id);
-        if (inserted) {
-            it_ = it;
-            claimed_ = true;
-        }
-    }
+    RequestIdClaim(std::unordered_set<std::string>& ids, const std::string& id)
+        : ids_(ids), id_(id), claimed_(ids_.insert(id).second) {}
     ~RequestIdClaim() {
         if (claimed_) {
-            ids_.erase(it_);
+            ids_.erase(id_);
         }
     }
     RequestIdClaim(const RequestIdClaim&) = delete;
@@ -62,8 +58,8 @@ public:
 
 private:
     std::unordered_set<std::string>& ids_;
-    std::unordered_set<std::string>::iterator it_;
-    bool claimed_ = false;
+    const std::string& id_;
+    bool claimed_;
 };
 
 awaitable<void> respond_json(server::Exchange& ex, unsigned status, const disagg::Json& body) {
@@ -93,7 +89,7 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
     RequestIdClaim id_claim(request_ids_in_flight_, ex.request_id());
     if (!id_claim.claimed()) {
         router_metrics_.bad_request(error_info(Errc::DuplicateRequestId).code);
-        PDR_WARN(kLog, "rejected: X-Request-Id already in flight", ex.request_id());
+        PDR_INFO(kLog, "rejected: X-Request-Id already in flight", ex.request_id());
         co_await disagg::respond_error(
             ex, Errc::DuplicateRequestId,
             "X-Request-Id '" + ex.request_id() +

@@ -1,6 +1,7 @@
 #include "router/disagg/relay.hpp"
 
 #include "router/common/log.hpp"
+#include "router/disagg/sse_cut.hpp"
 
 namespace pdr::disagg {
 
@@ -58,26 +59,6 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
     co_return RelayEnd::Complete;
 }
 
-// True when `tail`, the last bytes relayed, is empty or ends with a blank line (an SSE event
-// boundary, with LF, CRLF or CR line ends). A rarer mix of line ends counts as inside an event:
-// the blank lines then added are harmless (a blank line with no data dispatches nothing).
-bool ends_an_event(std::string_view tail) {
-    return tail.empty() || tail.ends_with("\n\n") || tail.ends_with("\r\r") ||
-           tail.ends_with("\r\n\r\n");
-}
-
-void keep_tail(std::string& tail, std::string_view piece) {
-    constexpr std::size_t kKeep = 4;
-    if (piece.size() >= kKeep) {
-        tail.assign(piece.substr(piece.size() - kKeep));
-        return;
-    }
-    tail.append(piece);
-    if (tail.size() > kKeep) {
-        tail.erase(0, tail.size() - kKeep);
-    }
-}
-
 awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
                                  const instances::Instance& decode, FirstByteHook on_first_byte) {
     server::Exchange& ex = req.exchange;
@@ -92,8 +73,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     }
     std::string piece;
     bool first = true;
-    // The last bytes relayed (up to 4), to tell whether the stream stopped inside an event.
-    std::string tail;
+    SseCutter cutter;  // whole events only: a failure never leaves a truncated one behind
     for (;;) {
         piece.clear();
         upstream::Failure f = co_await up.read_some(piece);
@@ -106,22 +86,31 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             std::string event = openai_error_event(
                 errc_for(f),
                 std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)));
-            if (!ends_an_event(tail)) {
-                // The decode stopped inside an event: end it, so the error event stands alone
-                // instead of being glued onto a half line.
+            if (cutter.held() > 0) {
+                PDR_DEBUG(kLogComponent,
+                          "dropped " + std::to_string(cutter.held()) +
+                              " bytes of an unfinished event from " + decode.name,
+                          req.request_id);
+            }
+            if (!cutter.at_boundary()) {
+                // Only after an over-long "event" was passed on unfinished: end it, so the
+                // error event is not glued onto its half line.
                 event.insert(0, "\n\n");
             }
             co_await ex.write_chunk(event);
             ex.abort();
             co_return RelayEnd::UpstreamFailed;
         }
+        if (!piece.empty() && first) {
+            first = false;
+            on_first_byte();
+            deps.metrics.first_byte(req.route, seconds_since(req.started));
+        }
+        cutter.take(piece);
+        if (up.done() && cutter.held() > 0) {
+            piece.append(cutter.flush());  // a last event without its blank line
+        }
         if (!piece.empty()) {
-            if (first) {
-                first = false;
-                on_first_byte();
-                deps.metrics.first_byte(req.route, seconds_since(req.started));
-            }
-            keep_tail(tail, piece);
             error_code ec;
             if (auto rest = ex.write_chunk_or_rest(piece, ec)) {
                 ec = co_await std::move(*rest);

@@ -68,6 +68,8 @@ TEST(FaultPlan, InvalidBodiesLeavePlanUnchanged) {
     EXPECT_TRUE(p.set(R"({"delay_ms":-1})").has_value());
     EXPECT_TRUE(p.set(R"({"close_before_response":1})").has_value());
     EXPECT_TRUE(p.set(R"({"body":7})").has_value());
+    EXPECT_TRUE(p.set(R"({"cut_last_event":true})").has_value());
+    EXPECT_TRUE(p.set(R"({"cut_last_event":true,"close_after_chunks":0})").has_value());
     auto f = p.take();
     ASSERT_TRUE(f.has_value());
     EXPECT_EQ(f->status, 500);

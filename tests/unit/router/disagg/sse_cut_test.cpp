@@ -1,0 +1,86 @@
+// SseCutter: a relayed stream is passed on in whole events; the unfinished rest is held.
+#include "router/disagg/sse_cut.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace pdr::disagg {
+namespace {
+
+// Feeds `pieces` one by one; returns what would be sent for each.
+std::vector<std::string> feed(SseCutter& c, const std::vector<std::string>& pieces) {
+    std::vector<std::string> sent;
+    for (std::string p : pieces) {
+        c.take(p);
+        sent.push_back(p);
+    }
+    return sent;
+}
+
+TEST(SseEventsEnd, FindsTheLastBlankLineOfAnyLineEnd) {
+    EXPECT_EQ(sse_events_end(""), 0u);
+    EXPECT_EQ(sse_events_end("data: a\n"), 0u);
+    EXPECT_EQ(sse_events_end("data: a\n\n"), 9u);
+    EXPECT_EQ(sse_events_end("data: a\n\ndata: b"), 9u);
+    EXPECT_EQ(sse_events_end("data: a\r\n\r\ndata: b\r\n"), 11u);
+    EXPECT_EQ(sse_events_end("data: a\r\rdata: b"), 9u);
+    EXPECT_EQ(sse_events_end("data: a\n\ndata: b\r\n\r\n"), 20u);
+    EXPECT_TRUE(ends_an_sse_event(""));
+    EXPECT_TRUE(ends_an_sse_event("x\r\n\r\n"));
+    EXPECT_FALSE(ends_an_sse_event("x\r\n"));
+    EXPECT_FALSE(ends_an_sse_event("x\n"));
+}
+
+TEST(SseCutter, WholeEventsPassAtOnce) {
+    SseCutter c;
+    auto sent = feed(c, {"data: 1\n\n", "data: 2\n\ndata: 3\n\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: 1\n\n", "data: 2\n\ndata: 3\n\n"}));
+    EXPECT_EQ(c.held(), 0u);
+    EXPECT_TRUE(c.at_boundary());
+}
+
+TEST(SseCutter, AnUnfinishedEventWaitsForItsEnd) {
+    SseCutter c;
+    auto sent = feed(c, {"data: 1\n\ndata: {\"par", "tial\":1}\n", "\ndata: 3"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: 1\n\n", "", "data: {\"partial\":1}\n\n"}));
+    EXPECT_EQ(c.held(), 7u);  // "data: 3"
+    EXPECT_TRUE(c.at_boundary());
+    EXPECT_EQ(c.flush(), "data: 3");  // the end of the stream lets it go as it is
+    EXPECT_EQ(c.held(), 0u);
+    EXPECT_FALSE(c.at_boundary());
+}
+
+TEST(SseCutter, CrlfBoundarySplitOverPieces) {
+    SseCutter c;
+    auto sent = feed(c, {"data: a\r\n\r", "\ndata: b\r\n", "\r\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"", "data: a\r\n\r\n", "data: b\r\n\r\n"}));
+    EXPECT_TRUE(c.at_boundary());
+}
+
+TEST(SseCutter, OneBytePieces) {
+    SseCutter c;
+    const std::string stream = "data: x\n\ndata: y\n\n";
+    std::string out;
+    for (char ch : stream) {
+        std::string p(1, ch);
+        c.take(p);
+        out += p;
+        EXPECT_TRUE(out.empty() || out.ends_with("\n\n")) << out;
+    }
+    EXPECT_EQ(out, stream);
+}
+
+TEST(SseCutter, AnEventOverTheCapIsPassedOnUnfinished) {
+    SseCutter c(16);
+    auto sent = feed(c, {"data: 0123456789", "abcdef", "\n\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"", "data: 0123456789abcdef", "\n\n"}));
+    SseCutter d(16);
+    feed(d, {"data: 0123456789", "abcdef"});
+    EXPECT_FALSE(d.at_boundary());  // a failure now must end the half event first
+    EXPECT_EQ(d.held(), 0u);
+}
+
+}  // namespace
+}  // namespace pdr::disagg

@@ -201,7 +201,17 @@ public:
             skip_ws();
             const std::size_t value_start = pos;
             JsonKind kind = JsonKind::Null;
-            if (!value(depth, kind)) {
+            if (depth == 1 && nested != nullptr && is_nested_key(key_start, key_end, escaped)) {
+                nested->clear();  // of duplicate keys the last counts
+                if (pos < s_.size() && s_[pos] == '{') {
+                    kind = JsonKind::Object;
+                    if (!object(depth + 1, nested)) {
+                        return false;
+                    }
+                } else if (!value(depth, kind)) {
+                    return false;
+                }
+            } else if (!value(depth, kind)) {
                 return false;
             }
             if (top != nullptr) {
@@ -406,15 +416,51 @@ private:
     std::string_view s_;
     std::size_t max_depth_;
     std::size_t max_members_;
+
+    bool is_nested_key(std::size_t key_start, std::size_t key_end, bool escaped) const {
+        const std::string_view text = s_.substr(key_start, key_end - key_start);
+        if (escaped) {
+            return json_string(text) == nested_key;  // rare: keys are seldom escaped
+        }
+        return text.size() == nested_key.size() + 2 &&
+               text.substr(1, nested_key.size()) == nested_key;
+    }
+
+public:
+    // Set by JsonObjectView::scan: the top-level key whose object value's members go to
+    // *nested (null: none).
+    std::string_view nested_key;
+    std::vector<JsonMember>* nested = nullptr;
 };
 
 }  // namespace
 
-JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth,
-                                    std::size_t max_members) {
+void JsonObjectView::reset() {
     members_.clear();
     decoded_.clear();
     duplicates_ = false;
+}
+
+JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth,
+                                    std::size_t max_members) {
+    JsonObjectView* none = nullptr;
+    return scan_impl(text, {}, none, max_depth, max_members);
+}
+
+JsonScanStatus JsonObjectView::scan(std::string_view text, std::string_view nested_key,
+                                    JsonObjectView& nested, std::size_t max_depth,
+                                    std::size_t max_members) {
+    JsonObjectView* out = &nested;
+    return scan_impl(text, nested_key, out, max_depth, max_members);
+}
+
+JsonScanStatus JsonObjectView::scan_impl(std::string_view text, std::string_view nested_key,
+                                         JsonObjectView* nested, std::size_t max_depth,
+                                         std::size_t max_members) {
+    reset();
+    if (nested != nullptr) {
+        nested->reset();
+    }
     if (text.size() >= 1 && static_cast<unsigned char>(text[0]) == 0xEF) {
         if (text.substr(0, 3) != "\xEF\xBB\xBF") {
             return JsonScanStatus::NotJson;
@@ -422,6 +468,11 @@ JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth
         text.remove_prefix(3);
     }
     Scanner sc(text, max_depth, max_members);
+    if (nested != nullptr) {
+        sc.nested_key = nested_key;
+        sc.nested = &nested->members_;
+        nested->members_.reserve(16);
+    }
     sc.skip_ws();
     if (sc.pos >= text.size()) {
         return JsonScanStatus::NotJson;
@@ -441,13 +492,24 @@ JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth
             ok = sc.fail();
         }
     }
-    if (!ok) {
+    if (!ok || !is_object) {
         members_.clear();
-        return sc.status == JsonScanStatus::Ok ? JsonScanStatus::NotJson : sc.status;
-    }
-    if (!is_object) {
+        if (nested != nullptr) {
+            nested->members_.clear();
+        }
+        if (!ok) {
+            return sc.status == JsonScanStatus::Ok ? JsonScanStatus::NotJson : sc.status;
+        }
         return JsonScanStatus::NotObject;
     }
+    finish();
+    if (nested != nullptr) {
+        nested->finish();
+    }
+    return JsonScanStatus::Ok;
+}
+
+void JsonObjectView::finish() {
     for (JsonMember& m : members_) {
         if (m.key.data() == nullptr) {  // escaped key: decode it
             decoded_.push_front(json_string(m.key_text));
@@ -474,7 +536,6 @@ JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth
         std::sort(keys.begin(), keys.end());
         duplicates_ = std::adjacent_find(keys.begin(), keys.end()) != keys.end();
     }
-    return JsonScanStatus::Ok;
 }
 
 const JsonMember* JsonObjectView::find(std::string_view key) const noexcept {

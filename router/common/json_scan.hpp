@@ -48,6 +48,12 @@ public:
     // Scans `text` (which must outlive this view). Anything but Ok leaves no members.
     JsonScanStatus scan(std::string_view text, std::size_t max_depth = kMaxJsonDepth,
                         std::size_t max_members = kMaxJsonObjectMembers);
+    // The same, and in the same pass `nested` gets the members of the top-level member
+    // `nested_key` when its (last) value is an object (no members otherwise): what a scan of
+    // that value would give, without a second pass over it.
+    JsonScanStatus scan(std::string_view text, std::string_view nested_key, JsonObjectView& nested,
+                        std::size_t max_depth = kMaxJsonDepth,
+                        std::size_t max_members = kMaxJsonObjectMembers);
 
     // The member with this key (the last one of duplicates), or null.
     const JsonMember* find(std::string_view key) const noexcept;
@@ -59,6 +65,12 @@ public:
     std::string rewrite(std::initializer_list<JsonEdit> edits) const;
 
 private:
+    JsonScanStatus scan_impl(std::string_view text, std::string_view nested_key,
+                             JsonObjectView* nested, std::size_t max_depth,
+                             std::size_t max_members);
+    void reset();
+    void finish();  // decodes escaped keys, notes duplicates
+
     std::vector<JsonMember> members_;
     std::forward_list<std::string> decoded_;  // keys that contained escapes (stable addresses)
     bool duplicates_ = false;

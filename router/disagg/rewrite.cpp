@@ -144,15 +144,12 @@ HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
     // whole text (same verdicts as a full parse, depth and member limits included; the last of
     // duplicate keys wins) and keeps the handle's bytes as they are.
     JsonObjectView answer;
-    if (answer.scan(prefill_answer) != JsonScanStatus::Ok) {
+    JsonObjectView params;  // kv_transfer_params' members, from the same pass
+    if (answer.scan(prefill_answer, kKvKey, params) != JsonScanStatus::Ok) {
         return HandleStatus::NotJson;
     }
     const JsonMember* kv = answer.find(kKvKey);
-    if (kv == nullptr || kv->kind != JsonKind::Object) {
-        return HandleStatus::Missing;
-    }
-    JsonObjectView params;
-    if (params.scan(kv->value) != JsonScanStatus::Ok || params.members().empty()) {
+    if (kv == nullptr || kv->kind != JsonKind::Object || params.members().empty()) {
         return HandleStatus::Missing;
     }
     out.params.assign(kv->value);

@@ -11,8 +11,8 @@ bool ends_an_sse_event(std::string_view bytes) noexcept {
 
 std::size_t sse_events_end(std::string_view bytes) noexcept {
     std::size_t end = 0;
-    for (std::string_view blank : {std::string_view("\n\n"), std::string_view("\r\r"),
-                                   std::string_view("\r\n\r\n")}) {
+    for (std::string_view blank :
+         {std::string_view("\n\n"), std::string_view("\r\r"), std::string_view("\r\n\r\n")}) {
         if (const std::size_t at = bytes.rfind(blank); at != std::string_view::npos) {
             end = std::max(end, at + blank.size());
         }
@@ -49,7 +49,8 @@ void SseCutter::passed_on(std::string_view sent) {
     if (!sent.empty()) {
         // A boundary split over two pieces ("\r\n" then "\r\n") is found in held_, so the last
         // four bytes sent tell.
-        at_boundary_ = ends_an_sse_event(sent.substr(sent.size() - std::min<std::size_t>(4, sent.size())));
+        at_boundary_ =
+            ends_an_sse_event(sent.substr(sent.size() - std::min<std::size_t>(4, sent.size())));
     }
 }
 

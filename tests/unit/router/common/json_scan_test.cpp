@@ -128,6 +128,66 @@ TEST(JsonScan, VerdictsMatchNlohmannOnRandomMutations) {
     EXPECT_EQ(checked, 20000u);
 }
 
+// scan(text, key, nested) in one pass: the same verdict as scan(text), and `nested` holds what a
+// second scan of the key's (last) value would hold when that value is an object.
+void expect_nested_matches_two_passes(const std::string& text, std::string_view key) {
+    JsonObjectView one;
+    JsonObjectView nested;
+    const JsonScanStatus st = one.scan(text, key, nested);
+    JsonObjectView plain;
+    ASSERT_EQ(st, plain.scan(text)) << "text: " << text;
+    std::vector<JsonMember> expected;
+    JsonObjectView second;
+    const JsonMember* m = st == JsonScanStatus::Ok ? plain.find(key) : nullptr;
+    if (m != nullptr && m->kind == JsonKind::Object) {
+        ASSERT_EQ(second.scan(m->value), JsonScanStatus::Ok) << "text: " << text;
+        expected = second.members();
+    }
+    ASSERT_EQ(nested.members().size(), expected.size()) << "text: " << text;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(nested.members()[i].key, expected[i].key) << "text: " << text;
+        EXPECT_EQ(nested.members()[i].key_text, expected[i].key_text) << "text: " << text;
+        EXPECT_EQ(nested.members()[i].value, expected[i].value) << "text: " << text;
+        EXPECT_EQ(nested.members()[i].kind, expected[i].kind) << "text: " << text;
+    }
+}
+
+TEST(JsonScan, NestedMembersInOnePassMatchASecondScan) {
+    const std::vector<std::string> texts{
+        R"({"k":{"x":1,"y":[1,{"z":2}],"x":"dup"},"o":2})",
+        R"({"k":{"x":1},"k":{"y":2}})",  // the last wins
+        R"({"k":{"x":1},"k":7})",        // the last is not an object
+        R"({"k":7,"k":{"x1":1}})",       // escaped nested key
+        R"({"k":{"x":1}})",              // escaped top-level key
+        R"({"o":{"k":{"x":1}}})",        // not top level
+        R"({"k":{}})",
+        R"({"k":{"x":1})",     // broken
+        R"([{"k":{"x":1}}])",  // not an object
+        R"({"kk":{"x":1},"":{"y":2}})",
+    };
+    for (const std::string& t : texts) {
+        expect_nested_matches_two_passes(t, "k");
+    }
+    JsonObjectView v;
+    JsonObjectView nested;
+    ASSERT_EQ(v.scan(R"({"k":{"a":1,"b":2},"z":0})", "k", nested), JsonScanStatus::Ok);
+    ASSERT_EQ(nested.members().size(), 2u);
+    EXPECT_EQ(nested.find("b")->value, "2");
+    for (const std::string& t : corpus()) {
+        expect_nested_matches_two_passes(t, "a");
+        expect_nested_matches_two_passes(t, "k");
+    }
+    std::mt19937 rng(777);
+    const std::string alphabet = "{}[]\":,ak0123 \\u";
+    for (int round = 0; round < 5000; ++round) {
+        std::string text = texts[rng() % texts.size()];
+        const std::size_t at = rng() % (text.size() + 1);
+        text.insert(text.begin() + static_cast<std::ptrdiff_t>(at),
+                    alphabet[rng() % alphabet.size()]);
+        expect_nested_matches_two_passes(text, "k");
+    }
+}
+
 TEST(JsonScan, MembersAndValuesAsWritten) {
     const std::string text = R"( {"a" : [1, 2] , "b\u0063":"x\"y", "n":-12, "o":{"p":null}} )";
     JsonObjectView v;

@@ -443,15 +443,13 @@ void JsonObjectView::reset() {
 
 JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth,
                                     std::size_t max_members) {
-    JsonObjectView* none = nullptr;
-    return scan_impl(text, {}, none, max_depth, max_members);
+    return scan_impl(text, {}, nullptr, max_depth, max_members);
 }
 
 JsonScanStatus JsonObjectView::scan(std::string_view text, std::string_view nested_key,
                                     JsonObjectView& nested, std::size_t max_depth,
                                     std::size_t max_members) {
-    JsonObjectView* out = &nested;
-    return scan_impl(text, nested_key, out, max_depth, max_members);
+    return scan_impl(text, nested_key, &nested, max_depth, max_members);
 }
 
 JsonScanStatus JsonObjectView::scan_impl(std::string_view text, std::string_view nested_key,

@@ -47,10 +47,7 @@ std::string SseCutter::flush() {
 
 void SseCutter::passed_on(std::string_view sent) {
     if (!sent.empty()) {
-        // A boundary split over two pieces ("\r\n" then "\r\n") is found in held_, so the last
-        // four bytes sent tell.
-        at_boundary_ =
-            ends_an_sse_event(sent.substr(sent.size() - std::min<std::size_t>(4, sent.size())));
+        at_boundary_ = ends_an_sse_event(sent);
     }
 }
 

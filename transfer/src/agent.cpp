@@ -77,7 +77,8 @@ Result<DescriptorSummary> inspect_descriptor(std::span<const std::byte> blob) {
 
 // ---- Impl: life cycle --------------------------------------------------------------------
 
-Agent::Impl::Impl(const Config& config) : cfg_(config), instance_(random_nonce()) {
+Agent::Impl::Impl(const Config& config)
+    : cfg_(config), instance_(random_nonce()), history_(config.completed_history) {
     host_id_ = cfg_.host_id.empty() ? default_host_id() : cfg_.host_id;
     // Durations are compared with Clock (ns) differences: bound them well inside its range.
     constexpr auto kLongest =
@@ -91,7 +92,7 @@ Agent::Impl::Impl(const Config& config) : cfg_(config), instance_(random_nonce()
     if (cfg_.default_deadline.count() <= 0)
         cfg_.default_deadline = Config{}.default_deadline;  // documented: 30 s
     if (cfg_.completed_history == 0)
-        cfg_.completed_history = 1;
+        cfg_.completed_history = 1;  // as history_ counts it
 }
 
 Result<void> Agent::Impl::start() {

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "backend.hpp"
+#include "history.hpp"
 #include "latency_clock.hpp"
 #include "lease_table.hpp"
 #include "pdx/agent.hpp"
@@ -124,8 +125,7 @@ public:
     std::unordered_map<TransferHandle, Xfer> xfers_;
     std::deque<TransferHandle> post_queue_;  // transfers with segments left to post, FIFO
     detail::Plan plan_;                      // post()'s scratch plan (capacity reused)
-    std::unordered_map<TransferHandle, TransferResult> history_;
-    std::deque<TransferHandle> history_order_;
+    detail::History history_;  // the newest Config::completed_history terminal results
     TransferHandle next_xfer_ = 0;
 
     std::vector<std::pair<CompletionFn, TransferResult>> callbacks_;

@@ -250,27 +250,7 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
 }
 
 void Agent::Impl::remember(TransferHandle h, const TransferResult& r) {
-    // Full: the oldest entry's node is reused for this one (no allocation or rehash per
-    // transfer); otherwise a new entry. Either way the newest completed_history stay pollable.
-    if (history_order_.size() >= cfg_.completed_history) {
-        auto node = history_.extract(history_order_.front());
-        history_order_.pop_front();
-        if (!node.empty()) {
-            node.key() = h;
-            node.mapped() = r;
-            auto ins = history_.insert(std::move(node));
-            if (!ins.inserted)  // not expected: a handle finishes once
-                ins.position->second = r;
-            history_order_.push_back(h);
-            return;
-        }
-    }
-    history_[h] = r;
-    history_order_.push_back(h);
-    while (history_order_.size() > cfg_.completed_history) {
-        history_.erase(history_order_.front());
-        history_order_.pop_front();
-    }
+    history_.add(h, r);
 }
 
 void Agent::Impl::send_failed_locked(Peer& p, const Xfer& x) {
@@ -360,8 +340,8 @@ Status Agent::poll(TransferHandle handle) const {
     auto it = impl_->xfers_.find(handle);
     if (it != impl_->xfers_.end())
         return it->second.res.status;
-    auto h = impl_->history_.find(handle);
-    return h == impl_->history_.end() ? Status::NotFound : h->second.status;
+    const TransferResult* done = impl_->history_.find(handle);
+    return done ? done->status : Status::NotFound;
 }
 
 Result<TransferResult> Agent::result(TransferHandle handle) const {
@@ -369,10 +349,10 @@ Result<TransferResult> Agent::result(TransferHandle handle) const {
     auto it = impl_->xfers_.find(handle);
     if (it != impl_->xfers_.end())
         return it->second.res;
-    auto h = impl_->history_.find(handle);
-    if (h == impl_->history_.end())
+    const TransferResult* done = impl_->history_.find(handle);
+    if (!done)
         return {Status::NotFound, "unknown transfer handle"};
-    return h->second;
+    return *done;
 }
 
 Result<void> Agent::cancel(TransferHandle handle) {
@@ -380,7 +360,7 @@ Result<void> Agent::cancel(TransferHandle handle) {
         std::lock_guard lk(impl_->mu_);
         auto it = impl_->xfers_.find(handle);
         if (it == impl_->xfers_.end()) {
-            if (impl_->history_.count(handle))
+            if (impl_->history_.find(handle))
                 return {};  // already terminal
             return {Status::NotFound, "unknown transfer handle"};
         }
@@ -398,8 +378,8 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
             auto it = impl_->xfers_.find(handle);
             if (it != impl_->xfers_.end())
                 s = it->second.res.status;
-            else if (auto h = impl_->history_.find(handle); h != impl_->history_.end())
-                s = h->second.status;
+            else if (const TransferResult* kept = impl_->history_.find(handle))
+                s = kept->status;
             else
                 s = Status::NotFound;
             return s != Status::InProgress;

@@ -1,9 +1,13 @@
 // Wire formats (descriptor, notification header), request planning (validation, sort, merge),
-// the lease table and the latency-stats clock.
+// the lease table, the latency-stats clock and the completed-transfer history.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <deque>
+#include <map>
+#include <random>
 
+#include "history.hpp"
 #include "latency_clock.hpp"
 #include "lease_table.hpp"
 #include "plan.hpp"
@@ -235,6 +239,107 @@ TEST(LatencyClock, TicksConvertToClockNanoseconds) {
     EXPECT_EQ(l.count, 2u);
     EXPECT_EQ(l.total_ns, 800u);
     EXPECT_EQ(l.max_ns, 600u);
+}
+
+TransferResult result_of(TransferHandle h) {
+    TransferResult r;
+    r.handle = h;
+    r.transfer_id = h * 7;
+    r.bytes = h * 4096;
+    r.status = h % 3 == 0 ? Status::Expired : Status::Ok;
+    if (r.status != Status::Ok)
+        r.message = "deadline passed for " + std::to_string(h);
+    return r;
+}
+
+void expect_kept(const History& hist, TransferHandle h) {
+    const TransferResult* r = hist.find(h);
+    ASSERT_NE(r, nullptr) << "handle " << h;
+    EXPECT_EQ(r->handle, h);
+    EXPECT_EQ(r->transfer_id, h * 7);
+    EXPECT_EQ(r->bytes, h * 4096);
+    EXPECT_EQ(r->message, result_of(h).message);
+}
+
+// The newest `capacity` results in completion order stay, whatever order the handles finish in.
+TEST(History, KeepsTheNewestResultsInCompletionOrder) {
+    History hist(4);
+    const TransferHandle order[] = {3, 1, 2, 6, 4, 5};
+    for (TransferHandle h : order)
+        hist.add(h, result_of(h));
+    EXPECT_EQ(hist.find(3), nullptr);  // finished first, pushed out
+    EXPECT_EQ(hist.find(1), nullptr);
+    for (TransferHandle h : {2u, 6u, 4u, 5u})
+        expect_kept(hist, h);
+    EXPECT_EQ(hist.find(7), nullptr);  // never finished
+    EXPECT_EQ(hist.find(kNoTransfer), nullptr);
+    EXPECT_EQ(hist.size(), 4u);
+}
+
+// Handles that share an index slot (here capacity 2: 4 slots, so 1, 5, 9, ... collide) are all
+// found while kept, and the overflow map never holds more than the kept results.
+TEST(History, HandlesSharingAnIndexSlotAreAllFound) {
+    History hist(2);
+    hist.add(1, result_of(1));
+    hist.add(5, result_of(5));
+    expect_kept(hist, 1);
+    expect_kept(hist, 5);
+    hist.add(9, result_of(9));
+    EXPECT_EQ(hist.find(1), nullptr);
+    expect_kept(hist, 5);
+    expect_kept(hist, 9);
+    for (TransferHandle h = 13; h < 4000; h += 4) {
+        hist.add(h, result_of(h));
+        expect_kept(hist, h);
+        expect_kept(hist, h - 4);
+        EXPECT_EQ(hist.find(h - 8), nullptr);
+        EXPECT_LE(hist.overflow_size(), 2u);
+    }
+}
+
+// Against a plain model (a deque of the newest results), over random completion orders with
+// stragglers that finish long after newer handles, capacities that grow the index, and many
+// more results than the capacity.
+TEST(History, MatchesAPlainModel) {
+    std::mt19937_64 rng(2026);
+    for (std::size_t capacity : {1u, 3u, 7u, 64u, 700u, 5000u}) {
+        History hist(capacity);
+        std::deque<TransferHandle> model;
+        std::vector<TransferHandle> pending;
+        TransferHandle next = 0;
+        for (int step = 0; step < 20000; ++step) {
+            // issue a few, then finish one of the pending ones (often not the oldest)
+            for (int k = int(rng() % 3); k >= 0; --k)
+                pending.push_back(++next);
+            std::size_t pick = rng() % 8 == 0 ? 0 : rng() % pending.size();
+            TransferHandle h = pending[pick];
+            pending.erase(pending.begin() + std::ptrdiff_t(pick));
+            hist.add(h, result_of(h));
+            model.push_back(h);
+            if (model.size() > capacity)
+                model.pop_front();
+            if (step % 97 == 0 || capacity <= 7) {
+                std::map<TransferHandle, bool> in_model;
+                for (TransferHandle m : model)
+                    in_model[m] = true;
+                // every kept handle, the newest 64 handles, and 64 random older ones
+                std::vector<TransferHandle> probe(model.begin(), model.end());
+                for (TransferHandle q = next > 64 ? next - 64 : 1; q <= next + 1; ++q)
+                    probe.push_back(q);
+                for (int k = 0; k < 64; ++k)
+                    probe.push_back(1 + rng() % next);
+                for (TransferHandle q : probe) {
+                    const bool want = in_model.count(q) != 0;
+                    ASSERT_EQ(hist.find(q) != nullptr, want)
+                        << "capacity " << capacity << " step " << step << " handle " << q;
+                    if (want) {
+                        ASSERT_EQ(hist.find(q)->handle, q);
+                    }
+                }
+                ASSERT_LE(hist.overflow_size(), model.size());
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -130,6 +130,30 @@ TEST_P(PeersRegressionTest, RefreshWithTheSameDescriptorKeepsItsRkeys) {
     EXPECT_TRUE(write_ok(*a, pb, la, lb, 4));
 }
 
+// A removed peer that went away afterwards used to crash the agent (NONE error mode over tcp):
+// UCX reported the closed endpoint's error to a handler argument that pointed at the freed
+// connection record. The agent must keep working with its other peers through the window in
+// which that late error arrives.
+TEST_P(PeersRegressionTest, RemovedPeerThatGoesAwayLaterIsHarmless) {
+    Config ca = config("a"), cb = config("b"), cc = config("c");
+    ca.error_mode = cb.error_mode = cc.error_mode = ErrorMode::None;
+    auto a = make(ca), b = make(cb), c = make(cc);
+    LayoutId la = pool(*a), lb = pool(*b), lc = pool(*c);
+    PeerHandle pb = connect(*a, *b);
+    connect(*b, *a);
+    PeerHandle pc = connect(*a, *c);
+    connect(*c, *a);
+    ASSERT_TRUE(write_ok(*a, pb, la, lb, 1));
+    ASSERT_TRUE(a->remove_peer(pb));
+    b.reset();
+    // Over tcp the late error shows up within a few hundred ms; writes to c go on meanwhile.
+    const auto until = std::chrono::steady_clock::now() + 1500ms;
+    std::uint64_t id = 2;
+    while (std::chrono::steady_clock::now() < until)
+        ASSERT_TRUE(write_ok(*a, pc, la, lc, id++));
+    EXPECT_FALSE(a->peer_info(pb) && a->peer_info(pb)->alive);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PeersRegressionTest, backend_params(), backend_label);
 
 }  // namespace

@@ -77,7 +77,6 @@ Status to_status(ucs_status_t s) {
 }
 
 struct Conn {
-    UcxBackend* owner = nullptr;
     std::uint64_t token = 0;
     ucp_ep_h ep = nullptr;
     bool am_write = false;                       // writes go as active messages (see WriteProtocol)
@@ -197,7 +196,6 @@ public:
 
     Result<std::uint64_t> connect(const ConnectParams& p) override {
         auto c = std::make_unique<Conn>();
-        c->owner = this;
         c->token = ++next_conn_;
         ucp_ep_params_t ep{};
         ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -205,7 +203,9 @@ public:
         ep.address = reinterpret_cast<const ucp_address_t*>(p.address.data());
         ep.err_mode = p.peer_error_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
         ep.err_handler.cb = &UcxBackend::ep_err_cb;
-        ep.err_handler.arg = c.get();
+        // The backend, not the Conn: UCX may still report an error for an endpoint after
+        // close_conn() (a forced close completes later) and the Conn is gone by then.
+        ep.err_handler.arg = this;
         ucs_status_t s = ucp_ep_create(worker_, &ep, &c->ep);
         if (s != UCS_OK)
             return {Status::Failed, ucs_message("ucp_ep_create", s)};
@@ -652,9 +652,15 @@ private:
         delete static_cast<SendBuf*>(user_data);
         ucp_request_free(request);
     }
-    static void ep_err_cb(void* arg, ucp_ep_h, ucs_status_t status) {
-        auto* c = static_cast<Conn*>(arg);
-        c->owner->errors_.emplace_back(c->token, status);
+    static void ep_err_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
+        // Found by its endpoint among the open connections (errors are rare; peers are few):
+        // an endpoint already closed is no longer there and its late error is dropped.
+        auto* self = static_cast<UcxBackend*>(arg);
+        for (auto& [token, c] : self->conns_)
+            if (c->ep == ep && ep != nullptr) {
+                self->errors_.emplace_back(token, status);
+                return;
+            }
     }
     // Target: one message of an Am write, whole (eager): copied into the destination here,
     // under the agent's lock (release_region cannot interleave), then acknowledged.

@@ -249,6 +249,109 @@ TEST_P(CoreRegressionTest, MemoryRegisteredTwiceStaysWritableAfterOneRegionIsRel
     EXPECT_EQ(check_block(dst->block(*dl, 0), 91, 0), -1);
 }
 
+// A write's notification of a kind notify() refuses used to be accepted, sent, and dropped by
+// the receiver.
+TEST_P(CoreRegressionTest, WriteWithAnUnknownNotificationKindIsRefused) {
+    auto a = make("a"), b = make("b");
+    LayoutId la = pool(*a), lb = pool(*b);
+    PeerHandle pb = connect(*a, *b);
+    connect(*b, *a);
+    const BlockId one[] = {0};
+    TransferRequest req = make_req(pb, la, one, lb, one, 1);
+    Notification n;
+    n.kind = static_cast<NotifyKind>(9);
+    req.notify = n;
+    auto h = a->write_blocks(req);
+    ASSERT_FALSE(h);
+    EXPECT_EQ(h.status(), Status::Invalid);
+    EXPECT_EQ(a->stats().transfers_posted, 0u);
+    n.kind = NotifyKind::Done;
+    req.notify = n;
+    auto ok = a->write_blocks(req);
+    ASSERT_TRUE(ok) << ok.message();
+    EXPECT_EQ(a->wait(*ok, 10s), Status::Ok);
+}
+
+// remove_peer on a handle a newer generation replaced used to return Ok.
+TEST_P(CoreRegressionTest, RemovePeerOnAReplacedHandleIsNotFound) {
+    auto a = make("a"), b1 = make("b"), b2 = make("b");
+    pool(*a);
+    pool(*b1);
+    pool(*b2);
+    PeerHandle h1 = connect(*a, *b1);
+    PeerHandle h2 = connect(*a, *b2);
+    ASSERT_NE(h1, h2);
+    auto r = a->remove_peer(h1);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.status(), Status::NotFound);
+    EXPECT_TRUE(a->peer_info(h2)->alive);
+    EXPECT_TRUE(a->remove_peer(h2));
+}
+
+// renew(list) used to count a lease once per listing of its id; leasing blocks of a released
+// region used to succeed.
+TEST_P(CoreRegressionTest, RenewCountsEachLeaseOnceAndReleasedRegionsCannotBeLeased) {
+    auto a = make("a");
+    LayoutId la = pool(*a);
+    const BlockId ids[] = {1, 2};
+    ASSERT_TRUE(a->lease(42, la, ids, 10s));
+    const std::uint64_t again[] = {42, 42, 42, 7};
+    EXPECT_EQ(a->renew(again, 10s), 1u);
+    auto region = a->allocate_region(kBlock * 2);
+    ASSERT_TRUE(region) << region.message();
+    auto layout = a->add_layout(Layout{*region, 0, kBlock, kBlock, 2});
+    ASSERT_TRUE(layout) << layout.message();
+    ASSERT_TRUE(a->release_region(*region));
+    auto leased = a->lease(43, *layout, ids, 10s);
+    ASSERT_FALSE(leased);
+    EXPECT_EQ(leased.status(), Status::Invalid);
+}
+
+// allocate_region(SIZE_MAX) used to crash the loopback backend (the aligned new wrapped the
+// size); 2^50 threw std::bad_alloc out of an API of status values there, and over UCX a size
+// UCX maps lazily was then zero-filled into the OOM killer. Sizes beyond the machine's memory
+// are refused before anything is allocated.
+TEST_P(CoreRegressionTest, AbsurdRegionSizesAreRefusedWithAStatus) {
+    auto a = make("a");
+    for (std::size_t bytes : {SIZE_MAX, SIZE_MAX / 2 + 1, std::size_t{1} << 50}) {
+        auto r = a->allocate_region(bytes);
+        ASSERT_FALSE(r) << bytes;
+        EXPECT_EQ(r.status(), Status::Invalid) << bytes;
+    }
+    EXPECT_TRUE(a->allocate_region(kBlock));
+}
+
+// A pdx_config_t left zeroed (no pdx_config_init) used to refuse every transfer: its
+// max_transfer_bytes of 0 was kept while the other zero fields meant their defaults.
+// pdx_arm(NULL) used to say "safe to wait".
+TEST_P(CoreRegressionTest, ZeroedCConfigGetsDefaultLimits) {
+    pdx_config_t cc;
+    std::memset(&cc, 0, sizeof cc);
+    Config cpp = config("zero-a");
+    cc.name = cpp.name.c_str();
+    cc.backend = static_cast<pdx_backend_t>(cpp.backend);
+    cc.progress = PDX_PROGRESS_THREAD;
+    cc.transports = cpp.transports.c_str();
+    cc.net_devices = cpp.net_devices.c_str();
+    pdx_agent_t* ca = nullptr;
+    ASSERT_EQ(pdx_agent_create(&cc, &ca), PDX_OK) << pdx_last_error();
+    auto b = make("zero-b");
+    LayoutId lb = pool(*b);
+    std::uint32_t region = 0, layout = 0;
+    ASSERT_EQ(pdx_allocate_region(ca, kBlock, &region), PDX_OK);
+    pdx_layout_t l{region, 0, kBlock, 0, 1};
+    ASSERT_EQ(pdx_add_layout(ca, &l, &layout), PDX_OK);
+    auto blob = b->descriptor();
+    std::uint64_t peer = 0, h = 0;
+    ASSERT_EQ(pdx_add_peer(ca, blob.data(), blob.size(), &peer), PDX_OK) << pdx_last_error();
+    const std::uint32_t one[] = {0};
+    ASSERT_EQ(pdx_write_blocks(ca, peer, layout, one, lb, one, 1, 1, 0, nullptr, &h), PDX_OK)
+        << pdx_last_error();
+    EXPECT_EQ(pdx_wait(ca, h, 10000), PDX_OK);
+    pdx_agent_destroy(ca);
+    EXPECT_EQ(pdx_arm(nullptr), -1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CoreRegressionTest, backend_params(), backend_label);
 
 }  // namespace

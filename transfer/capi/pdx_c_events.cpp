@@ -135,7 +135,7 @@ size_t pdx_progress(pdx_agent_t* a) {
 
 int pdx_arm(pdx_agent_t* a) {
     if (!a)
-        return 1;
+        return -1;
     try {
         return a->agent->arm() ? 1 : 0;
     } catch (...) {

@@ -91,6 +91,10 @@ Agent::Impl::Impl(const Config& config)
     cfg_.peer_timeout = std::min(cfg_.peer_timeout, kLongest);
     if (cfg_.default_deadline.count() <= 0)
         cfg_.default_deadline = Config{}.default_deadline;  // documented: 30 s
+    if (cfg_.max_transfer_bytes == 0)
+        cfg_.max_transfer_bytes = Config{}.max_transfer_bytes;
+    if (cfg_.max_blocks_per_transfer == 0)
+        cfg_.max_blocks_per_transfer = Config{}.max_blocks_per_transfer;
     if (cfg_.completed_history == 0)
         cfg_.completed_history = 1;  // as history_ counts it
 }
@@ -185,6 +189,14 @@ Result<RegionId> Agent::Impl::add_region(Result<detail::LocalRegion> r) {
 Result<RegionId> Agent::allocate_region(std::size_t bytes) {
     if (bytes == 0)
         return {Status::Invalid, "allocate_region: zero bytes"};
+    // A new region is zero-filled, which commits every page: a size beyond the machine's memory
+    // would end in the OOM killer rather than in an error (UCX may map such a size lazily, and
+    // over posix shm the file it fills outlives a killed process).
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && bytes / std::size_t(page) >= std::size_t(pages))
+        return {Status::Invalid, "allocate_region: " + std::to_string(bytes) +
+                                     " bytes is more than this machine's memory"};
     std::lock_guard lk(impl_->mu_);
     return impl_->add_region(impl_->backend_->allocate(bytes));
 }
@@ -256,6 +268,8 @@ Result<void> Agent::lease(std::uint64_t transfer_id, LayoutId layout, std::span<
     if (ttl.count() <= 0)
         return {Status::Invalid, "lease: ttl must be positive"};
     const Layout& l = impl_->layouts_[layout];
+    if (!impl_->regions_[l.region].live)
+        return {Status::Invalid, "lease: the layout's region was released"};
     for (BlockId id : ids)
         if (id >= l.count)
             return {Status::Invalid, "lease: block " + std::to_string(id) + " out of range"};
@@ -279,9 +293,13 @@ std::size_t Agent::renew(std::span<const std::uint64_t> ids, std::chrono::millis
     if (ttl.count() <= 0)
         return 0;  // like renew(id, ttl): a ttl <= 0 renews nothing
     std::lock_guard lk(impl_->mu_);
+    // Each lease counts once, however often its id is listed.
+    std::vector<std::uint64_t> distinct(ids.begin(), ids.end());
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
     std::size_t n = 0;
     const auto until = deadline_after(ttl);
-    for (auto id : ids)
+    for (auto id : distinct)
         n += impl_->leases_.renew(id, until) ? 1 : 0;
     return n;
 }

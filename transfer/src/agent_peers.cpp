@@ -167,6 +167,9 @@ Result<void> Agent::remove_peer(PeerHandle peer) {
         auto it = im.peers_.find(peer);
         if (it == im.peers_.end())
             return {Status::NotFound, "unknown peer handle"};
+        if (it->second.state == Impl::PeerState::Replaced)  // kept only to answer stale calls
+            return {Status::NotFound, "stale peer handle " + std::to_string(peer) +
+                                          " (replaced by a newer generation)"};
         im.peer_gone(it->second, Impl::PeerState::Replaced, "peer removed");
         if (im.by_name_.count(it->second.name) && im.by_name_[it->second.name] == peer)
             im.by_name_.erase(it->second.name);

@@ -23,6 +23,11 @@ void split_large(std::vector<detail::Segment>& segs) {
     segs = std::move(out);
 }
 
+// The kinds a caller may send (the receiver drops any other).
+bool known_kind(NotifyKind k) {
+    return static_cast<int>(k) >= 1 && static_cast<int>(k) <= 5;
+}
+
 }  // namespace
 
 // ---- peers -------------------------------------------------------------------------------
@@ -107,6 +112,8 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         return refuse(Status::Invalid, "remote layout's region was released");
     if (req.notify && req.notify->payload.size() > kMaxNotifyPayload)
         return refuse(Status::Invalid, "notification payload too large");
+    if (req.notify && !known_kind(req.notify->kind))
+        return refuse(Status::Invalid, "unknown notification kind");
     detail::PlanSide ls{ll, reinterpret_cast<std::uint64_t>(region.mem.base)};
     detail::PlanSide rs{rl, rr.base};
     // plan_ (guarded by mu_) keeps its segment capacity between posts: no allocation here.
@@ -410,7 +417,7 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
 Result<void> Agent::notify(PeerHandle peer, const Notification& n) {
     if (n.payload.size() > kMaxNotifyPayload)
         return {Status::Invalid, "notification payload too large"};
-    if (static_cast<int>(n.kind) < 1 || static_cast<int>(n.kind) > 5)
+    if (!known_kind(n.kind))
         return {Status::Invalid, "unknown notification kind"};
     {
         std::lock_guard lk(impl_->mu_);

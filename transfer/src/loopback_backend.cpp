@@ -6,7 +6,10 @@
 
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <mutex>
+#include <new>
+#include <string>
 #include <unordered_map>
 #include <variant>
 
@@ -81,7 +84,17 @@ public:
     Result<LocalRegion> allocate(std::size_t bytes) override {
         if (bytes == 0)
             return {Status::Invalid, "zero-sized region"};
-        auto* p = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+        // The aligned operator new rounds the size up to the alignment: near SIZE_MAX that
+        // wraps to a small block.
+        if (bytes > std::numeric_limits<std::size_t>::max() / 2)
+            return {Status::Invalid, "region too large"};
+        std::byte* p = nullptr;
+        try {
+            p = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+        } catch (const std::bad_alloc&) {
+            return {Status::Failed,
+                    "out of memory for a region of " + std::to_string(bytes) + " bytes"};
+        }
         std::memset(p, 0, bytes);
         LocalRegion r;
         r.base = p;

@@ -288,7 +288,8 @@ size_t pdx_expire_leases(pdx_agent_t* agent, uint64_t* out, size_t max);
 /* ---- progress -------------------------------------------------------------------------- */
 int pdx_event_fd(pdx_agent_t* agent); /* -1 in thread mode */
 size_t pdx_progress(pdx_agent_t* agent);
-int pdx_arm(pdx_agent_t* agent); /* 1: safe to wait on the fd; 0: call pdx_progress again */
+/* 1: safe to wait on the fd; 0: call pdx_progress again; -1: agent is NULL */
+int pdx_arm(pdx_agent_t* agent);
 
 pdx_status_t pdx_stats(pdx_agent_t* agent, pdx_stats_t* stats);
 

@@ -137,8 +137,8 @@ struct Config {
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds peer_timeout{3000};       // no message for this long => PeerGone
     std::chrono::milliseconds default_deadline{30000};  // <= 0: 30 s
-    std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger requests: Invalid
-    std::uint32_t max_blocks_per_transfer = 1u << 20;           // longer id lists: Invalid
+    std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger: Invalid; 0: default
+    std::uint32_t max_blocks_per_transfer = 1u << 20;           // longer: Invalid; 0: default
     std::size_t completed_history = 65536;  // terminal transfers kept for poll()
     // Stats::post and Stats::completion: two timestamps per transfer (TSC reads on x86-64,
     // still ~2-3 % of a 64 KiB shm write). false: both stay zero and a request that carries

@@ -19,6 +19,27 @@ namespace {
 
 using CoreRegressionTest = BackendTest;
 
+// Posts one write of block 0 from a C agent made from `cc` (with this test's backend and
+// transports) to block 0 of `lb` on `b`; the agent and the transfer handle come back.
+void post_one_c_write(pdx_config_t cc, const Config& cpp, Agent& b, LayoutId lb, pdx_agent_t** ca,
+                      std::uint64_t* h) {
+    cc.name = cpp.name.c_str();
+    cc.backend = static_cast<pdx_backend_t>(cpp.backend);
+    cc.transports = cpp.transports.c_str();
+    cc.net_devices = cpp.net_devices.c_str();
+    ASSERT_EQ(pdx_agent_create(&cc, ca), PDX_OK) << pdx_last_error();
+    std::uint32_t region = 0, layout = 0;
+    ASSERT_EQ(pdx_allocate_region(*ca, kBlock, &region), PDX_OK);
+    pdx_layout_t l{region, 0, kBlock, 0, 1};
+    ASSERT_EQ(pdx_add_layout(*ca, &l, &layout), PDX_OK);
+    auto blob = b.descriptor();
+    std::uint64_t peer = 0;
+    ASSERT_EQ(pdx_add_peer(*ca, blob.data(), blob.size(), &peer), PDX_OK) << pdx_last_error();
+    const std::uint32_t one[] = {0};
+    ASSERT_EQ(pdx_write_blocks(*ca, peer, layout, one, lb, one, 1, 1, 0, nullptr, h), PDX_OK)
+        << pdx_last_error();
+}
+
 // A remote layout with stride 0 used to be accepted and mapped every block onto block 0.
 TEST_P(CoreRegressionTest, DescriptorWithStrideZeroIsRefused) {
     auto a = make("a"), b = make("b");
@@ -171,26 +192,13 @@ TEST_P(CoreRegressionTest, ZeroDefaultDeadlineMeansTheDocumentedDefault) {
     // The same through the C API.
     pdx_config_t cc;
     pdx_config_init(&cc);
-    Config cpp = config("c-a");
-    cc.name = cpp.name.c_str();
-    cc.backend = static_cast<pdx_backend_t>(cpp.backend);
     cc.progress = PDX_PROGRESS_EVENTFD;
-    cc.transports = cpp.transports.c_str();
-    cc.net_devices = cpp.net_devices.c_str();
     cc.default_deadline_ms = 0;
-    pdx_agent_t* ca = nullptr;
-    ASSERT_EQ(pdx_agent_create(&cc, &ca), PDX_OK) << pdx_last_error();
     auto b = make("c-b", ProgressMode::EventFd);  // never progressed
     LayoutId lb = pool(*b);
-    std::uint32_t region = 0, layout = 0;
-    ASSERT_EQ(pdx_allocate_region(ca, kBlock, &region), PDX_OK);
-    pdx_layout_t l{region, 0, kBlock, 0, 1};
-    ASSERT_EQ(pdx_add_layout(ca, &l, &layout), PDX_OK);
-    auto blob = b->descriptor();
-    std::uint64_t peer = 0, h = 0;
-    ASSERT_EQ(pdx_add_peer(ca, blob.data(), blob.size(), &peer), PDX_OK) << pdx_last_error();
-    const std::uint32_t one[] = {0};
-    ASSERT_EQ(pdx_write_blocks(ca, peer, layout, one, lb, one, 1, 1, 0, nullptr, &h), PDX_OK);
+    pdx_agent_t* ca = nullptr;
+    std::uint64_t h = 0;
+    ASSERT_NO_FATAL_FAILURE(post_one_c_write(cc, config("c-a"), *b, lb, &ca, &h));
     const auto until = Clock::now() + 30ms;
     while (Clock::now() < until) {
         pdx_progress(ca);
@@ -327,26 +335,12 @@ TEST_P(CoreRegressionTest, AbsurdRegionSizesAreRefusedWithAStatus) {
 TEST_P(CoreRegressionTest, ZeroedCConfigGetsDefaultLimits) {
     pdx_config_t cc;
     std::memset(&cc, 0, sizeof cc);
-    Config cpp = config("zero-a");
-    cc.name = cpp.name.c_str();
-    cc.backend = static_cast<pdx_backend_t>(cpp.backend);
     cc.progress = PDX_PROGRESS_THREAD;
-    cc.transports = cpp.transports.c_str();
-    cc.net_devices = cpp.net_devices.c_str();
-    pdx_agent_t* ca = nullptr;
-    ASSERT_EQ(pdx_agent_create(&cc, &ca), PDX_OK) << pdx_last_error();
     auto b = make("zero-b");
     LayoutId lb = pool(*b);
-    std::uint32_t region = 0, layout = 0;
-    ASSERT_EQ(pdx_allocate_region(ca, kBlock, &region), PDX_OK);
-    pdx_layout_t l{region, 0, kBlock, 0, 1};
-    ASSERT_EQ(pdx_add_layout(ca, &l, &layout), PDX_OK);
-    auto blob = b->descriptor();
-    std::uint64_t peer = 0, h = 0;
-    ASSERT_EQ(pdx_add_peer(ca, blob.data(), blob.size(), &peer), PDX_OK) << pdx_last_error();
-    const std::uint32_t one[] = {0};
-    ASSERT_EQ(pdx_write_blocks(ca, peer, layout, one, lb, one, 1, 1, 0, nullptr, &h), PDX_OK)
-        << pdx_last_error();
+    pdx_agent_t* ca = nullptr;
+    std::uint64_t h = 0;
+    ASSERT_NO_FATAL_FAILURE(post_one_c_write(cc, config("zero-a"), *b, lb, &ca, &h));
     EXPECT_EQ(pdx_wait(ca, h, 10000), PDX_OK);
     pdx_agent_destroy(ca);
     EXPECT_EQ(pdx_arm(nullptr), -1);

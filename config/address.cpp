@@ -1,4 +1,6 @@
 // InstanceAddress parsing and printing.
+#include <arpa/inet.h>
+
 #include <cctype>
 #include <charconv>
 
@@ -46,6 +48,22 @@ bool valid_v6(std::string_view h) {
     return true;
 }
 
+// The one text form of an IPv6 address (RFC 5952, as inet_ntop writes it: "::1" for
+// "0:0:0:0:0:0:0:1"), its zone id kept; false if it is not an IPv6 address.
+bool canonical_v6(std::string_view h, std::string& out) {
+    const auto pct = h.find('%');
+    const std::string addr(h.substr(0, pct));
+    in6_addr a{};
+    char text[INET6_ADDRSTRLEN];
+    if (::inet_pton(AF_INET6, addr.c_str(), &a) != 1 ||
+        ::inet_ntop(AF_INET6, &a, text, sizeof text) == nullptr)
+        return false;
+    out = text;
+    if (pct != std::string_view::npos)
+        out += h.substr(pct);
+    return true;
+}
+
 }  // namespace
 
 std::string InstanceAddress::text() const {
@@ -80,6 +98,7 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
         return false;
     }
     std::string_view host, port;
+    std::string v6;
     if (!rest.empty() && rest.front() == '[') {
         auto close = rest.find(']');
         if (close == std::string_view::npos) {
@@ -93,10 +112,11 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
             return false;
         }
         port = tail.substr(1);
-        if (host.empty() || !valid_v6(host)) {
+        if (host.empty() || !valid_v6(host) || !canonical_v6(host, v6)) {
             error = "invalid IPv6 address '" + std::string(host) + "'";
             return false;
         }
+        host = v6;  // one name per address: [0::1] and [::1] are the same instance
     } else {
         auto colon = rest.rfind(':');
         if (colon == std::string_view::npos) {

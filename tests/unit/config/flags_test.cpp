@@ -274,7 +274,8 @@ TEST(ConfigAddress, ParsesAcceptedForms) {
     for (const Case& c :
          {Case{"localhost:8100", "localhost", 8100}, Case{"http://10.0.0.1:80", "10.0.0.1", 80},
           Case{"HTTP://Host:1/", "host", 1}, Case{"[::1]:65535", "::1", 65535},
-          Case{"[2001:db8::7]:9", "2001:db8::7", 9},
+          Case{"[2001:db8::7]:9", "2001:db8::7", 9}, Case{"[0::1]:80", "::1", 80},
+          Case{"[0:0:0:0:0:0:0:1]:80", "::1", 80}, Case{"[2001:DB8:0:0::7]:9", "2001:db8::7", 9},
           Case{"my_svc-1.ns:30000", "my_svc-1.ns", 30000}}) {
         InstanceAddress a;
         std::string err;
@@ -285,9 +286,10 @@ TEST(ConfigAddress, ParsesAcceptedForms) {
 }
 
 TEST(ConfigAddress, RejectsBadForms) {
-    for (const char* in : {"", "localhost", "localhost:", ":80", "host:0", "host:65536", "host:12a",
-                           "::1:80", "[::1]", "[::1]80", "[::1:80", "[]:80", "https://h:1",
-                           "http://h:1/v1", "ho st:1", "h/x:1", "[zz::1]:80", "-host:1"}) {
+    for (const char* in :
+         {"", "localhost", "localhost:", ":80", "host:0", "host:65536", "host:12a", "::1:80",
+          "[::1]", "[::1]80", "[::1:80", "[]:80", "[1::2::3]:80", "https://h:1", "http://h:1/v1",
+          "ho st:1", "h/x:1", "[zz::1]:80", "-host:1"}) {
         InstanceAddress a;
         std::string err;
         EXPECT_FALSE(parse_instance_address(in, a, err)) << in;

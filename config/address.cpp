@@ -33,25 +33,12 @@ bool valid_dns_or_v4(std::string_view h) {
     return h.front() != '-' && h.front() != '.';
 }
 
-bool valid_v6(std::string_view h) {
-    // Hex groups, ':' and an optional embedded IPv4 tail; a zone id after '%'.
-    auto pct = h.find('%');
-    std::string_view addr = h.substr(0, pct);
-    if (pct != std::string_view::npos && pct + 1 >= h.size())
-        return false;
-    if (addr.find(':') == std::string_view::npos)
-        return false;
-    for (char c : addr) {
-        if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.')
-            return false;
-    }
-    return true;
-}
-
 // The one text form of an IPv6 address (RFC 5952, as inet_ntop writes it: "::1" for
-// "0:0:0:0:0:0:0:1"), its zone id kept; false if it is not an IPv6 address.
+// "0:0:0:0:0:0:0:1"), its zone id (after '%', not empty) kept; false if it is not one.
 bool canonical_v6(std::string_view h, std::string& out) {
     const auto pct = h.find('%');
+    if (pct != std::string_view::npos && pct + 1 >= h.size())
+        return false;
     const std::string addr(h.substr(0, pct));
     in6_addr a{};
     char text[INET6_ADDRSTRLEN];
@@ -112,7 +99,7 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
             return false;
         }
         port = tail.substr(1);
-        if (host.empty() || !valid_v6(host) || !canonical_v6(host, v6)) {
+        if (host.empty() || !canonical_v6(host, v6)) {
             error = "invalid IPv6 address '" + std::string(host) + "'";
             return false;
         }

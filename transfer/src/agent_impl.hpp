@@ -82,7 +82,6 @@ public:
     // transfers / progress (agent_transfer.cpp)
     Result<TransferHandle> post(const TransferRequest& req, Direction dir);
     void finish(TransferHandle h, Xfer& x, Status s, std::string message);
-    void remember(TransferHandle h, const TransferResult& r);  // into the pollable history
     // Finishes and forgets `it` once neither the backend nor the post queue references it.
     void settle(std::unordered_map<TransferHandle, Xfer>::iterator it);
     bool pump_locked();  // posts one queued chunk; true if more chunks wait

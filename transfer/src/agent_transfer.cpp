@@ -248,16 +248,12 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
             }
         }
     }
-    remember(h, x.res);
+    history_.add(h, x.res);
     if (x.on_complete)
         callbacks_.emplace_back(std::move(x.on_complete), x.res);
     x.on_complete = nullptr;
     if (waiters_ > 0)
         cv_.notify_all();
-}
-
-void Agent::Impl::remember(TransferHandle h, const TransferResult& r) {
-    history_.add(h, r);
 }
 
 void Agent::Impl::send_failed_locked(Peer& p, const Xfer& x) {

@@ -56,9 +56,11 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
         !read_int(obj, "close_after_chunks", f.close_after_chunks, error) ||
         !read_int(obj, "delay_ms", f.delay_ms, error) ||
         !read_int(obj, "token_delay_ms", f.token_delay_ms, error) ||
+        !read_int(obj, "retry_after_s", f.retry_after_s, error) ||
         !read_bool(obj, "close_before_response", f.close_before_response, error) ||
         !read_bool(obj, "omit_kv_params", f.omit_kv_params, error) ||
-        !read_bool(obj, "cut_last_event", f.cut_last_event, error)) {
+        !read_bool(obj, "cut_last_event", f.cut_last_event, error) ||
+        !read_bool(obj, "close_delimited", f.close_delimited, error)) {
         return error;
     }
     if (f.status != 0 && (f.status < 100 || f.status > 599)) {
@@ -66,6 +68,9 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
     }
     if (f.cut_last_event && f.close_after_chunks < 1) {
         return "'cut_last_event' needs 'close_after_chunks' >= 1";
+    }
+    if (f.retry_after_s >= 0 && f.status == 0) {
+        return "'retry_after_s' needs 'status'";
     }
     if (f.delay_ms < 0) {
         return "'delay_ms' must not be negative";

@@ -11,11 +11,13 @@ struct Fault {
     int status = 0;    // != 0: answer with this status and `body` instead
     std::string body;  // default: an OpenAI-style error object
     bool close_before_response = false;
-    int close_after_chunks = -1;  // >= 0: close after N SSE events (non-stream: after the head)
-    bool cut_last_event = false;  // with close_after_chunks: the Nth event is sent only half
-    int delay_ms = 0;             // wait before answering
-    bool omit_kv_params = false;  // prefill: answer without kv_transfer_params
-    int token_delay_ms = -1;      // >= 0: per-token delay instead of the configured one
+    int close_after_chunks = -1;   // >= 0: close after N SSE events (non-stream: after the head)
+    bool cut_last_event = false;   // with close_after_chunks: the Nth event is sent only half
+    int delay_ms = 0;              // wait before answering
+    bool omit_kv_params = false;   // prefill: answer without kv_transfer_params
+    int token_delay_ms = -1;       // >= 0: per-token delay instead of the configured one
+    int retry_after_s = -1;        // >= 0 with `status`: the answer carries Retry-After
+    bool close_delimited = false;  // a stream is sent as an HTTP/1.0 body ended by the close
 };
 
 class FaultPlan {

@@ -63,6 +63,15 @@ std::string request_id_of(const server::Request& req) {
     return it == req.end() ? std::string() : std::string(it->value());
 }
 
+// The answer names the request it answers, as vLLM does with --enable-request-id-headers (the
+// router checks it: an answer to another request on a reused connection is refused).
+template <class Message>
+void echo_request_id(const server::Request& req, Message& res) {
+    if (auto it = req.find("X-Request-Id"); it != req.end()) {
+        res.set("X-Request-Id", it->value());
+    }
+}
+
 struct StreamWriter {
     server::Exchange& x;
     RequestCtx& ctx;
@@ -98,6 +107,7 @@ struct AnswerPlan {
     Duration token_delay{0};
     int close_after_chunks = -1;
     bool cut_last_event = false;
+    bool close_delimited = false;         // a stream's body is ended by the close, not chunked
     std::function<void(json&)> finalize;  // adds fields to a non-stream answer before it is sent
 };
 
@@ -124,6 +134,7 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
         }
         server::Response res{http::status::ok, version};
         res.set(http::field::content_type, "application/json");
+        echo_request_id(x.request(), res);
         res.body() = dump_json(body);
         auto ec = co_await x.respond(std::move(res));
         if (!ec) {
@@ -138,6 +149,10 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
     http::response<http::empty_body> head{http::status::ok, version};
     head.set(http::field::content_type, "text/event-stream");
     head.set(http::field::cache_control, "no-cache");
+    echo_request_id(x.request(), head);
+    if (plan.close_delimited) {
+        head.version(10);  // the server sends an HTTP/1.0 body: unframed, ended by the close
+    }
     if (co_await x.begin_stream(std::move(head))) {
         co_return;
     }
@@ -277,6 +292,9 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
         }
         server::Response res{static_cast<http::status>(fault->status), req.version()};
         res.set(http::field::content_type, "application/json");
+        if (fault->retry_after_s >= 0) {
+            res.set(http::field::retry_after, std::to_string(fault->retry_after_s));
+        }
         res.body() = fault->body;
         co_await x.respond(std::move(res));
         co_return;
@@ -295,6 +313,7 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
         fault && fault->token_delay_ms >= 0 ? Duration{fault->token_delay_ms} : cfg.token_delay;
     plan.close_after_chunks = fault ? fault->close_after_chunks : -1;
     plan.cut_last_event = fault && fault->cut_last_event;
+    plan.close_delimited = fault && fault->close_delimited;
 
     if (cfg.role == Role::Prefill) {
         const bool leg = g.kv_params.has_value();

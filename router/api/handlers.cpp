@@ -121,8 +121,9 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
 }
 
 awaitable<void> App::handle_models(TrackedExchange& ex) {
-    const upstream::Timeouts timeouts{cfg_.connect_timeout, cfg_.decode_timeout,
-                                      cfg_.decode_timeout};
+    // A model list, not a generation: a decode that stalls on it gets a probe's time, not
+    // --decode-timeout-ms, before the next one is asked.
+    const upstream::Timeouts timeouts = registry_.probe_timeouts();
     const disagg::LegHeaders headers = disagg::leg_headers(ex.request(), cfg_.upstream_api_key);
     const instances::Instance* exclude = nullptr;
     std::string last_error;

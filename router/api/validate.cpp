@@ -33,27 +33,32 @@ ValidationError check_count(const JsonObjectView& j, const char* key, std::int64
     return {};
 }
 
-ValidationError check_generation_limits(const JsonObjectView& j, bool stream) {
-    std::int64_t limit = -1;  // the smallest upper bound given
-    for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-        std::int64_t v = -1;
-        if (auto err = check_count(j, key, 1, v); !err.ok()) {
-            return err;
-        }
-        if (v >= 0 && (limit < 0 || v < limit)) {
-            limit = v;
-        }
+ValidationError check_generation_limits(GenerationKind kind, const JsonObjectView& j, bool stream) {
+    // The limit the engine applies: for chat, max_completion_tokens when given (it replaces the
+    // deprecated max_tokens, as in vLLM and OpenAI), else max_tokens; completions have only
+    // max_tokens. Both are checked for shape: the prefill leg rewrites both.
+    std::int64_t max_tokens = -1;
+    std::int64_t max_completion_tokens = -1;
+    if (auto err = check_count(j, "max_tokens", 1, max_tokens); !err.ok()) {
+        return err;
     }
+    if (auto err = check_count(j, "max_completion_tokens", 1, max_completion_tokens); !err.ok()) {
+        return err;
+    }
+    const bool completion_limit =
+        kind == GenerationKind::ChatCompletions && max_completion_tokens >= 0;
+    const std::int64_t limit = completion_limit ? max_completion_tokens : max_tokens;
+    const char* limit_key = completion_limit ? "max_completion_tokens" : "max_tokens";
     for (const char* key : {"min_tokens", "min_completion_tokens"}) {
         std::int64_t v = -1;
         if (auto err = check_count(j, key, 0, v); !err.ok()) {
             return err;
         }
         if (limit >= 0 && v > limit) {
-            return fail(
-                Errc::InvalidField,
-                std::string(key) + " must not exceed max_tokens (" + std::to_string(limit) + ")",
-                key);
+            return fail(Errc::InvalidField,
+                        std::string(key) + " must not exceed " + limit_key + " (" +
+                            std::to_string(limit) + ")",
+                        key);
         }
     }
     const JsonMember* options = j.find("stream_options");
@@ -151,7 +156,7 @@ ValidationError validate_generation(GenerationKind kind, std::string_view conten
         }
         out.stream = stream->value == "true";
     }
-    return check_generation_limits(j, out.stream);
+    return check_generation_limits(kind, j, out.stream);
 }
 
 }  // namespace pdr::api

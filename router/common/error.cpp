@@ -71,6 +71,10 @@ constexpr std::array kTable{
           "too_many_connections", "too many client connections"},
     Entry{Errc::DuplicateRequestId, http_status::conflict, kInvalid, "duplicate_request_id",
           "request id already in flight"},
+    Entry{Errc::HttpVersion, http_status::http_version_not_supported, kInvalid,
+          "http_version_not_supported", "HTTP version not supported"},
+    Entry{Errc::UpstreamAnswerMismatch, http_status::bad_gateway, kServer,
+          "upstream_answer_mismatch", "upstream answer names another request (X-Request-Id)"},
 };
 
 constexpr bool table_in_order() {
@@ -79,7 +83,7 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::DuplicateRequestId) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::UpstreamAnswerMismatch) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 

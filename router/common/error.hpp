@@ -26,18 +26,20 @@ enum class Errc {
     Conflict,              // 409
     TooManyRequests,       // 429 (max concurrent requests reached)
     // upstream / availability
-    NoPrefillInstance,   // 503
-    NoDecodeInstance,    // 503
-    UpstreamConnect,     // 502
-    UpstreamTimeout,     // 504
-    UpstreamProtocol,    // 502 (unparsable answer)
-    UpstreamClosed,      // 502 (connection closed before a full answer)
-    MissingKvParams,     // 502 (prefill answered without kv_transfer_params)
-    ShuttingDown,        // 503
-    Internal,            // 500
-    BadHttp,             // 400 malformed HTTP request (added by the net layer)
-    TooManyConnections,  // 503 (--max-client-connections reached; added by the net layer)
-    DuplicateRequestId,  // 409 (a client's X-Request-Id that a request in flight already uses)
+    NoPrefillInstance,       // 503
+    NoDecodeInstance,        // 503
+    UpstreamConnect,         // 502
+    UpstreamTimeout,         // 504
+    UpstreamProtocol,        // 502 (unparsable answer)
+    UpstreamClosed,          // 502 (connection closed before a full answer)
+    MissingKvParams,         // 502 (prefill answered without kv_transfer_params)
+    ShuttingDown,            // 503
+    Internal,                // 500
+    BadHttp,                 // 400 malformed HTTP request (added by the net layer)
+    TooManyConnections,      // 503 (--max-client-connections reached; added by the net layer)
+    DuplicateRequestId,      // 409 (a client's X-Request-Id that a request in flight already uses)
+    HttpVersion,             // 505 (a request line with an HTTP major version other than 1)
+    UpstreamAnswerMismatch,  // 502 (the answer's X-Request-Id names another request)
 };
 
 const boost::system::error_category& router_category() noexcept;

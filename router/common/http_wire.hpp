@@ -63,6 +63,14 @@ void append_head(std::string& out, const http::header<false, Fields>& h) {
     detail::append_fields(out, h);
 }
 
+// The head alone (for an answer to HEAD), in `out` (cleared first); returns `out`.
+template <bool IsRequest, class Fields>
+const std::string& head_text(std::string& out, const http::header<IsRequest, Fields>& h) {
+    out.clear();
+    append_head(out, h);
+    return out;
+}
+
 // A string_body message as written by http::async_write, when it is not chunked: the caller
 // checks `msg.chunked()` and uses Beast's serializer for chunked messages. `head` is scratch
 // space (kept by the caller to reuse its capacity) and must live until the write completes.

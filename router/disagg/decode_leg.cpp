@@ -45,6 +45,9 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
                 co_await respond_error(req.exchange, Errc::NoDecodeInstance,
                                        "no healthy decode instance");
             } else {
+                log_failure(
+                    req.request_id, "decode", {},
+                    "no other healthy decode instance to retry on (last try: " + last_error + ")");
                 co_await respond_error(req.exchange, Errc::UpstreamConnect,
                                        "could not reach a decode instance: " + last_error);
             }
@@ -73,11 +76,12 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
             const std::string reason = upstream::describe(f, opened.ec);
             last_error = decode->name + ": " + reason;
             deps.registry.report_failure(*decode, reason);
-            log_failure(req.request_id, "decode", decode->name, reason);
             if (upstream::request_not_sent(f) && !last) {
+                log_retry(req.request_id, "decode", decode->name, reason);
                 exclude = decode.get();
                 continue;
             }
+            log_failure(req.request_id, "decode", decode->name, reason);
             co_await respond_error(req.exchange, errc_for(f), "decode instance " + last_error);
             co_return;
         }

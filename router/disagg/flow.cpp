@@ -85,12 +85,16 @@ awaitable<void> respond_error(server::Exchange& ex, Errc e, std::string_view mes
     }
     server::Response res{error_info(e).status, ex.request().version()};
     res.set(http::field::content_type, "application/json");
+    if (e == Errc::TooManyRequests) {
+        res.set(http::field::retry_after, "1");  // slots free as requests end: soon
+    }
     res.body() = openai_error_body(e, message, param);
     co_await ex.respond(std::move(res));
 }
 
 awaitable<void> respond_relayed(server::Exchange& ex, unsigned status,
-                                std::string_view content_type, std::string body) {
+                                std::string_view content_type, std::string body,
+                                std::string_view retry_after) {
     if (ex.responded() || ex.client_gone()) {
         co_return;
     }
@@ -98,21 +102,38 @@ awaitable<void> respond_relayed(server::Exchange& ex, unsigned status,
     if (!content_type.empty()) {
         res.set(http::field::content_type, content_type);
     }
+    if (!retry_after.empty()) {
+        res.set(http::field::retry_after, retry_after);
+    }
     res.body() = std::move(body);
     co_await ex.respond(std::move(res));
 }
 
-void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
-                 std::string_view reason) {
+namespace {
+
+void log_leg(std::string_view what, std::string_view request_id, std::string_view leg,
+             std::string_view instance, std::string_view reason) {
     if (log::level() > log::Level::Warn) {
         return;
     }
     std::string line;
-    line.reserve(leg.size() + instance.size() + reason.size() + 24);
-    line.append("request failed: leg=").append(leg);
+    line.reserve(what.size() + leg.size() + instance.size() + reason.size() + 24);
+    line.append(what).append(": leg=").append(leg);
     line.append(" instance=").append(instance.empty() ? "-" : instance);
     line.append(" reason=").append(reason);
     log::write(log::Level::Warn, kLogComponent, line, request_id);
+}
+
+}  // namespace
+
+void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
+                 std::string_view reason) {
+    log_leg("request failed", request_id, leg, instance, reason);
+}
+
+void log_retry(std::string_view request_id, std::string_view leg, std::string_view instance,
+               std::string_view reason) {
+    log_leg("leg attempt failed, retrying on another instance", request_id, leg, instance, reason);
 }
 
 }  // namespace pdr::disagg

@@ -72,12 +72,18 @@ double seconds_since(Clock::time_point t) noexcept;
 // Sends a router-made OpenAI error (no-op when the client is gone or a response has started).
 awaitable<void> respond_error(server::Exchange& ex, Errc e, std::string_view message,
                               std::string_view param = {});
-// Relays an upstream answer as it is: status, content type, body.
+// Relays an upstream answer as it is: status, content type, body, and the upstream's
+// Retry-After when it sent one (a 429 or 503 that says when to come back).
 awaitable<void> respond_relayed(server::Exchange& ex, unsigned status,
-                                std::string_view content_type, std::string body);
+                                std::string_view content_type, std::string body,
+                                std::string_view retry_after = {});
 
-// One warn line for a failed request: "<leg> <instance>: <reason>".
+// One warn line for a failed request: "request failed: leg=<leg> instance=<i> reason=<r>".
 void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
                  std::string_view reason);
+// One warn line for a leg attempt that failed and is retried on another instance (the request
+// goes on): "leg attempt failed, retrying on another instance: leg=... instance=... reason=...".
+void log_retry(std::string_view request_id, std::string_view leg, std::string_view instance,
+               std::string_view reason);
 
 }  // namespace pdr::disagg

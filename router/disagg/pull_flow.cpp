@@ -41,6 +41,9 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
                 co_await respond_error(req.exchange, Errc::NoPrefillInstance,
                                        "no healthy prefill instance");
             } else {
+                log_failure(
+                    req.request_id, "prefill", {},
+                    "no other healthy prefill instance to retry on (last try: " + last_error + ")");
                 co_await respond_error(req.exchange, last_errc, "prefill instance " + last_error);
             }
             co_return PrefillEnd::Answered;
@@ -81,11 +84,12 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             } else {
                 deps.registry.report_failure(*p, reason);
             }
-            log_failure(req.request_id, "prefill", p->name, reason);
             if (!last) {
+                log_retry(req.request_id, "prefill", p->name, reason);
                 exclude = p.get();
                 continue;
             }
+            log_failure(req.request_id, "prefill", p->name, reason);
             co_await respond_error(req.exchange, last_errc, "prefill instance " + last_error);
             co_return PrefillEnd::Answered;
         }
@@ -94,7 +98,9 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
             log_failure(req.request_id, "prefill", p->name, status_reason(status, {}));
             auto ct = result.response[http::field::content_type];
-            co_await respond_relayed(req.exchange, status, ct, std::move(result.response.body()));
+            auto retry_after = result.response[http::field::retry_after];
+            co_await respond_relayed(req.exchange, status, ct, std::move(result.response.body()),
+                                     retry_after);
             co_return PrefillEnd::Answered;
         }
         deps.registry.report_success(*p);

@@ -9,9 +9,13 @@ namespace {
 
 using metrics::Leg;
 
-std::string_view content_type_of(const upstream::ResponseStream& up) {
-    auto it = up.head().find(http::field::content_type);
+std::string_view header_of(const upstream::ResponseStream& up, http::field f) {
+    auto it = up.head().find(f);
     return it == up.head().end() ? std::string_view{} : std::string_view(it->value());
+}
+
+std::string_view content_type_of(const upstream::ResponseStream& up) {
+    return header_of(up, http::field::content_type);
 }
 
 void count_failure(FlowDeps& deps, FlowRequest& req, const instances::Instance& decode,
@@ -55,8 +59,40 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
         log_failure(req.request_id, "decode", decode.name,
                     std::string("status ").append(std::to_string(status)));
     }
-    co_await respond_relayed(req.exchange, status, content_type_of(up), std::move(body));
+    if (status < 400 && !req.exchange.responded() && !req.exchange.client_gone()) {
+        // the whole answer goes out now: its first byte is the client's first byte
+        deps.metrics.first_byte(req.route, seconds_since(req.started));
+    }
+    co_await respond_relayed(req.exchange, status, content_type_of(up), std::move(body),
+                             header_of(up, http::field::retry_after));
     co_return RelayEnd::Complete;
+}
+
+// True when the answer's body ends only with the connection (neither chunked nor with a length).
+bool ended_by_close(const upstream::ResponseStream& up) {
+    const auto& h = up.head();
+    return h.find(http::field::transfer_encoding) == h.end() &&
+           h.find(http::field::content_length) == h.end();
+}
+
+// Ends a started stream after a decode failure: drops the unfinished event the cutter holds,
+// sends one error event after the last whole one, closes the client connection.
+awaitable<void> end_with_error(FlowRequest& req, SseCutter& cutter,
+                               const instances::Instance& decode, Errc errc, std::string message) {
+    std::string event = openai_error_event(errc, message);
+    if (cutter.held() > 0) {
+        PDR_DEBUG(kLogComponent,
+                  "dropped " + std::to_string(cutter.held()) +
+                      " bytes of an unfinished event from " + decode.name,
+                  req.request_id);
+    }
+    if (!cutter.at_boundary()) {
+        // Only after an over-long "event" was passed on unfinished: end it, so the error event
+        // is not glued onto its half line.
+        event.insert(0, "\n\n");
+    }
+    co_await req.exchange.write_chunk(event);
+    req.exchange.abort();
 }
 
 awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
@@ -83,22 +119,9 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         }
         if (f != upstream::Failure::None) {
             count_failure(deps, req, decode, f, true);
-            std::string event = openai_error_event(
-                errc_for(f),
+            co_await end_with_error(
+                req, cutter, decode, errc_for(f),
                 std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)));
-            if (cutter.held() > 0) {
-                PDR_DEBUG(kLogComponent,
-                          "dropped " + std::to_string(cutter.held()) +
-                              " bytes of an unfinished event from " + decode.name,
-                          req.request_id);
-            }
-            if (!cutter.at_boundary()) {
-                // Only after an over-long "event" was passed on unfinished: end it, so the
-                // error event is not glued onto its half line.
-                event.insert(0, "\n\n");
-            }
-            co_await ex.write_chunk(event);
-            ex.abort();
             co_return RelayEnd::UpstreamFailed;
         }
         if (!piece.empty() && first) {
@@ -107,7 +130,10 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             deps.metrics.first_byte(req.route, seconds_since(req.started));
         }
         cutter.take(piece);
-        if (up.done() && cutter.held() > 0) {
+        // A body that only its close ends (no chunking, no length) cannot say whether it is
+        // complete: a close inside an event is taken for a decode that died there.
+        const bool cut_off = up.done() && cutter.held() > 0 && ended_by_close(up);
+        if (up.done() && cutter.held() > 0 && !cut_off) {
             piece.append(cutter.flush());  // a last event without its blank line
         }
         if (!piece.empty()) {
@@ -120,6 +146,12 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
                 deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
                 co_return RelayEnd::ClientGone;
             }
+        }
+        if (cut_off) {
+            count_failure(deps, req, decode, upstream::Failure::Read, true);
+            co_await end_with_error(req, cutter, decode, Errc::UpstreamClosed,
+                                    "decode instance closed the stream inside an event");
+            co_return RelayEnd::UpstreamFailed;
         }
         if (up.done()) {
             break;

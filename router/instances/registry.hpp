@@ -87,6 +87,10 @@ public:
     // Finds a live (not removed) instance by canonical name.
     InstancePtr find(Role role, std::string_view name) const;
 
+    // For short GETs to an instance (health probes, /v1/models): the connect timeout, then
+    // connect timeout + 2 s for the whole answer.
+    upstream::Timeouts probe_timeouts() const;
+
     void start();  // starts the health loop
     void stop();   // cancels the health loop and running probes
 
@@ -106,7 +110,6 @@ private:
     AdminResult admin_result(std::string_view action, std::string_view result, unsigned status,
                              std::string body);
     upstream::Request make_get(std::string_view target) const;
-    upstream::Timeouts probe_timeouts() const;
     awaitable<ModelProbe> probe_models(upstream::Endpoint ep);
     awaitable<ProbeOutcome> probe_health(upstream::Endpoint ep);
     awaitable<void> health_loop();

@@ -3,6 +3,7 @@
 #include "router/kv/lease_keeper.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 
@@ -252,7 +253,12 @@ awaitable<void> LeaseKeeper::forward_group(upstream::Endpoint ep, std::vector<st
 awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std::string>& ids) {
     ForwardResult r;
     std::unordered_map<std::string, std::pair<upstream::Endpoint, std::vector<std::string>>> by_p;
+    std::unordered_set<std::string_view> seen;  // an id listed twice counts (and goes) once
+    seen.reserve(ids.size());
     for (const auto& id : ids) {
+        if (!seen.insert(id).second) {
+            continue;
+        }
         auto it = by_id_.find(id);
         if (it == by_id_.end()) {
             ++r.unknown;

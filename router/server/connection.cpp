@@ -49,6 +49,31 @@ bool plain_transfer_encoding(const Request& req) {
     return first == last || (std::next(first) == last && iequals(first->value(), "chunked"));
 }
 
+// RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after a
+// POST body). Drops the CR and LF bytes at the front of what is buffered.
+void skip_leading_blank_lines(beast::flat_buffer& buffer) {
+    const auto* data = static_cast<const char*>(buffer.data().data());
+    std::size_t n = 0;
+    while (n < buffer.size() && (data[n] == '\r' || data[n] == '\n')) {
+        ++n;
+    }
+    buffer.consume(n);
+}
+
+// True when the request line at the front of `buffer` ends with a well-formed version
+// (" HTTP/<digit>.<digit>"): Beast refuses every version but 1.0 and 1.1 with one error, and
+// only a request that names another version deserves 505 rather than 400.
+bool names_an_http_version(const beast::flat_buffer& buffer) {
+    const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+    const auto eol = data.find("\r\n");
+    if (eol == std::string_view::npos || eol < 9) {
+        return false;
+    }
+    const std::string_view v = data.substr(eol - 9, 9);  // " HTTP/x.y"
+    auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    return v.substr(0, 6) == " HTTP/" && digit(v[6]) && v[7] == '.' && digit(v[8]);
+}
+
 }  // namespace
 
 class ExchangeImpl final : public Exchange {
@@ -75,7 +100,16 @@ public:
         res.keep_alive(keep_alive_);
         res.prepare_payload();
         error_code ec;
-        if (!res.chunked()) {
+        if (req_.method() == http::verb::head && !res.chunked()) {
+            // RFC 9110 9.3.2: the head of the answer a GET would get, never a body (its
+            // Content-Length stays: it says what a GET would carry).
+            std::array<net::const_buffer, 1> head{
+                net::buffer(wire::head_text(conn_.head_buf, res.base()))};
+            if (auto rest =
+                    wire::send_or_rest(conn_.stream, head, conn_.server.limits.write_timeout, ec)) {
+                ec = co_await std::move(*rest);
+            }
+        } else if (!res.chunked()) {
             // Head and body in one gather write (the bytes Beast's serializer would send).
             auto buffers = wire::message_buffers(conn_.head_buf, res);
             if (auto rest = wire::send_or_rest(conn_.stream, buffers,
@@ -105,8 +139,10 @@ public:
         }
         responded_ = true;
         streaming_ = true;
-        if (req_.version() == 10) {
-            // HTTP/1.0 has no chunked encoding: the body is the bytes until the close.
+        if (req_.version() == 10 || head.version() == 10) {
+            // HTTP/1.0 has no chunked encoding: the body is the bytes until the close. (A
+            // handler may ask for that with an HTTP/1.0 head; pdsim does, to emulate such
+            // an engine.)
             plain_ = true;
             head.version(10);
             keep_alive_ = false;
@@ -240,6 +276,45 @@ public:
 
     bool reusable() const { return complete_ && keep_alive_ && !gone_ && !aborted_; }
 
+    // The shutdown grace is over with this exchange still running: the client is told (a 503
+    // when nothing was sent yet; an SSE error event when a stream is under way and no write is
+    // half done), best effort without waiting, and the connection is closed. False when there
+    // was nothing left to tell.
+    bool cut_for_shutdown() {
+        if (gone_ || aborted_ || complete_) {
+            return false;
+        }
+        std::string text;
+        if (!responded_) {
+            Response res = make_error_response(Errc::ShuttingDown,
+                                               "the router shut down before the answer was ready",
+                                               req_.version());
+            if (req_.method() == http::verb::head) {
+                res.body().clear();
+            }
+            wire::head_text(text, res.base());
+            text += res.body();
+        } else if (streaming_ && !writing_) {
+            const std::string event = openai_error_event(
+                Errc::ShuttingDown, "the router shut down before the stream ended");
+            if (!plain_) {
+                char size[16];
+                auto [end, fec] = std::to_chars(size, size + sizeof size, event.size(), 16);
+                (void)fec;
+                text.append(size, end).append("\r\n").append(event).append("\r\n");
+            } else {
+                text = event;
+            }
+        }
+        if (!text.empty()) {
+            std::size_t sent = 0;
+            error_code ec;
+            wire::send_now(conn_.stream.socket(), net::buffer(text), sent, ec);
+        }
+        abort();
+        return true;
+    }
+
 private:
     std::array<net::const_buffer, 3> chunk_buffers(std::string_view data) const {
         return {net::buffer(size_line_, size_line_len_), net::buffer(data.data(), data.size()),
@@ -249,8 +324,10 @@ private:
     // The part of a chunk that did not go out at once (the socket's buffer was full).
     awaitable<error_code> send_chunk_rest(std::string_view data, std::size_t sent) {
         const auto chunk = chunk_buffers(data);
+        writing_ = true;
         error_code ec =
             co_await wire::send_rest(conn_.stream, chunk, sent, conn_.server.limits.write_timeout);
+        writing_ = false;
         if (ec) {
             failed_write(ec);
         }
@@ -272,6 +349,7 @@ private:
     bool keep_alive_ = false;
     bool gone_ = false;
     bool aborted_ = false;
+    bool writing_ = false;  // a chunk is half sent (its rest is being written)
     std::vector<std::function<void()>> callbacks_;
     char size_line_[24];  // the current chunk's size line (lives until its rest is sent)
     std::size_t size_line_len_ = 0;
@@ -408,6 +486,13 @@ Connection::~Connection() {
     watch->alive = false;
 }
 
+bool cut_for_shutdown(Connection& conn) {
+    if (conn.phase != Connection::Phase::Busy || conn.watch->exchange == nullptr) {
+        return false;
+    }
+    return conn.watch->exchange->cut_for_shutdown();
+}
+
 void Connection::close() noexcept {
     error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -418,6 +503,9 @@ Response make_error_response(Errc e, std::string_view message, unsigned version)
     Response res{error_info(e).status, version == 10 ? 10u : 11u};
     res.set(http::field::content_type, "application/json");
     res.body() = openai_error_body(e, message);
+    if (e == Errc::TooManyConnections) {
+        res.set(http::field::retry_after, "1");
+    }
     res.keep_alive(false);
     res.prepare_payload();
     return res;
@@ -451,15 +539,21 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         parser->body_limit(limits.max_body_bytes);
         conn.read_deadline.expires_after(limits.read_timeout);  // the whole request
         error_code ec;
+        skip_leading_blank_lines(conn.buffer);
         while (!ec && !parser->is_header_done()) {
             ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser);
+        }
+        if (ec == http::error::bad_version && names_an_http_version(conn.buffer)) {
+            ec = Errc::HttpVersion;  // well formed, but not 1.0 or 1.1 (Beast takes only those)
         }
         if (!ec && !plain_transfer_encoding(parser->get())) {
             ec = http::error::bad_transfer_encoding;
         }
         if (!ec && !parser->is_done()) {
+            // RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored (it cannot expect
+            // an interim answer).
             auto expect = parser->get()[http::field::expect];
-            if (iequals(expect, "100-continue")) {
+            if (parser->get().version() >= 11 && iequals(expect, "100-continue")) {
                 static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
                 auto [wec, wn] = co_await net::async_write(
                     conn.stream.socket(), net::buffer(kContinue.data(), kContinue.size()),
@@ -491,6 +585,13 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
             } else if (ec == http::error::header_limit) {
                 if (co_await send_error(conn, Errc::HeadersTooLarge, "request headers too large",
                                         version)) {
+                    co_await linger_close(conn);
+                }
+            } else if (ec == Errc::HttpVersion) {
+                if (co_await send_error(conn, Errc::HttpVersion,
+                                        "HTTP version not supported: only HTTP/1.0 and HTTP/1.1 "
+                                        "are served",
+                                        11)) {
                     co_await linger_close(conn);
                 }
             } else if (ec == http::error::bad_transfer_encoding) {

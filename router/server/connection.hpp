@@ -75,6 +75,10 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
                                net::cancellation_signal& cancel);
 awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
 
+// The shutdown grace ended while `conn` runs a handler: tells its client (503, or an SSE error
+// event) and closes it. True when a request was cut.
+bool cut_for_shutdown(Connection& conn);
+
 // 4xx/5xx answer with an OpenAI error body and `Connection: close`.
 Response make_error_response(Errc e, std::string_view message, unsigned version);
 

@@ -141,8 +141,16 @@ awaitable<void> HttpServer::drain(Duration grace) {
         state->drain_event.expires_at(deadline);
         co_await state->drain_event.async_wait();
     }
+    std::size_t cut = 0;
     for (auto* c : state->connections) {
+        cut += detail::cut_for_shutdown(*c) ? 1 : 0;
         c->close();
+    }
+    if (cut > 0) {
+        PDR_WARN("server", "shutdown grace of " + std::to_string(grace.count()) +
+                               " ms ended with " + std::to_string(cut) +
+                               " request(s) still running: their clients got a 503 or an SSE "
+                               "error event and their upstream legs are cancelled");
     }
     while (!state->connections.empty() || state->pending_rejects > 0) {
         // Closed sockets make every coroutine finish promptly; poll briefly for stragglers.

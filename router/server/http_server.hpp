@@ -43,7 +43,8 @@ public:
     virtual awaitable<error_code> respond(Response res) = 0;
 
     // Streaming: sends the head with `Transfer-Encoding: chunked`, then one chunk per call
-    // (each written to the socket before the call returns), then the last chunk.
+    // (each written to the socket before the call returns), then the last chunk. To an
+    // HTTP/1.0 client, or when `head` is HTTP/1.0: no framing, the close ends the body.
     virtual awaitable<error_code> begin_stream(http::response<http::empty_body> head) = 0;
     virtual awaitable<error_code> write_chunk(std::string_view data) = 0;
     // write_chunk without a coroutine when the chunk goes out at once: `ec` is then the result

@@ -2,6 +2,7 @@
 
 #include "router/upstream/pool.hpp"
 
+#include "router/common/error.hpp"
 #include "router/common/http_wire.hpp"
 
 namespace pdr::upstream {
@@ -176,6 +177,11 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 r.ec = http::error::bad_status;
                 co_return r;  // the connection is dropped with `a`
             }
+            if (!detail::answers_request(req, parser.get())) {
+                r.failure = Failure::Protocol;
+                r.ec = Errc::UpstreamAnswerMismatch;
+                co_return r;  // the connection is dropped with `a`
+            }
             r.response = parser.release();
             if (r.response.keep_alive() && req.keep_alive()) {
                 impl->give_back(key, std::move(a.conn));
@@ -224,6 +230,11 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 o.failure = f;
                 o.ec = ec;
                 co_return o;
+            }
+            if (!detail::answers_request(req, s->head())) {
+                o.failure = Failure::Protocol;
+                o.ec = Errc::UpstreamAnswerMismatch;
+                co_return o;  // the connection is dropped with `s`
             }
             o.stream = std::move(s);
             co_return o;

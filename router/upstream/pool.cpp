@@ -211,6 +211,15 @@ bool final_status(unsigned status) noexcept {
     return status >= 200 && status <= 599 && status != 204 && status != 205 && status != 304;
 }
 
+bool answers_request(const Request& req, const http::response_header<>& head) noexcept {
+    auto asked = req.find("X-Request-Id");
+    if (asked == req.end()) {
+        return true;
+    }
+    auto answered = head.find("X-Request-Id");
+    return answered == head.end() || answered->value() == asked->value();
+}
+
 bool is_stale_error(const error_code& ec) noexcept {
     return ec == http::error::end_of_stream || ec == net::error::eof ||
            ec == net::error::connection_reset || ec == net::error::broken_pipe ||

@@ -64,6 +64,11 @@ bool is_stale_error(const error_code& ec) noexcept;
 // answers without a body to a completion or a probe (and the router never asks conditionally);
 // relayed, a stream would get a chunked body a client must not expect.
 bool final_status(unsigned status) noexcept;
+// False when the answer names another request: both carry X-Request-Id and the two differ (an
+// engine that echoes the id, as vLLM does with --enable-request-id-headers and pdsim always
+// does). Such an answer was meant for an earlier request on the same connection: an upstream
+// that wrote more than one answer to one request. The connection is closed, the exchange fails.
+bool answers_request(const Request& req, const http::response_header<>& head) noexcept;
 Failure classify_write(const error_code& ec) noexcept;
 Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;
 

@@ -196,9 +196,15 @@ TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
     expect_series("pdrouter_request_duration_seconds_count", {{"route", "completions"}}, 3);
     expect_series("pdrouter_leg_duration_seconds_count", {{"leg", "prefill"}}, 4);
     expect_series("pdrouter_leg_duration_seconds_count", {{"leg", "decode"}}, 4);
-    // Time to first byte is recorded for streamed answers (2 of the 4).
-    expect_series("pdrouter_time_to_first_byte_seconds_count", {}, 2);
-    expect_series("pdrouter_time_to_first_byte_seconds_bucket", {{"le", "+Inf"}}, 2);
+    // Time to first byte: every successful answer, streamed (2) or whole (2); not the 502.
+    expect_series("pdrouter_time_to_first_byte_seconds_count", {}, 4);
+    expect_series("pdrouter_time_to_first_byte_seconds_bucket", {{"le", "+Inf"}}, 4);
+    EXPECT_EQ(metric(text, "pdrouter_time_to_first_byte_seconds_count", {{"route", "completions"}})
+                      .value_or(-1) +
+                  metric(text, "pdrouter_time_to_first_byte_seconds_count",
+                         {{"route", "chat_completions"}})
+                      .value_or(-1),
+              4);
     expect_series("pdrouter_upstream_errors_total", {{"leg", "prefill"}, {"kind", "status_5xx"}},
                   2);
     expect_series("pdrouter_retries_total", {{"leg", "prefill"}}, 1);

@@ -280,6 +280,30 @@ TEST_F(FailureTest, DecodeFailsMidStreamErrorEventNoDone) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
+// A 200 stream of `whole` events that each parse as JSON, then one error event, and nothing
+// else: no half event, no stray blank line, no [DONE].
+::testing::AssertionResult whole_events_then_one_error(const HttpResponse& r, std::size_t whole) {
+    if (r.status != 200) {
+        return ::testing::AssertionFailure() << r.describe();
+    }
+    auto events = sse_data(r.body);
+    auto errors = error_events(r.body);
+    if (errors.size() != 1 || events.size() != whole + 1 || events.back() != errors.back()) {
+        return ::testing::AssertionFailure()
+               << "want " << whole << " events then one error event: " << r.body;
+    }
+    for (const auto& e : events) {
+        if (!json::parse(e, nullptr, false).is_object()) {
+            return ::testing::AssertionFailure() << "not a whole event: " << e;
+        }
+    }
+    if (!r.body.starts_with("data: ") || !r.body.ends_with("\n\n") ||
+        r.body.find("\n\n\n") != std::string::npos) {
+        return ::testing::AssertionFailure() << "stray bytes between events: " << r.body;
+    }
+    return ::testing::AssertionSuccess();
+}
+
 // The decode closes inside an event: the client never sees the half event (a strict client
 // would fail on it before reading the error); the error event follows the last whole one.
 TEST_F(FailureTest, DecodeFailsInsideAnEventErrorEventStandsAlone) {
@@ -290,17 +314,7 @@ TEST_F(FailureTest, DecodeFailsInsideAnEventErrorEventStandsAlone) {
         pd.router->port,
         HttpRequest{"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
         Ms{10000});
-    EXPECT_EQ(r.status, 200) << r.describe();
-    auto events = sse_data(r.body);
-    auto errors = error_events(r.body);
-    EXPECT_EQ(errors.size(), 1u) << r.body;
-    ASSERT_EQ(events.size(), 3u) << r.body;  // two whole events, the error
-    for (const auto& e : events) {
-        EXPECT_TRUE(json::parse(e, nullptr, false).is_object()) << e;
-    }
-    EXPECT_TRUE(r.body.starts_with("data: ") && r.body.ends_with("\n\n")) << r.body;
-    EXPECT_EQ(r.body.find("\n\n\n"), std::string::npos) << r.body;
-    EXPECT_EQ(events.back(), errors.empty() ? "" : errors.back()) << "error must be last";
+    EXPECT_TRUE(whole_events_then_one_error(r, 2));
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
@@ -505,6 +519,59 @@ TEST_F(FailureTest, ConnectionsBeyondMaxClientConnectionsGet503) {
         metric(m, "pdrouter_bad_requests_total", {{"code", "too_many_connections"}}).value_or(0),
         1.0)
         << m;
+}
+
+// An engine's 429 (or 503) that says when to come back keeps its Retry-After on the way to the
+// client, from either leg; the router's own 429 says it too.
+TEST_F(FailureTest, RetryAfterReachesTheClient) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    sim_fault(*pd.decode[0], {{"status", 429}, {"retry_after_s", 7}});
+    auto d = send_generation(*pd.router, completion_body("decode busy", 3, true));
+    EXPECT_EQ(d.status, 429) << d.describe();
+    EXPECT_EQ(d.header("retry-after"), "7") << d.describe();
+    sim_fault(*pd.prefill[0], {{"status", 429}, {"retry_after_s", 3}});
+    auto p = send_generation(*pd.router, chat_body("prefill busy", 3, false));
+    EXPECT_EQ(p.status, 429) << p.describe();
+    EXPECT_EQ(p.header("retry-after"), "3") << p.describe();
+    auto plain = send_generation(*pd.router, completion_body("no header", 3, false));
+    EXPECT_TRUE(answer_ok(plain, completion_body("no header", 3, false)));
+    EXPECT_FALSE(plain.has_header("retry-after")) << plain.describe();
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+TEST_F(FailureTest, RouterOwn429SaysWhenToComeBack) {
+    auto& pd =
+        start(PdOptions{}.sim(kFastSim).router(fast_router({"--max-concurrent-requests", "1"})));
+    sim_fault(*pd.decode[0], {{"token_delay_ms", 100}, {"count", 1}});
+    json slow = completion_body("holds the only slot", 6, true);
+    HttpResponse first;
+    std::thread client([&] { first = send_generation(*pd.router, slow, {}, Ms{10000}); });
+    const bool decoding =
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; }, Ms{3000});
+    EXPECT_TRUE(decoding) << "the first request never reached decode";
+    auto refused = send_generation(*pd.router, completion_body("one too many", 3, false));
+    EXPECT_EQ(refused.status, 429) << refused.describe();
+    EXPECT_EQ(refused.header("retry-after"), "1") << refused.describe();
+    client.join();
+    EXPECT_TRUE(answer_ok(first, slow));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+// A decode that sends its stream unframed (an HTTP/1.0 body that only the close ends) and dies
+// inside an event: the close looks like a clean end, but the half event is not passed on as if
+// it were whole; the client gets the whole events, then the error event.
+TEST_F(FailureTest, UnframedStreamClosedInsideAnEventEndsWithTheErrorEvent) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    sim_fault(*pd.decode[0],
+              {{"close_delimited", true}, {"close_after_chunks", 3}, {"cut_last_event", true}});
+    json body = completion_body("unframed and cut", 10, true);
+    auto r = send_generation(*pd.router, body, {}, Ms{10000});
+    EXPECT_TRUE(whole_events_then_one_error(r, 2));
+    // The same engine, whole: relayed to the end.
+    sim_fault(*pd.decode[0], {{"close_delimited", true}});
+    auto whole = send_generation(*pd.router, body, {}, Ms{10000});
+    EXPECT_TRUE(answer_ok(whole, body)) << whole.describe();
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
 TEST_F(FailureTest, UndeliveredHandleIsFreedOneLeaseAfterTheLastRefresh) {

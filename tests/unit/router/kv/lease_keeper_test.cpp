@@ -256,6 +256,19 @@ TEST_F(LeaseKeeperTest, ForwardGroupsByPrefillAndCountsUnknown) {
     EXPECT_EQ(p1.requests().size() + p2.requests().size(), 2u);
 }
 
+TEST_F(LeaseKeeperTest, ForwardCountsAndSendsARepeatedIdOnce) {
+    p1.start();
+    auto a = lk().hold("a", endpoint_of(p1));
+    auto r = test::run_task(ioc, lk().forward({"a", "nope", "a", "nope", "a"}), Duration{3000});
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->forwarded, 1u);
+    EXPECT_EQ(r->unknown, 1u);
+    ASSERT_EQ(p1.requests().size(), 1u);
+    EXPECT_EQ(ids_of(p1.requests()[0]), (IdSet{"a"}));
+    EXPECT_EQ(rm.lease_refresh_forwarded.value(), 1);
+    EXPECT_EQ(rm.lease_refresh_unknown.value(), 1);
+}
+
 TEST_F(LeaseKeeperTest, ApiKeyIsSentToPrefill) {
     cfg.upstream_api_key = "sekret";
     p1.start();

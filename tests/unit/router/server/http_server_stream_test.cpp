@@ -227,5 +227,47 @@ TEST_F(StreamTest, DrainGraceCancelsStuckHandler) {
     }());
 }
 
+// When the grace ends, clients still waiting are told: a 503 shutting_down to one that got no
+// answer yet, an SSE error event after the last event to one whose stream is under way (then
+// the close, no last chunk).
+TEST_F(StreamTest, DrainGraceEndTellsWaitingClients) {
+    int started = 0;
+    Event both(ioc_.get_executor());
+    start([&](Exchange& ex) -> awaitable<void> {
+        if (ex.request().target() == "/stream") {
+            co_await ex.begin_stream(sse_head());
+            co_await ex.write_chunk("data: one\n\n");
+        }
+        if (++started == 2) {
+            both.set();
+        }
+        co_await sleep_for(Duration{10'000});
+    });
+    run([&]() -> awaitable<void> {
+        auto streamed = co_await connect_raw(port_);
+        co_await write_raw(streamed, "GET /stream HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto waiting = co_await connect_raw(port_);
+        co_await write_raw(waiting, "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n");
+        EXPECT_TRUE(co_await both.wait(Duration{3000}));
+        co_await server_->drain(Duration{100});
+        EXPECT_EQ(server_->active_connections(), 0u);
+
+        beast::flat_buffer buf;
+        auto r = co_await read_response(waiting, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        EXPECT_EQ(r.msg.result_int(), 503u);
+        EXPECT_NE(r.msg.body().find("\"shutting_down\""), std::string::npos) << r.msg.body();
+
+        const std::string text = co_await read_until_close(streamed, Duration{2000});
+        const auto one = text.find("data: one\n\n");
+        const auto error = text.find("data: {\"error\"");
+        EXPECT_NE(one, std::string::npos) << text;
+        EXPECT_NE(error, std::string::npos) << text;
+        EXPECT_LT(one, error) << text;
+        EXPECT_NE(text.find("shutting_down", error), std::string::npos) << text;
+        EXPECT_EQ(text.find("\r\n0\r\n\r\n"), std::string::npos) << text;  // not ended cleanly
+    }());
+}
+
 }  // namespace
 }  // namespace pdr::server

@@ -236,6 +236,80 @@ TEST_F(ServerTest, ExpectContinueGets100BeforeBody) {
     }());
 }
 
+// RFC 9110 10.1.1: an HTTP/1.0 request's 100-continue is ignored; the answer is the only one.
+TEST_F(ServerTest, Http10ExpectContinueGetsNoInterimAnswer) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s,
+                           "POST /e HTTP/1.0\r\nHost: a\r\nExpect: 100-continue\r\n"
+                           "Content-Length: 3\r\n\r\n");
+        co_await sleep_for(Duration{100});  // room for a wrong interim answer to go out first
+        co_await write_raw(s, "abc");
+        const std::string text = co_await read_until_close(s, Duration{2000});
+        EXPECT_EQ(text.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << text;
+        EXPECT_EQ(text.find(" 100 "), std::string::npos) << text;
+        EXPECT_NE(text.find("/e|abc"), std::string::npos) << text;
+    }());
+}
+
+// RFC 9112 2.2: empty lines before a request line are ignored (a CRLF after a POST body).
+TEST_F(ServerTest, BlankLinesBeforeARequestLineAreIgnored) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s,
+                           "\r\nPOST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc\r\n"
+                           "GET /b HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        beast::flat_buffer buf;
+        auto a = co_await read_response(s, buf);
+        EXPECT_FALSE(a.ec) << a.ec.message();
+        EXPECT_EQ(a.msg.result_int(), 200u);
+        EXPECT_EQ(a.msg.body(), "/a|abc");
+        auto b = co_await read_response(s, buf);
+        EXPECT_FALSE(b.ec) << b.ec.message();
+        EXPECT_EQ(b.msg.result_int(), 200u);
+        EXPECT_EQ(b.msg.body(), "/b|");
+    }());
+}
+
+TEST_F(ServerTest, OtherHttpMajorVersionGets505) {
+    start();
+    run([this]() -> awaitable<void> {
+        for (std::string_view line : {"GET / HTTP/2.0\r\n", "GET / HTTP/0.9\r\n"}) {
+            auto r = co_await exchange_raw(port_, std::string(line) + "Host: a\r\n\r\n");
+            EXPECT_FALSE(r.ec) << r.ec.message();
+            expect_openai_error(r.msg, 505, "http_version_not_supported");
+        }
+        // a version that is not well formed is a malformed request
+        auto r = co_await exchange_raw(port_, "GET / HTTP/x.1\r\nHost: a\r\n\r\n");
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        expect_openai_error(r.msg, 400, "bad_http_request");
+    }());
+}
+
+// RFC 9110 9.3.2: the answer to HEAD has the head a GET would get and no body, so the next
+// answer on the connection is read where it starts.
+TEST_F(ServerTest, AnswerToHeadHasNoBody) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s,
+                           "HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n"
+                           "GET /g HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        const std::string text = co_await read_until_close(s, Duration{2000});
+        const std::string head_end = "Content-Length: 3\r\n\r\n";
+        const auto first_end = text.find(head_end);
+        EXPECT_NE(first_end, std::string::npos) << text;
+        if (first_end != std::string::npos) {
+            // the second answer starts right after the first head
+            EXPECT_EQ(text.compare(first_end + head_end.size(), 9, "HTTP/1.1 "), 0) << text;
+        }
+        EXPECT_EQ(text.find("/h|"), std::string::npos) << text;
+        EXPECT_NE(text.find("/g|"), std::string::npos) << text;
+    }());
+}
+
 TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
     start(Limits{}, [](Exchange& ex) -> awaitable<void> {
         co_await sleep_for(Duration{20});  // the watcher reads the next request meanwhile

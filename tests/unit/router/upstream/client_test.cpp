@@ -2,6 +2,7 @@
 // pooling, stale-connection retry, failure classification, IPv6 and DNS names.
 #include "router/upstream/client.hpp"
 
+#include "router/common/error.hpp"
 #include "router/server/http_server.hpp"
 #include "tests/unit/router/server/net_test_util.hpp"
 #include "tests/unit/router/upstream/client_test_util.hpp"
@@ -188,6 +189,90 @@ TEST_F(ClientTest, InterimOrInvalidStatusIsProtocolFailure) {
             EXPECT_FALSE(o.stream);
         }
         EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+    acceptor.close();
+}
+
+// An upstream that writes a second answer to a request, late: it reaches the router only with
+// the next request on that connection (the reviewer's case: the extra answer sat behind Nagle
+// until the next request carried an ACK). Here the fake writes the stale answer for the first
+// request right before the real answer to the second, so the pool's idle check cannot see it.
+// The answers echo X-Request-Id, so the stale one is recognised: the exchange fails with
+// Protocol (never the previous request's answer), the connection is closed, and the next
+// request gets its own answer on a new connection.
+TEST_F(ClientTest, AnswerNamingAnotherRequestIsRefusedAndItsConnectionClosed) {
+    int accepted = 0;
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    auto answer = [](std::string_view id, std::string_view body) {
+        return "HTTP/1.1 200 OK\r\nX-Request-Id: " + std::string(id) +
+               "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+               std::string(body);
+    };
+    auto serve = [&]() -> awaitable<void> {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            ++accepted;
+            beast::tcp_stream s(std::move(sock));
+            beast::flat_buffer buf;
+            std::string previous;
+            for (;;) {
+                http::request<http::string_body> req;
+                auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+                (void)rn;
+                if (rec) {
+                    break;
+                }
+                const std::string id(req["X-Request-Id"]);
+                std::string out;
+                if (!previous.empty()) {
+                    out = answer(previous, "stale answer for " + previous);
+                }
+                out += answer(id, "answer for " + id);
+                previous = id;
+                auto [wec, wn] = co_await net::async_write(s, net::buffer(out), use_tuple);
+                (void)wn;
+                if (wec) {
+                    break;
+                }
+            }
+        }
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", port};
+        auto make = [](const std::string& id) {
+            Request req{http::verb::post, "/v1/completions", 11};
+            req.set("X-Request-Id", id);
+            req.body() = R"({"prompt":"x"})";
+            return req;
+        };
+        Result r1 = co_await client.request(ep, make("r1"), quick());
+        EXPECT_TRUE(r1.ok()) << to_string(r1.failure);
+        EXPECT_EQ(r1.response.body(), "answer for r1");
+        Result r2 = co_await client.request(ep, make("r2"), quick());
+        EXPECT_EQ(r2.failure, Failure::Protocol) << r2.response.body();
+        EXPECT_EQ(r2.ec, make_error_code(Errc::UpstreamAnswerMismatch)) << r2.ec.message();
+        Result r3 = co_await client.request(ep, make("r3"), quick());
+        EXPECT_TRUE(r3.ok()) << to_string(r3.failure);
+        EXPECT_EQ(r3.response.body(), "answer for r3");
+        EXPECT_EQ(accepted, 2);  // r2's connection was closed, r3 opened a new one
+        // The same through open() (the decode leg's streams).
+        auto o4 = co_await client.open(ep, make("r4"), quick());
+        EXPECT_EQ(o4.failure, Failure::Protocol);
+        EXPECT_FALSE(o4.stream);
+        auto o5 = co_await client.open(ep, make("r5"), quick());
+        EXPECT_EQ(o5.failure, Failure::None) << to_string(o5.failure);
+        if (o5.stream) {
+            std::string body;
+            EXPECT_EQ(co_await o5.stream->read_all(body), Failure::None);
+            EXPECT_EQ(body, "answer for r5");
+        }
+        EXPECT_EQ(accepted, 3);
     }());
     acceptor.close();
 }

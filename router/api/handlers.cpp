@@ -144,8 +144,10 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
             last_failure = res.failure;
             last_error = decode->name + ": " + std::string(upstream::to_string(res.failure));
             registry_.report_failure(*decode, upstream::to_string(res.failure));
-            disagg::log_failure(ex.request_id(), "models", decode->name,
-                                upstream::to_string(res.failure));
+            if (attempt + 1 < attempts) {
+                disagg::log_retry(ex.request_id(), "models", decode->name,
+                                  upstream::to_string(res.failure));
+            }
             exclude = decode.get();
             continue;
         }
@@ -157,6 +159,7 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
     if (last_error.empty()) {
         co_await disagg::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
     } else {
+        disagg::log_failure(ex.request_id(), "models", {}, "last try: " + last_error);
         co_await disagg::respond_error(ex, disagg::errc_for(last_failure),
                                        "decode instance " + last_error);
     }

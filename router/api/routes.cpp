@@ -16,13 +16,13 @@ struct Entry {
 constexpr std::array kRoutes{
     Entry{"/v1/completions", http::verb::post, "POST", RouteId::Completions},
     Entry{"/v1/chat/completions", http::verb::post, "POST", RouteId::ChatCompletions},
-    Entry{"/v1/models", http::verb::get, "GET", RouteId::Models},
-    Entry{"/health", http::verb::get, "GET", RouteId::Health},
-    Entry{"/status", http::verb::get, "GET", RouteId::Status},
-    Entry{"/metrics", http::verb::get, "GET", RouteId::Metrics},
+    Entry{"/v1/models", http::verb::get, "GET, HEAD", RouteId::Models},
+    Entry{"/health", http::verb::get, "GET, HEAD", RouteId::Health},
+    Entry{"/status", http::verb::get, "GET, HEAD", RouteId::Status},
+    Entry{"/metrics", http::verb::get, "GET, HEAD", RouteId::Metrics},
     Entry{"/instances/add", http::verb::post, "POST", RouteId::InstancesAdd},
     Entry{"/instances/remove", http::verb::post, "POST", RouteId::InstancesRemove},
-    Entry{"/instances", http::verb::get, "GET", RouteId::InstancesList},
+    Entry{"/instances", http::verb::get, "GET, HEAD", RouteId::InstancesList},
     Entry{"/internal/nixl/lease_refresh", http::verb::post, "POST", RouteId::LeaseRefresh},
 };
 
@@ -35,7 +35,8 @@ RouteMatch match_route(http::verb method, std::string_view target) noexcept {
         if (e.path != m.path) {
             continue;
         }
-        if (e.method == method) {
+        // HEAD is a GET without the body (RFC 9110 9.3.2; the server sends the head only)
+        if (e.method == method || (method == http::verb::head && e.method == http::verb::get)) {
             m.kind = RouteMatch::Kind::Found;
             m.id = e.id;
             return m;

@@ -49,29 +49,40 @@ bool plain_transfer_encoding(const Request& req) {
     return first == last || (std::next(first) == last && iequals(first->value(), "chunked"));
 }
 
-// RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after a
-// POST body). Drops the CR and LF bytes at the front of what is buffered.
-void skip_leading_blank_lines(beast::flat_buffer& buffer) {
+// Drops the CR and LF bytes at the front of what is buffered; true when something is left.
+bool drop_leading_blank_lines(beast::flat_buffer& buffer) {
     const auto* data = static_cast<const char*>(buffer.data().data());
     std::size_t n = 0;
     while (n < buffer.size() && (data[n] == '\r' || data[n] == '\n')) {
         ++n;
     }
     buffer.consume(n);
+    return buffer.size() > 0;
 }
 
-// True when the request line at the front of `buffer` ends with a well-formed version
-// (" HTTP/<digit>.<digit>"): Beast refuses every version but 1.0 and 1.1 with one error, and
-// only a request that names another version deserves 505 rather than 400.
-bool names_an_http_version(const beast::flat_buffer& buffer) {
-    const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
-    const auto eol = data.find("\r\n");
+// What the version at the end of the request line in front of `buffer` is, once Beast (which
+// takes 1.0 and 1.1 only) refused it: not a well-formed " HTTP/<digit>.<digit>" (400), another
+// major version (505), or a later 1.x, served as 1.1 (RFC 9110 6.2): then `minor` points at
+// its minor digit.
+enum class VersionLine { Malformed, OtherMajor, LaterMinor };
+
+VersionLine classify_version(beast::flat_buffer& buffer, char*& minor) {
+    auto* data = static_cast<char*>(buffer.data().data());
+    const std::string_view text(data, buffer.size());
+    const auto eol = text.find("\r\n");
     if (eol == std::string_view::npos || eol < 9) {
-        return false;
+        return VersionLine::Malformed;
     }
-    const std::string_view v = data.substr(eol - 9, 9);  // " HTTP/x.y"
+    const std::string_view v = text.substr(eol - 9, 9);  // " HTTP/x.y"
     auto digit = [](char c) { return c >= '0' && c <= '9'; };
-    return v.substr(0, 6) == " HTTP/" && digit(v[6]) && v[7] == '.' && digit(v[8]);
+    if (v.substr(0, 6) != " HTTP/" || !digit(v[6]) || v[7] != '.' || !digit(v[8])) {
+        return VersionLine::Malformed;
+    }
+    if (v[6] != '1') {
+        return VersionLine::OtherMajor;
+    }
+    minor = data + eol - 1;
+    return VersionLine::LaterMinor;
 }
 
 }  // namespace
@@ -200,6 +211,7 @@ public:
             *end++ = '\n';
             size_line_len_ = static_cast<std::size_t>(end - size_line_);
         }
+        at_event_end_ = data.ends_with("\n\n") || data.ends_with("\r\r");
         std::size_t sent = 0;
         if (wire::send_now(conn_.stream.socket(), chunk_buffers(data), sent, ec)) {
             if (ec) {
@@ -278,11 +290,11 @@ public:
 
     // The shutdown grace is over with this exchange still running: the client is told (a 503
     // when nothing was sent yet; an SSE error event when a stream is under way and no write is
-    // half done), best effort without waiting, and the connection is closed. False when there
-    // was nothing left to tell.
-    bool cut_for_shutdown() {
+    // half done), best effort without waiting; the connection is closed and the handler
+    // cancelled (its upstream legs with it).
+    ShutdownCut cut_for_shutdown() {
         if (gone_ || aborted_ || complete_) {
-            return false;
+            return ShutdownCut::None;
         }
         std::string text;
         if (!responded_) {
@@ -295,8 +307,11 @@ public:
             wire::head_text(text, res.base());
             text += res.body();
         } else if (streaming_ && !writing_) {
-            const std::string event = openai_error_event(
-                Errc::ShuttingDown, "the router shut down before the stream ended");
+            std::string event = openai_error_event(Errc::ShuttingDown,
+                                                   "the router shut down before the stream ended");
+            if (!at_event_end_) {
+                event.insert(0, "\n\n");  // end the event passed on unfinished first
+            }
             if (!plain_) {
                 char size[16];
                 auto [end, fec] = std::to_chars(size, size + sizeof size, event.size(), 16);
@@ -306,13 +321,19 @@ public:
                 text = event;
             }
         }
+        bool told = false;
         if (!text.empty()) {
             std::size_t sent = 0;
             error_code ec;
-            wire::send_now(conn_.stream.socket(), net::buffer(text), sent, ec);
+            told = wire::send_now(conn_.stream.socket(), net::buffer(text), sent, ec) && !ec;
         }
         abort();
-        return true;
+        mark_gone();
+        if (conn_.watch->cancel != nullptr) {
+            // The watch read may be stopped (pipelined bytes over the limit): cancel directly.
+            conn_.watch->cancel->emit(net::cancellation_type::terminal);
+        }
+        return told ? ShutdownCut::Told : ShutdownCut::Closed;
     }
 
 private:
@@ -349,7 +370,8 @@ private:
     bool keep_alive_ = false;
     bool gone_ = false;
     bool aborted_ = false;
-    bool writing_ = false;  // a chunk is half sent (its rest is being written)
+    bool writing_ = false;      // a chunk is half sent (its rest is being written)
+    bool at_event_end_ = true;  // the last chunk ended with a blank line (an SSE event's end)
     std::vector<std::function<void()>> callbacks_;
     char size_line_[24];  // the current chunk's size line (lives until its rest is sent)
     std::size_t size_line_len_ = 0;
@@ -468,6 +490,20 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
     co_return !ec && n > 0;
 }
 
+// RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after a
+// POST body), however they arrive; the request's read deadline bounds the wait for the line.
+awaitable<error_code> skip_blank_lines(Connection& conn) {
+    while (!drop_leading_blank_lines(conn.buffer)) {
+        auto [ec, n] = co_await conn.stream.socket().async_read_some(
+            conn.buffer.prepare(wire::kReadSize), use_tuple);
+        conn.buffer.commit(n);
+        if (ec) {
+            co_return ec == net::error::eof ? error_code(http::error::end_of_stream) : ec;
+        }
+    }
+    co_return error_code{};
+}
+
 }  // namespace
 
 Connection::Connection(ServerState& s, tcp::socket sock)
@@ -486,9 +522,9 @@ Connection::~Connection() {
     watch->alive = false;
 }
 
-bool cut_for_shutdown(Connection& conn) {
+ShutdownCut cut_for_shutdown(Connection& conn) {
     if (conn.phase != Connection::Phase::Busy || conn.watch->exchange == nullptr) {
-        return false;
+        return ShutdownCut::None;
     }
     return conn.watch->exchange->cut_for_shutdown();
 }
@@ -538,13 +574,24 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         parser->header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
         parser->body_limit(limits.max_body_bytes);
         conn.read_deadline.expires_after(limits.read_timeout);  // the whole request
-        error_code ec;
-        skip_leading_blank_lines(conn.buffer);
+        error_code ec = co_await skip_blank_lines(conn);
+        bool version_retried = false;
         while (!ec && !parser->is_header_done()) {
             ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser);
-        }
-        if (ec == http::error::bad_version && names_an_http_version(conn.buffer)) {
-            ec = Errc::HttpVersion;  // well formed, but not 1.0 or 1.1 (Beast takes only those)
+            if (ec == http::error::bad_version && !version_retried) {
+                char* minor = nullptr;
+                const VersionLine v = classify_version(conn.buffer, minor);
+                if (v == VersionLine::OtherMajor) {
+                    ec = Errc::HttpVersion;
+                } else if (v == VersionLine::LaterMinor) {
+                    *minor = '1';  // parse it again as HTTP/1.1
+                    version_retried = true;
+                    ec = {};
+                    parser.emplace();
+                    parser->header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
+                    parser->body_limit(limits.max_body_bytes);
+                }
+            }
         }
         if (!ec && !plain_transfer_encoding(parser->get())) {
             ec = http::error::bad_transfer_encoding;

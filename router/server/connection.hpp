@@ -76,8 +76,11 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
 awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
 
 // The shutdown grace ended while `conn` runs a handler: tells its client (503, or an SSE error
-// event) and closes it. True when a request was cut.
-bool cut_for_shutdown(Connection& conn);
+// event) when its socket takes the bytes at once, closes the connection and cancels the
+// handler. None: no request was running; Closed: cut without a word (a client that stopped
+// reading, a write half done, a request still being read).
+enum class ShutdownCut { None, Told, Closed };
+ShutdownCut cut_for_shutdown(Connection& conn);
 
 // 4xx/5xx answer with an OpenAI error body and `Connection: close`.
 Response make_error_response(Errc e, std::string_view message, unsigned version);

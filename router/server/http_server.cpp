@@ -141,16 +141,24 @@ awaitable<void> HttpServer::drain(Duration grace) {
         state->drain_event.expires_at(deadline);
         co_await state->drain_event.async_wait();
     }
-    std::size_t cut = 0;
+    std::size_t told = 0;
+    std::size_t closed = 0;
     for (auto* c : state->connections) {
-        cut += detail::cut_for_shutdown(*c) ? 1 : 0;
+        const auto cut = c->phase == detail::Connection::Phase::Reading
+                             ? detail::ShutdownCut::Closed
+                             : detail::cut_for_shutdown(*c);
+        told += cut == detail::ShutdownCut::Told ? 1 : 0;
+        closed += cut == detail::ShutdownCut::Closed ? 1 : 0;
         c->close();
     }
-    if (cut > 0) {
+    if (told + closed > 0) {
         PDR_WARN("server", "shutdown grace of " + std::to_string(grace.count()) +
-                               " ms ended with " + std::to_string(cut) +
-                               " request(s) still running: their clients got a 503 or an SSE "
-                               "error event and their upstream legs are cancelled");
+                               " ms ended with " + std::to_string(told + closed) +
+                               " request(s) unfinished: " + std::to_string(told) +
+                               " client(s) got a 503 or an SSE error event, " +
+                               std::to_string(closed) +
+                               " were closed without one (still sending their request, or not "
+                               "reading); upstream legs are cancelled");
     }
     while (!state->connections.empty() || state->pending_rejects > 0) {
         // Closed sockets make every coroutine finish promptly; poll briefly for stragglers.

@@ -269,5 +269,57 @@ TEST_F(StreamTest, DrainGraceEndTellsWaitingClients) {
     }());
 }
 
+// The grace ends while a handler waits and more than the watcher's 64 KiB of pipelined bytes
+// sit behind the request (the watcher has stopped reading): the handler is cancelled anyway,
+// so the drain ends at once instead of waiting for the handler's own end.
+TEST_F(StreamTest, DrainGraceEndCancelsAHandlerBehindPipelinedBytes) {
+    Event started(ioc_.get_executor());
+    bool slept_out = false;
+    start([&](Exchange&) -> awaitable<void> {
+        started.set();
+        const auto t0 = Clock::now();
+        co_await sleep_for(Duration{10'000});
+        slept_out = Clock::now() - t0 > Duration{5000};
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        const std::string big(100 * 1024, 'x');
+        co_await write_raw(s,
+                           "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n"
+                           "POST /next HTTP/1.1\r\nHost: a\r\nContent-Length: " +
+                               std::to_string(big.size()) + "\r\n\r\n" + big);
+        EXPECT_TRUE(co_await started.wait(Duration{3000}));
+        const auto t0 = Clock::now();
+        co_await server_->drain(Duration{100});
+        EXPECT_LT(Clock::now() - t0, Duration{2000});
+        EXPECT_EQ(server_->active_connections(), 0u);
+        EXPECT_FALSE(slept_out);
+        beast::flat_buffer buf;
+        auto r = co_await read_response(s, buf);
+        EXPECT_EQ(r.msg.result_int(), 503u) << r.ec.message();
+    }());
+}
+
+// A stream whose last chunk did not end an event (an over-long event passed on in pieces):
+// the shutdown's error event starts on a line of its own, after a blank line.
+TEST_F(StreamTest, DrainGraceEndEndsAnUnfinishedEventBeforeTheErrorEvent) {
+    Event started(ioc_.get_executor());
+    start([&](Exchange& ex) -> awaitable<void> {
+        co_await ex.begin_stream(sse_head());
+        co_await ex.write_chunk("data: {\"part\":");
+        started.set();
+        co_await sleep_for(Duration{10'000});
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s, "GET /stream HTTP/1.1\r\nHost: a\r\n\r\n");
+        EXPECT_TRUE(co_await started.wait(Duration{3000}));
+        co_await server_->drain(Duration{100});
+        const std::string text = co_await read_until_close(s, Duration{2000});
+        EXPECT_NE(text.find("data: {\"part\":"), std::string::npos) << text;
+        EXPECT_NE(text.find("\n\ndata: {\"error\""), std::string::npos) << text;
+    }());
+}
+
 }  // namespace
 }  // namespace pdr::server

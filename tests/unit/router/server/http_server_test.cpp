@@ -276,7 +276,8 @@ TEST_F(ServerTest, BlankLinesBeforeARequestLineAreIgnored) {
 TEST_F(ServerTest, OtherHttpMajorVersionGets505) {
     start();
     run([this]() -> awaitable<void> {
-        for (std::string_view line : {"GET / HTTP/2.0\r\n", "GET / HTTP/0.9\r\n"}) {
+        for (std::string_view line :
+             {"GET / HTTP/2.0\r\n", "GET / HTTP/0.9\r\n", "GET / HTTP/3.1\r\n"}) {
             auto r = co_await exchange_raw(port_, std::string(line) + "Host: a\r\n\r\n");
             EXPECT_FALSE(r.ec) << r.ec.message();
             expect_openai_error(r.msg, 505, "http_version_not_supported");
@@ -285,6 +286,41 @@ TEST_F(ServerTest, OtherHttpMajorVersionGets505) {
         auto r = co_await exchange_raw(port_, "GET / HTTP/x.1\r\nHost: a\r\n\r\n");
         EXPECT_FALSE(r.ec) << r.ec.message();
         expect_openai_error(r.msg, 400, "bad_http_request");
+    }());
+}
+
+// RFC 9110 6.2: a later HTTP/1.x is answered as 1.1, not refused.
+TEST_F(ServerTest, LaterHttp1MinorVersionIsServedAs11) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        for (int i = 0; i < 2; ++i) {  // kept alive as 1.1
+            co_await write_raw(s, "POST /v HTTP/1.2\r\nHost: a\r\nContent-Length: 2\r\n\r\nok");
+            auto r = co_await read_response(s, buf);
+            EXPECT_FALSE(r.ec) << r.ec.message();
+            EXPECT_EQ(r.msg.result_int(), 200u);
+            EXPECT_EQ(r.msg.version(), 11u);
+            EXPECT_EQ(r.msg.body(), "/v|ok");
+        }
+    }());
+}
+
+// Blank lines that arrive apart from the request line (one packet each) are skipped too.
+TEST_F(ServerTest, BlankLinesInTheirOwnPacketsAreSkipped) {
+    start();
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        for (std::string_view part : {"\r\n", "\n", "\r\n"}) {
+            co_await write_raw(s, part);
+            co_await sleep_for(Duration{20});  // so each goes in its own segment
+        }
+        co_await write_raw(s, "GET /p HTTP/1.1\r\nHost: a\r\n\r\n");
+        beast::flat_buffer buf;
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        EXPECT_EQ(r.msg.result_int(), 200u);
+        EXPECT_EQ(r.msg.body(), "/p|");
     }());
 }
 

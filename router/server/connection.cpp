@@ -491,12 +491,18 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
 }
 
 // RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after a
-// POST body), however they arrive; the request's read deadline bounds the wait for the line.
+// POST body), however they arrive; the request's read deadline bounds the wait for the line,
+// and more blank bytes than the header limit are a malformed request (400).
 awaitable<error_code> skip_blank_lines(Connection& conn) {
+    std::size_t read = conn.buffer.size();
     while (!drop_leading_blank_lines(conn.buffer)) {
+        if (read > conn.server.limits.max_header_bytes) {
+            co_return error_code(http::error::bad_method);
+        }
         auto [ec, n] = co_await conn.stream.socket().async_read_some(
             conn.buffer.prepare(wire::kReadSize), use_tuple);
         conn.buffer.commit(n);
+        read += n;
         if (ec) {
             co_return ec == net::error::eof ? error_code(http::error::end_of_stream) : ec;
         }

@@ -324,6 +324,25 @@ TEST_F(ServerTest, BlankLinesInTheirOwnPacketsAreSkipped) {
     }());
 }
 
+// Blank lines without end: past the header limit they are a malformed request, not a wait
+// that lasts until the read timeout.
+TEST_F(ServerTest, EndlessBlankLinesGet400) {
+    Limits limits;
+    limits.max_header_bytes = 1024;
+    start(limits);
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        const std::string blank(600, '\n');
+        for (int i = 0; i < 4; ++i) {
+            co_await write_raw(s, blank);
+        }
+        beast::flat_buffer buf;
+        auto r = co_await read_response(s, buf);
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        expect_openai_error(r.msg, 400, "bad_http_request");
+    }());
+}
+
 // RFC 9110 9.3.2: the answer to HEAD has the head a GET would get and no body, so the next
 // answer on the connection is read where it starts.
 TEST_F(ServerTest, AnswerToHeadHasNoBody) {

@@ -48,6 +48,7 @@ struct Config {
     Duration decode_idle_timeout{120000};  // between two decode stream chunks
     Duration request_read_timeout{30000};  // reading a client request
     Duration client_idle_timeout{75000};   // keep-alive idle on client connections
+    Duration shutdown_grace{10000};        // SIGTERM/SIGINT: in-flight requests get this long
     Duration kv_lease_timeout{30000};      // P's KV lease; refreshes every kv_lease_timeout/3
     bool lease_refresh = true;             // --no-lease-refresh turns the LeaseKeeper off
     Duration health_interval{5000};        // probe period for instances that are up

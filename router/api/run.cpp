@@ -67,8 +67,8 @@ awaitable<void> run_main(RunState& s) {
         co_return;
     }
     PDR_INFO("main", "signal " + std::to_string(signo) + ": draining (grace " +
-                         std::to_string(kDrainGrace.count()) + " ms)");
-    co_await s.app.shutdown(kDrainGrace);
+                         std::to_string(cfg.shutdown_grace.count()) + " ms)");
+    co_await s.app.shutdown(cfg.shutdown_grace);
     PDR_INFO("main", "stopped");
     s.ioc.stop();
 }

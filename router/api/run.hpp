@@ -1,15 +1,13 @@
 #pragma once
 // Runs pdrouter with a parsed configuration until SIGINT/SIGTERM: one io_context thread for the
 // whole data path; start-up model probe (mismatch → exit 2); the `pdrouter listening on
-// HOST:PORT` line on stdout and --port-file; drain on signal (10 s grace) → exit 0.
+// HOST:PORT` line on stdout and --port-file; drain on signal (--shutdown-grace-ms) → exit 0.
 #include "config/config.hpp"
 
 #include <functional>
 #include <string>
 
 namespace pdr::api {
-
-inline constexpr Duration kDrainGrace{10'000};
 
 struct RunHooks {
     // Called on the router thread right after the listening line (e.g. --demo's curl hint).

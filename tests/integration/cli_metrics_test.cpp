@@ -151,6 +151,46 @@ TEST_F(CliTest, ListeningLineAndGracefulDrainOnSigterm) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
+// --shutdown-grace-ms shorter than the stream: when it ends, the client gets the events so far
+// and one shutting_down error event (no [DONE]), the decode leg is closed (its blocks freed),
+// the WARN line says so, and pdrouter exits 0 soon after the grace.
+TEST_F(CliTest, ShutdownGraceEndCutsAStreamWithAnErrorEvent) {
+    auto& pd = start(PdOptions{}.router({"--shutdown-grace-ms", "300"}));
+    sim_fault(*pd.decode[0], {{"token_delay_ms", 200}});
+    json body = completion_body("cut me", 30, true);
+    TimedResponse t;
+    std::thread client([&] {
+        t = http_request_timed(
+            pd.router->port,
+            {"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
+            Ms{10000});
+    });
+    ASSERT_TRUE(
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; }, Ms{3000}));
+    const auto t0 = Clock::now();
+    pd.router->proc.signal(SIGTERM);
+    auto st = pd.router->proc.wait(Ms{5000});
+    const double took = ms_between(t0, Clock::now());
+    client.join();
+    EXPECT_TRUE(st.exited);
+    EXPECT_EQ(st.code, 0);
+    EXPECT_LT(took, 2500.0) << "the drain outlasted its grace";
+    const auto& r = t.response;
+    EXPECT_EQ(r.status, 200) << r.describe();
+    auto events = sse_data(r.body);
+    auto errors = error_events(r.body);
+    ASSERT_EQ(errors.size(), 1u) << r.body;
+    EXPECT_NE(errors[0].find("shutting_down"), std::string::npos) << errors[0];
+    EXPECT_EQ(events.back(), errors[0]) << "the error event must be last";
+    EXPECT_EQ(r.body.find("[DONE]"), std::string::npos) << r.body;
+    EXPECT_NE(pd.router->proc.log().find("shutdown grace of 300 ms ended"), std::string::npos)
+        << pd.router->proc.log();
+    EXPECT_TRUE(
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 0; }, Ms{3000}))
+        << "the decode leg was not closed";
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
 TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
     auto& pd = start(PdOptions{}.p(2).d(1).router({"--kv-lease-timeout-ms", "600"}));
     sim_fault(*pd.decode[0], {{"delay_ms", 500}});  // a refresh period passes before decode

@@ -26,6 +26,7 @@ TEST(ConfigFlags, DefaultsWithOnlyInstances) {
     EXPECT_EQ(c.decode_idle_timeout.count(), 120000);
     EXPECT_EQ(c.request_read_timeout.count(), 30000);
     EXPECT_EQ(c.client_idle_timeout.count(), 75000);
+    EXPECT_EQ(c.shutdown_grace.count(), 10000);
     EXPECT_EQ(c.kv_lease_timeout.count(), 30000);
     EXPECT_TRUE(c.lease_refresh);
     EXPECT_EQ(c.health_interval.count(), 5000);
@@ -72,6 +73,8 @@ TEST(ConfigFlags, EveryValueFlag) {
         "15",
         "--client-idle-timeout-ms",
         "16",
+        "--shutdown-grace-ms",
+        "0",
         "--kv-lease-timeout-ms",
         "1700",
         "--health-interval-ms",
@@ -115,6 +118,7 @@ TEST(ConfigFlags, EveryValueFlag) {
     EXPECT_EQ(c.decode_idle_timeout.count(), 14);
     EXPECT_EQ(c.request_read_timeout.count(), 15);
     EXPECT_EQ(c.client_idle_timeout.count(), 16);
+    EXPECT_EQ(c.shutdown_grace.count(), 0);
     EXPECT_EQ(c.kv_lease_timeout.count(), 1700);
     EXPECT_EQ(c.health_interval.count(), 18);
     EXPECT_EQ(c.health_backoff_max.count(), 19);
@@ -234,6 +238,7 @@ TEST(ConfigFlags, HelpMentionsEveryFlagAndEnv) {
                              "--decode-idle-timeout-ms",
                              "--request-read-timeout-ms",
                              "--client-idle-timeout-ms",
+                             "--shutdown-grace-ms",
                              "--kv-lease-timeout-ms",
                              "--health-interval-ms",
                              "--health-backoff-max-ms",

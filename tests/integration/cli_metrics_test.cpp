@@ -117,21 +117,28 @@ TEST_F(CliTest, DemoServesItsPrintedCurlRequest) {
     EXPECT_EQ(demo.proc.stop().code, 0) << "demo did not exit 0 on SIGTERM";
 }
 
+// Sends the stream request `body` from a thread (its answer lands in `out`), with decode
+// instance 0 made to wait `token_delay_ms` per token; the caller joins the thread.
+std::thread stream_while_decoding(PdCluster& pd, const json& body, int token_delay_ms,
+                                  TimedResponse& out) {
+    sim_fault(*pd.decode[0], {{"token_delay_ms", token_delay_ms}});
+    const unsigned short port = pd.router->port;
+    return std::thread([port, body, &out] {
+        out = http_request_timed(
+            port, {"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
+            Ms{10000});
+    });
+}
+
 TEST_F(CliTest, ListeningLineAndGracefulDrainOnSigterm) {
     auto& pd = start(PdOptions{});
     EXPECT_NE(pd.router->proc.log().find("pdrouter listening on 127.0.0.1:" +
                                          std::to_string(pd.router->port)),
               std::string::npos)
         << pd.router->proc.log();
-    sim_fault(*pd.decode[0], {{"token_delay_ms", 100}});
     json body = completion_body("drain me", 8, true);
     TimedResponse t;
-    std::thread client([&] {
-        t = http_request_timed(
-            pd.router->port,
-            {"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
-            Ms{10000});
-    });
+    std::thread client = stream_while_decoding(pd, body, 100, t);
     ASSERT_TRUE(
         wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; }, Ms{3000}));
     pd.router->proc.signal(SIGTERM);
@@ -156,15 +163,9 @@ TEST_F(CliTest, ListeningLineAndGracefulDrainOnSigterm) {
 // the WARN line says so, and pdrouter exits 0 soon after the grace.
 TEST_F(CliTest, ShutdownGraceEndCutsAStreamWithAnErrorEvent) {
     auto& pd = start(PdOptions{}.router({"--shutdown-grace-ms", "300"}));
-    sim_fault(*pd.decode[0], {{"token_delay_ms", 200}});
     json body = completion_body("cut me", 30, true);
     TimedResponse t;
-    std::thread client([&] {
-        t = http_request_timed(
-            pd.router->port,
-            {"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()},
-            Ms{10000});
-    });
+    std::thread client = stream_while_decoding(pd, body, 200, t);
     ASSERT_TRUE(
         wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; }, Ms{3000}));
     const auto t0 = Clock::now();

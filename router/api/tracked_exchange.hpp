@@ -10,7 +10,9 @@ namespace pdr::api {
 class TrackedExchange final : public server::Exchange {
 public:
     TrackedExchange(server::Exchange& inner, std::string request_id)
-        : inner_(inner), request_id_(std::move(request_id)) {}
+        : inner_(inner), request_id_(std::move(request_id)) {
+        inner_.set_request_id(request_id_);
+    }
 
     const server::Request& request() const override { return inner_.request(); }
     std::string remote_address() const override { return inner_.remote_address(); }
@@ -22,6 +24,7 @@ public:
         return inner_.write_chunk_or_rest(data, ec);
     }
     awaitable<error_code> end_stream() override;
+    void set_request_id(std::string id) override { inner_.set_request_id(std::move(id)); }
     void abort() override { inner_.abort(); }
     bool responded() const override { return inner_.responded(); }
     bool client_gone() const override { return inner_.client_gone(); }

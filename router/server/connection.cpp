@@ -49,15 +49,15 @@ bool plain_transfer_encoding(const Request& req) {
     return first == last || (std::next(first) == last && iequals(first->value(), "chunked"));
 }
 
-// Drops the CR and LF bytes at the front of what is buffered; true when something is left.
-bool drop_leading_blank_lines(beast::flat_buffer& buffer) {
+// Drops the CR and LF bytes at the front of what is buffered; returns how many.
+std::size_t drop_leading_blank_lines(beast::flat_buffer& buffer) {
     const auto* data = static_cast<const char*>(buffer.data().data());
     std::size_t n = 0;
     while (n < buffer.size() && (data[n] == '\r' || data[n] == '\n')) {
         ++n;
     }
     buffer.consume(n);
-    return buffer.size() > 0;
+    return n;
 }
 
 // What the version at the end of the request line in front of `buffer` is, once Beast (which
@@ -69,10 +69,11 @@ enum class VersionLine { Malformed, OtherMajor, LaterMinor };
 VersionLine classify_version(beast::flat_buffer& buffer, char*& minor) {
     auto* data = static_cast<char*>(buffer.data().data());
     const std::string_view text(data, buffer.size());
-    const auto eol = text.find("\r\n");
-    if (eol == std::string_view::npos || eol < 9) {
+    const auto lf = text.find('\n');  // the request line's end (Beast wants it after a CR)
+    if (lf == std::string_view::npos || lf < 10 || text[lf - 1] != '\r') {
         return VersionLine::Malformed;
     }
+    const auto eol = lf - 1;
     const std::string_view v = text.substr(eol - 9, 9);  // " HTTP/x.y"
     auto digit = [](char c) { return c >= '0' && c <= '9'; };
     if (v.substr(0, 6) != " HTTP/" || !digit(v[6]) || v[7] != '.' || !digit(v[8])) {
@@ -171,7 +172,9 @@ public:
         error_code ec;
         if (auto rest =
                 wire::send_or_rest(conn_.stream, buffer, conn_.server.limits.write_timeout, ec)) {
+            writing_ = true;  // the shutdown cut must not write into the middle of it
             ec = co_await std::move(*rest);
+            writing_ = false;
         }
         if (ec) {
             failed_write(ec);
@@ -211,7 +214,8 @@ public:
             *end++ = '\n';
             size_line_len_ = static_cast<std::size_t>(end - size_line_);
         }
-        at_event_end_ = data.ends_with("\n\n") || data.ends_with("\r\r");
+        at_event_end_ =
+            data.ends_with("\n\n") || data.ends_with("\r\r") || data.ends_with("\r\n\r\n");
         std::size_t sent = 0;
         if (wire::send_now(conn_.stream.socket(), chunk_buffers(data), sent, ec)) {
             if (ec) {
@@ -238,7 +242,9 @@ public:
         error_code ec;
         if (auto rest =
                 wire::send_or_rest(conn_.stream, buffer, conn_.server.limits.write_timeout, ec)) {
+            writing_ = true;  // the shutdown cut must not write into the middle of it
             ec = co_await std::move(*rest);
+            writing_ = false;
         }
         if (ec) {
             failed_write(ec);
@@ -247,6 +253,8 @@ public:
         }
         co_return ec;
     }
+
+    void set_request_id(std::string id) override { request_id_ = std::move(id); }
 
     void abort() override {
         if (!aborted_) {
@@ -301,6 +309,9 @@ public:
             Response res = make_error_response(Errc::ShuttingDown,
                                                "the router shut down before the answer was ready",
                                                req_.version());
+            if (!request_id_.empty()) {
+                res.set("X-Request-Id", request_id_);
+            }
             if (req_.method() == http::verb::head) {
                 res.body().clear();
             }
@@ -372,6 +383,7 @@ private:
     bool aborted_ = false;
     bool writing_ = false;      // a chunk is half sent (its rest is being written)
     bool at_event_end_ = true;  // the last chunk ended with a blank line (an SSE event's end)
+    std::string request_id_;    // for answers the server makes itself (see set_request_id)
     std::vector<std::function<void()>> callbacks_;
     char size_line_[24];  // the current chunk's size line (lives until its rest is sent)
     std::size_t size_line_len_ = 0;
@@ -490,26 +502,6 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
     co_return !ec && n > 0;
 }
 
-// RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after a
-// POST body), however they arrive; the request's read deadline bounds the wait for the line,
-// and more blank bytes than the header limit are a malformed request (400).
-awaitable<error_code> skip_blank_lines(Connection& conn) {
-    std::size_t read = conn.buffer.size();
-    while (!drop_leading_blank_lines(conn.buffer)) {
-        if (read > conn.server.limits.max_header_bytes) {
-            co_return error_code(http::error::bad_method);
-        }
-        auto [ec, n] = co_await conn.stream.socket().async_read_some(
-            conn.buffer.prepare(wire::kReadSize), use_tuple);
-        conn.buffer.commit(n);
-        read += n;
-        if (ec) {
-            co_return ec == net::error::eof ? error_code(http::error::end_of_stream) : ec;
-        }
-    }
-    co_return error_code{};
-}
-
 }  // namespace
 
 Connection::Connection(ServerState& s, tcp::socket sock)
@@ -569,10 +561,25 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
 
     const Limits& limits = state->limits;
     bool first = true;
+    std::size_t blank = 0;  // blank-line bytes since the last request
     for (;;) {
         if (!co_await wait_for_request(conn, first ? limits.read_timeout : limits.idle_timeout)) {
             break;
         }
+        // RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF
+        // after a POST body); the connection stays idle meanwhile (a drain closes it at once).
+        // More blank bytes than the header limit are a malformed request.
+        blank += drop_leading_blank_lines(conn.buffer);
+        if (conn.buffer.size() == 0) {
+            if (blank > limits.max_header_bytes) {
+                if (co_await send_error(conn, Errc::BadHttp, "malformed HTTP request", 11)) {
+                    co_await linger_close(conn);
+                }
+                break;
+            }
+            continue;
+        }
+        blank = 0;
         first = false;
         conn.phase = Connection::Phase::Reading;
         std::optional<http::request_parser<http::string_body>> parser;
@@ -580,7 +587,7 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         parser->header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
         parser->body_limit(limits.max_body_bytes);
         conn.read_deadline.expires_after(limits.read_timeout);  // the whole request
-        error_code ec = co_await skip_blank_lines(conn);
+        error_code ec;
         bool version_retried = false;
         while (!ec && !parser->is_header_done()) {
             ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, *parser);

@@ -58,6 +58,10 @@ public:
     }
     virtual awaitable<error_code> end_stream() = 0;
 
+    // The request id the handler answers under: the server puts it (as X-Request-Id) on the
+    // answers it makes itself for this exchange (the 503 when a shutdown cuts it).
+    virtual void set_request_id(std::string /*id*/) {}
+
     // Ends the connection without finishing the response (after a mid-stream failure, so the
     // client sees a truncated stream rather than a clean end).
     virtual void abort() = 0;

@@ -12,7 +12,7 @@ namespace {
 using namespace pdr::testing;
 
 class StreamTest : public ::testing::Test {
-protected:
+public:  // also used by the helpers below
     void start(Handler h, Limits limits = {}) {
         server_ = std::make_unique<HttpServer>(ioc_.get_executor(), limits, std::move(h));
         port_ = server_->listen("127.0.0.1", 0);
@@ -227,46 +227,89 @@ TEST_F(StreamTest, DrainGraceCancelsStuckHandler) {
     }());
 }
 
-// When the grace ends, clients still waiting are told: a 503 shutting_down to one that got no
-// answer yet, an SSE error event after the last event to one whose stream is under way (then
-// the close, no last chunk).
+// Two clients cut by a drain with a 100 ms grace: one waiting for its answer, one whose
+// stream sent `first_event`. Each handler answers under the id "rid-<path>".
+struct CutClients {
+    RawResponse waiting;   // what the waiting client read
+    std::string streamed;  // all the streaming client read until the close
+};
+
+CutClients drain_two_clients(StreamTest& t, std::string first_event);
+
+// When the grace ends, clients still waiting are told: a 503 shutting_down (with the request
+// id) to one that got no answer yet, an SSE error event after the last event to one whose
+// stream is under way (then the close, no last chunk). An event ended by CRLF CRLF counts as
+// ended: no blank line goes before the error event.
 TEST_F(StreamTest, DrainGraceEndTellsWaitingClients) {
+    for (std::string_view ending : {"\n\n", "\r\n\r\n"}) {
+        SCOPED_TRACE(ending.size());
+        const std::string first = "data: one" + std::string(ending);
+        CutClients c = drain_two_clients(*this, first);
+        EXPECT_EQ(server_->active_connections(), 0u);
+        EXPECT_FALSE(c.waiting.ec) << c.waiting.ec.message();
+        EXPECT_EQ(c.waiting.msg.result_int(), 503u);
+        EXPECT_EQ(c.waiting.msg["X-Request-Id"], "rid-wait");
+        EXPECT_NE(c.waiting.msg.body().find("\"shutting_down\""), std::string::npos);
+        const std::string& text = c.streamed;
+        const auto one = text.find(first);
+        const auto error = text.find("\r\ndata: {\"error\"");  // at a chunk's start
+        EXPECT_NE(one, std::string::npos) << text;
+        EXPECT_NE(error, std::string::npos) << text;
+        EXPECT_LT(one, error) << text;
+        EXPECT_NE(text.find("shutting_down", error), std::string::npos) << text;
+        EXPECT_EQ(text.find("\r\n0\r\n\r\n"), std::string::npos) << text;  // not ended cleanly
+    }
+}
+
+// A kept-alive client that sent a CRLF after its request's body is idle: a drain closes it at
+// once instead of waiting out the grace for a request that never comes.
+TEST_F(StreamTest, DrainClosesAnIdleConnectionThatSentATrailingBlankLine) {
+    start([](Exchange& ex) -> awaitable<void> {
+        Response res{http::status::ok, 11};
+        res.body() = "ok";
+        co_await ex.respond(std::move(res));
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s, "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nok\r\n");
+        beast::flat_buffer buf;
+        auto r = co_await read_response(s, buf);
+        EXPECT_EQ(r.msg.result_int(), 200u) << r.ec.message();
+        co_await sleep_for(Duration{50});  // the CRLF has been read
+        const auto t0 = Clock::now();
+        co_await server_->drain(Duration{3000});
+        EXPECT_LT(Clock::now() - t0, Duration{1000});
+        EXPECT_EQ(server_->active_connections(), 0u);
+    }());
+}
+
+CutClients drain_two_clients(StreamTest& t, std::string first_event) {
+    CutClients out;
     int started = 0;
-    Event both(ioc_.get_executor());
-    start([&](Exchange& ex) -> awaitable<void> {
+    Event both(t.ioc_.get_executor());
+    t.start([&](Exchange& ex) -> awaitable<void> {
+        ex.set_request_id("rid-" + std::string(ex.request().target().substr(1)));
         if (ex.request().target() == "/stream") {
             co_await ex.begin_stream(sse_head());
-            co_await ex.write_chunk("data: one\n\n");
+            co_await ex.write_chunk(first_event);
         }
         if (++started == 2) {
             both.set();
         }
         co_await sleep_for(Duration{10'000});
     });
-    run([&]() -> awaitable<void> {
-        auto streamed = co_await connect_raw(port_);
+    t.run([&]() -> awaitable<void> {
+        auto streamed = co_await connect_raw(t.port_);
         co_await write_raw(streamed, "GET /stream HTTP/1.1\r\nHost: a\r\n\r\n");
-        auto waiting = co_await connect_raw(port_);
+        auto waiting = co_await connect_raw(t.port_);
         co_await write_raw(waiting, "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n");
         EXPECT_TRUE(co_await both.wait(Duration{3000}));
-        co_await server_->drain(Duration{100});
-        EXPECT_EQ(server_->active_connections(), 0u);
-
+        co_await t.server_->drain(Duration{100});
         beast::flat_buffer buf;
-        auto r = co_await read_response(waiting, buf);
-        EXPECT_FALSE(r.ec) << r.ec.message();
-        EXPECT_EQ(r.msg.result_int(), 503u);
-        EXPECT_NE(r.msg.body().find("\"shutting_down\""), std::string::npos) << r.msg.body();
-
-        const std::string text = co_await read_until_close(streamed, Duration{2000});
-        const auto one = text.find("data: one\n\n");
-        const auto error = text.find("data: {\"error\"");
-        EXPECT_NE(one, std::string::npos) << text;
-        EXPECT_NE(error, std::string::npos) << text;
-        EXPECT_LT(one, error) << text;
-        EXPECT_NE(text.find("shutting_down", error), std::string::npos) << text;
-        EXPECT_EQ(text.find("\r\n0\r\n\r\n"), std::string::npos) << text;  // not ended cleanly
+        out.waiting = co_await read_response(waiting, buf);
+        out.streamed = co_await read_until_close(streamed, Duration{2000});
     }());
+    return out;
 }
 
 // The grace ends while a handler waits and more than the watcher's 64 KiB of pipelined bytes

@@ -282,10 +282,13 @@ TEST_F(ServerTest, OtherHttpMajorVersionGets505) {
             EXPECT_FALSE(r.ec) << r.ec.message();
             expect_openai_error(r.msg, 505, "http_version_not_supported");
         }
-        // a version that is not well formed is a malformed request
-        auto r = co_await exchange_raw(port_, "GET / HTTP/x.1\r\nHost: a\r\n\r\n");
-        EXPECT_FALSE(r.ec) << r.ec.message();
-        expect_openai_error(r.msg, 400, "bad_http_request");
+        // a version that is not well formed is a malformed request, whatever a later line says
+        for (std::string_view bad :
+             {"GET / HTTP/x.1\r\nHost: a\r\n\r\n", "GET / HTTP/1.2\nX: y HTTP/2.0\r\n\r\n"}) {
+            auto r = co_await exchange_raw(port_, bad);
+            EXPECT_FALSE(r.ec) << r.ec.message();
+            expect_openai_error(r.msg, 400, "bad_http_request");
+        }
     }());
 }
 

@@ -38,6 +38,8 @@ public:
     void start();
     // Stops accepting, lets in-flight requests finish for up to `grace`, stops background work.
     awaitable<void> shutdown(Duration grace);
+    // Ends a running shutdown's grace now (a second signal).
+    void end_grace() { server_->end_grace(); }
 
     // The request handler (what the server calls for each request).
     awaitable<void> handle(server::Exchange& ex);

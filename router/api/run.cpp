@@ -28,6 +28,15 @@ void fail_startup(RunState& s, int code, const std::string& message) {
     s.ioc.stop();
 }
 
+// A second SIGTERM/SIGINT while draining: the operator wants out now.
+awaitable<void> end_grace_on_signal(RunState& s) {
+    auto [ec, signo] = co_await s.signals.async_wait(use_tuple);
+    if (!ec) {
+        PDR_WARN("main", "signal " + std::to_string(signo) + " again: ending the grace now");
+        s.app.end_grace();
+    }
+}
+
 awaitable<void> run_main(RunState& s) {
     const config::Config& cfg = s.app.config();
     if (!co_await s.app.probe_instances()) {
@@ -67,8 +76,12 @@ awaitable<void> run_main(RunState& s) {
         co_return;
     }
     PDR_INFO("main", "signal " + std::to_string(signo) + ": draining (grace " +
-                         std::to_string(cfg.shutdown_grace.count()) + " ms)");
+                         std::to_string(cfg.shutdown_grace.count()) +
+                         " ms; a second signal ends it now)");
+    net::co_spawn(s.ioc, end_grace_on_signal(s), net::detached);
     co_await s.app.shutdown(cfg.shutdown_grace);
+    error_code ignored;
+    s.signals.cancel(ignored);
     PDR_INFO("main", "stopped");
     s.ioc.stop();
 }

@@ -62,6 +62,7 @@ struct ServerState {
     Handler handler;
     Acceptor acceptor;
     bool draining = false;
+    bool grace_over = false;  // end_grace() was called during a drain
     std::list<Connection*> connections;
     std::size_t pending_rejects = 0;      // over-limit connections being answered 503
     Timer drain_event;                    // cancelled when the last connection ends while draining

@@ -137,7 +137,7 @@ awaitable<void> HttpServer::drain(Duration grace) {
         }
     }
     const auto deadline = Clock::now() + grace;
-    while (!state->connections.empty() && Clock::now() < deadline) {
+    while (!state->connections.empty() && Clock::now() < deadline && !state->grace_over) {
         state->drain_event.expires_at(deadline);
         co_await state->drain_event.async_wait();
     }
@@ -170,6 +170,13 @@ awaitable<void> HttpServer::drain(Duration grace) {
         for (auto* c : state->connections) {
             c->close();
         }
+    }
+}
+
+void HttpServer::end_grace() {
+    if (impl_->draining && !impl_->grace_over) {
+        impl_->grace_over = true;
+        impl_->drain_event.cancel();
     }
 }
 

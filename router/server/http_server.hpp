@@ -97,6 +97,8 @@ public:
     // Stops accepting, lets in-flight exchanges finish for up to `grace`, then closes every
     // connection. Completes when all connection coroutines have ended.
     awaitable<void> drain(Duration grace);
+    // Ends a running drain's grace now (as if it had run out); no-op otherwise.
+    void end_grace();
 
     std::size_t active_connections() const noexcept;
 

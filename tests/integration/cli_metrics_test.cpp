@@ -192,6 +192,32 @@ TEST_F(CliTest, ShutdownGraceEndCutsAStreamWithAnErrorEvent) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
+// A second SIGTERM during a long grace ends it at once: the stream is cut as at the grace's end.
+TEST_F(CliTest, SecondSignalEndsTheGraceAtOnce) {
+    auto& pd = start(PdOptions{}.router({"--shutdown-grace-ms", "60000"}));
+    json body = completion_body("cut me twice", 30, true);
+    TimedResponse t;
+    std::thread client = stream_while_decoding(pd, body, 200, t);
+    ASSERT_TRUE(
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; }, Ms{3000}));
+    pd.router->proc.signal(SIGTERM);
+    ASSERT_TRUE(wait_until(
+        [&] { return pd.router->proc.log().find("draining") != std::string::npos; }, Ms{3000}));
+    const auto t0 = Clock::now();
+    pd.router->proc.signal(SIGTERM);
+    auto st = pd.router->proc.wait(Ms{10000});
+    client.join();
+    EXPECT_TRUE(st.exited);
+    EXPECT_EQ(st.code, 0);
+    EXPECT_LT(ms_between(t0, Clock::now()), 5000.0) << "the second signal did not end the grace";
+    auto errors = error_events(t.response.body);
+    ASSERT_EQ(errors.size(), 1u) << t.response.body;
+    EXPECT_NE(errors[0].find("shutting_down"), std::string::npos) << errors[0];
+    EXPECT_NE(pd.router->proc.log().find("again: ending the grace now"), std::string::npos)
+        << pd.router->proc.log();
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
 TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
     auto& pd = start(PdOptions{}.p(2).d(1).router({"--kv-lease-timeout-ms", "600"}));
     sim_fault(*pd.decode[0], {{"delay_ms", 500}});  // a refresh period passes before decode

@@ -57,6 +57,39 @@ TEST_P(CoreRegressionTest, DescriptorWithStrideZeroIsRefused) {
     EXPECT_TRUE(a->peers().empty());
 }
 
+// An agent whose UCX backend could not be built (no usable transport or device: a typo in
+// transports/net_devices, or a bad UCX_TLS) used to crash in the half-built backend's destructor
+// (a worker flush on a null worker) instead of returning a status.
+TEST(UcxCreateRegression, NoUsableTransportOrDeviceIsAStatusNotACrash) {
+    if (!ucx_available())
+        GTEST_SKIP() << "built without UCX";
+    struct Case {
+        const char* transports;
+        const char* devices;
+    };
+    for (Case c : {Case{"nosuchtl", ""}, Case{"tcp", "nosuchdev"}}) {
+        Config cfg;
+        cfg.name = "no-transport";
+        cfg.backend = BackendKind::Ucx;
+        cfg.transports = c.transports;
+        cfg.net_devices = c.devices;
+        auto agent = Agent::create(cfg);
+        ASSERT_FALSE(agent) << c.transports << "/" << c.devices;
+        EXPECT_EQ(agent.status(), Status::Failed) << agent.message();
+        EXPECT_FALSE(agent.message().empty());
+
+        pdx_config_t cc;
+        pdx_config_init(&cc);
+        cc.name = "no-transport-c";
+        cc.transports = c.transports;
+        cc.net_devices = c.devices;
+        pdx_agent_t* ca = nullptr;
+        EXPECT_EQ(pdx_agent_create(&cc, &ca), PDX_FAILED) << c.transports << "/" << c.devices;
+        EXPECT_EQ(ca, nullptr);
+        EXPECT_GT(std::strlen(pdx_last_error()), 0u);
+    }
+}
+
 TEST(PlanRegression, RefusesAStrideBelowTheBlockSize) {
     const detail::PlanSide dense{Layout{0, 0, 16, 16, 8}, 0x1000};
     const detail::PlanSide zero{Layout{0, 0, 16, 0, 8}, 0x100000};

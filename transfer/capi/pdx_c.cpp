@@ -40,6 +40,14 @@ void fill_result(const pdx::TransferResult& r, pdx_transfer_result_t* out) {
     copy_str(out->message, sizeof out->message, r.message);
 }
 
+// poll/wait report states; only an unknown handle is a failing call (pdx_last_error says so).
+pdx_status_t unknown_handle_fails(pdx::Status s, uint64_t handle) {
+    if (s == pdx::Status::NotFound)
+        return fail(PDX_NOT_FOUND, "unknown transfer handle " + std::to_string(handle) +
+                                       " (never issued, or no longer in the completed history)");
+    return to_c(s);
+}
+
 pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_layout,
                       const uint32_t* local_ids, uint32_t remote_layout, const uint32_t* remote_ids,
                       size_t count, uint64_t transfer_id, uint32_t deadline_ms,
@@ -322,13 +330,14 @@ pdx_status_t pdx_read_blocks_cb(pdx_agent_t* a, uint64_t peer, uint32_t local_la
 pdx_status_t pdx_poll(pdx_agent_t* a, uint64_t handle) {
     if (!a)
         return fail(PDX_INVALID, "null agent");
-    return guarded([&] { return to_c(a->agent->poll(handle)); });
+    return guarded([&] { return unknown_handle_fails(a->agent->poll(handle), handle); });
 }
 
 pdx_status_t pdx_wait(pdx_agent_t* a, uint64_t handle, uint32_t timeout_ms) {
     if (!a)
         return fail(PDX_INVALID, "null agent");
-    return guarded([&] { return to_c(a->agent->wait(handle, ms(timeout_ms))); });
+    return guarded(
+        [&] { return unknown_handle_fails(a->agent->wait(handle, ms(timeout_ms)), handle); });
 }
 
 pdx_status_t pdx_cancel(pdx_agent_t* a, uint64_t handle) {

@@ -159,19 +159,23 @@ public:
     }
 
     ~UcxBackend() override {
-        // Let pending wire-up traffic drain first (UCX 1.13 asserts when a worker is destroyed
-        // with a wire-up reply still queued on a tcp endpoint); bounded for dead peers.
-        drain_worker(std::chrono::milliseconds(300));
-        for (auto& [t, c] : conns_)
-            close_conn(*c);
-        conns_.clear();
-        last_conn_ = nullptr;
-        for (int i = 0; i < 100000 && !closing_.empty(); ++i) {
-            ucp_worker_progress(worker_);
-            reap_closing();
-        }
-        if (worker_)
+        // A backend whose init() failed may have no worker (e.g. UCX found no usable transport):
+        // then there is nothing to drain or close, only the context to clean up.
+        if (worker_) {
+            // Let pending wire-up traffic drain first (UCX 1.13 asserts when a worker is
+            // destroyed with a wire-up reply still queued on a tcp endpoint); bounded for dead
+            // peers.
+            drain_worker(std::chrono::milliseconds(300));
+            for (auto& [t, c] : conns_)
+                close_conn(*c);
+            conns_.clear();
+            last_conn_ = nullptr;
+            for (int i = 0; i < 100000 && !closing_.empty(); ++i) {
+                ucp_worker_progress(worker_);
+                reap_closing();
+            }
             ucp_worker_destroy(worker_);
+        }
         if (context_)
             ucp_cleanup(context_);
         // ops_ is freed after this body: also the records of requests that UCX never completed

@@ -241,6 +241,11 @@ static void errors(side_t* a, side_t* b, uint64_t peer_b) {
         pdx_write_blocks(a->agent, 12345, a->layout, ok_ids, b->layout, ok_ids, 2, 5, 0, NULL, &h),
         PDX_NOT_FOUND);
     CHECK_STATUS(pdx_poll(a->agent, 987654), PDX_NOT_FOUND);
+    /* an unknown handle is a failing call: its message replaces the previous call's */
+    CHECK(strstr(pdx_last_error(), "unknown transfer handle 987654") != NULL);
+    CHECK_STATUS(pdx_add_peer(a->agent, (const unsigned char*)"x", 1, &h), PDX_INVALID);
+    CHECK_STATUS(pdx_wait(a->agent, 987655, 10), PDX_NOT_FOUND);
+    CHECK(strstr(pdx_last_error(), "unknown transfer handle 987655") != NULL);
     pdx_transfer_result_t res;
     CHECK_STATUS(pdx_result(a->agent, 987654, &res), PDX_NOT_FOUND);
     const unsigned char junk[16] = {1, 2, 3};

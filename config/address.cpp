@@ -51,6 +51,23 @@ bool canonical_v6(std::string_view h, std::string& out) {
     return true;
 }
 
+// The dotted-quad form of a numeric IPv4 host in any spelling the resolver accepts ("127.1",
+// "0x7f000001", "2130706433", "0177.0.0.1"), so that one engine is one instance whatever the
+// spelling; false for a DNS name. Only hosts that start with a digit are tried: a DNS label never
+// reads as a number to getaddrinfo unless inet_aton takes it, which is what is checked here.
+bool canonical_v4(std::string_view h, std::string& out) {
+    if (h.empty() || !std::isdigit(static_cast<unsigned char>(h.front())))
+        return false;
+    const std::string addr(h);
+    in_addr a{};
+    char text[INET_ADDRSTRLEN];
+    if (::inet_aton(addr.c_str(), &a) == 0 ||
+        ::inet_ntop(AF_INET, &a, text, sizeof text) == nullptr)
+        return false;
+    out = text;
+    return true;
+}
+
 }  // namespace
 
 std::string InstanceAddress::text() const {
@@ -124,6 +141,8 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
             error = "invalid host name '" + std::string(host) + "'";
             return false;
         }
+        if (canonical_v4(host, v6))
+            host = v6;  // one name per address: 127.1 and 127.0.0.1 are the same instance
     }
     unsigned value = 0;
     auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);

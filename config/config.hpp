@@ -48,11 +48,15 @@ struct Config {
     Duration decode_idle_timeout{120000};  // between two decode stream chunks
     Duration request_read_timeout{30000};  // reading a client request
     Duration client_idle_timeout{75000};   // keep-alive idle on client connections
-    Duration shutdown_grace{10000};        // SIGTERM/SIGINT: in-flight requests get this long
-    Duration kv_lease_timeout{30000};      // P's KV lease; refreshes every kv_lease_timeout/3
-    bool lease_refresh = true;             // --no-lease-refresh turns the LeaseKeeper off
-    Duration health_interval{5000};        // probe period for instances that are up
-    Duration health_backoff_max{30000};    // re-probe backoff cap for instances that are down
+    // Idle pooled upstream connections older than this are not reused (closed). Below the
+    // engines' own keep-alive close (uvicorn, vLLM's server: 5 s), so a request never goes out on
+    // a connection the engine is closing at that moment (a POST is never sent twice).
+    Duration upstream_idle_timeout{4000};
+    Duration shutdown_grace{10000};      // SIGTERM/SIGINT: in-flight requests get this long
+    Duration kv_lease_timeout{30000};    // P's KV lease; refreshes every kv_lease_timeout/3
+    bool lease_refresh = true;           // --no-lease-refresh turns the LeaseKeeper off
+    Duration health_interval{5000};      // probe period for instances that are up
+    Duration health_backoff_max{30000};  // re-probe backoff cap for instances that are down
     std::size_t max_body_bytes = 8u << 20;
     std::size_t max_header_bytes = 16u << 10;
     std::size_t max_concurrent_requests = 1024;

@@ -58,6 +58,10 @@ const std::array kOptions = {
     Option{.name = "client-idle-timeout-ms", .kind = Kind::Number, .meta = "MS",
            .help = "keep-alive idle time on client connections (default 75000)",
            .millis = &Config::client_idle_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "upstream-idle-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "reuse idle upstream connections only this long; keep it below the engines' "
+                   "keep-alive timeout (default 4000)",
+           .millis = &Config::upstream_idle_timeout, .min = 1, .max = kMaxMillis},
     Option{.name = "shutdown-grace-ms", .kind = Kind::Number, .meta = "MS",
            .help = "on SIGTERM/SIGINT, how long requests in flight may finish (default 10000)",
            .millis = &Config::shutdown_grace, .min = 0, .max = kMaxMillis},

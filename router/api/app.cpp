@@ -25,7 +25,7 @@ App::App(net::any_io_executor executor, config::Config cfg)
     : cfg_(std::move(cfg)),
       executor_(executor),
       router_metrics_(metrics_registry_),
-      client_(executor_),
+      client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout}),
       registry_(executor_, client_, router_metrics_, cfg_),
       lease_keeper_(executor_, client_, router_metrics_, cfg_),
       deps_{registry_, client_, lease_keeper_, router_metrics_, cfg_} {

@@ -143,7 +143,7 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
         if (!res.ok()) {
             last_failure = res.failure;
             last_error = decode->name + ": " + std::string(upstream::to_string(res.failure));
-            registry_.report_failure(*decode, upstream::to_string(res.failure));
+            registry_.report_leg_failure(*decode, res.failure, upstream::to_string(res.failure));
             if (attempt + 1 < attempts) {
                 disagg::log_retry(ex.request_id(), "models", decode->name,
                                   upstream::to_string(res.failure));

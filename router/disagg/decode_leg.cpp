@@ -75,7 +75,7 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
             deps.metrics.upstream_error(metrics::Leg::Decode, error_kind_for(f));
             const std::string reason = upstream::describe(f, opened.ec);
             last_error = decode->name + ": " + reason;
-            deps.registry.report_failure(*decode, reason);
+            deps.registry.report_leg_failure(*decode, f, reason);
             if (upstream::request_not_sent(f) && !last) {
                 log_retry(req.request_id, "decode", decode->name, reason);
                 exclude = decode.get();

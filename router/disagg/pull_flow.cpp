@@ -80,9 +80,9 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             }
             last_error = p->name + " " + reason;
             if (result.ok()) {
-                deps.registry.report_server_error(*p, reason);
+                deps.registry.report_error(*p, reason);
             } else {
-                deps.registry.report_failure(*p, reason);
+                deps.registry.report_leg_failure(*p, result.failure, reason);
             }
             if (!last) {
                 log_retry(req.request_id, "prefill", p->name, reason);

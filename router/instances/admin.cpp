@@ -124,6 +124,10 @@ Registry::AdminResult Registry::remove(std::string_view type_in, std::string_vie
                               "Instance " + name + " not found in " + type + "_instances."));
     }
     inst->removed = true;
+    inst->on_drained = [this, alive = std::weak_ptr<bool>(alive_)] {
+        if (auto a = alive.lock(); a && *a)
+            wake_health_loop();  // the loop prunes it at once
+    };
     PDR_INFO(kLog, "removed " + type + " instance " + name + " (" +
                        std::to_string(inst->in_flight) + " request(s) still in flight)");
     prune(role);

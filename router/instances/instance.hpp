@@ -5,6 +5,7 @@
 // Everything here runs on the router's single data-path executor: no locks.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,9 +29,12 @@ struct Instance {
     upstream::Endpoint endpoint;
     bool up = true;        // false after a failure, until a probe succeeds
     bool removed = false;  // removed via admin API: no new picks, in-flight finish
+    // Set on removal: called when the last request in flight on a removed instance ends, so the
+    // registry drops it (and its metric series) then, not at its next health tick.
+    std::function<void()> on_drained;
     std::size_t in_flight = 0;
     std::uint64_t requests = 0, failures = 0;
-    int consecutive_server_errors = 0;  // 5xx answers in a row (reset by any success)
+    int consecutive_errors = 0;  // 5xx answers or broken exchanges in a row (reset by success)
     std::string last_error;
 
     // Health-check state (owned by the Registry's health loop).

@@ -61,6 +61,12 @@ void InFlight::release() noexcept {
         --inst_->in_flight;
     if (inst_->in_flight_gauge != nullptr)
         inst_->in_flight_gauge->dec();
+    if (inst_->removed && inst_->in_flight == 0 && inst_->on_drained) {
+        try {
+            inst_->on_drained();
+        } catch (...) {  // only wakes a timer; the health tick prunes anyway
+        }
+    }
     inst_.reset();
 }
 
@@ -184,16 +190,25 @@ void Registry::report_failure(Instance& inst, std::string_view reason) {
         mark_down(inst, reason);
 }
 
-void Registry::report_server_error(Instance& inst, std::string_view reason) {
+void Registry::report_error(Instance& inst, std::string_view reason) {
     ++inst.failures;
     inst.last_error = std::string(reason);
-    if (++inst.consecutive_server_errors >= kServerErrorsToMarkDown && inst.up && !inst.removed) {
+    if (++inst.consecutive_errors >= kErrorsToMarkDown && inst.up && !inst.removed) {
         mark_down(inst, reason);
     }
 }
 
+void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason) {
+    if (f == upstream::Failure::Connect || f == upstream::Failure::ConnectTimeout ||
+        f == upstream::Failure::ResponseTimeout) {
+        report_failure(inst, reason);
+    } else {
+        report_error(inst, reason);
+    }
+}
+
 void Registry::report_success(Instance& inst) {
-    inst.consecutive_server_errors = 0;
+    inst.consecutive_errors = 0;
     if (inst.up)
         return;
     inst.up = true;

@@ -3,8 +3,9 @@
 // round-robin selection, in-flight accounting and the admin add/remove operations
 // (PROTOCOLS.md §6). Single-threaded: every member runs on the router's data-path executor.
 //
-// Health: instances start up (a router started before its engines still tries them). A leg
-// failure (report_failure) marks an instance down at once; the health loop re-probes down
+// Health: instances start up (a router started before its engines still tries them). A leg that
+// cannot connect or times out marks an instance down at once (report_failure), 3 other errors in
+// a row do (report_error); the health loop re-probes down
 // instances with exponential backoff (1 s, 2 s, 4 s ... capped at cfg.health_backoff_max) and up
 // ones every cfg.health_interval (GET /health, falling back to GET /v1/models when /health is
 // 404/405). Instances are never dropped for being down.
@@ -70,12 +71,17 @@ public:
     // Round robin over instances that are up and not removed, skipping `exclude`; null if none.
     InstancePtr pick(Role role, const Instance* exclude = nullptr);
     InFlight acquire(const InstancePtr& inst) { return InFlight(inst); }
-    // A leg could not reach `inst` (connect failure, timeout, broken answer): marks it down now.
+    // `inst` cannot be reached or is stuck (connect failure, timeout): marks it down now.
     void report_failure(Instance& inst, std::string_view reason);
-    // `inst` answered a leg with a 5xx: it is reachable but failing. It is marked down only after
-    // kServerErrorsToMarkDown such answers in a row, so one bad request cannot empty the pool.
-    void report_server_error(Instance& inst, std::string_view reason);
-    static constexpr int kServerErrorsToMarkDown = 3;
+    // `inst` answered a leg with a 5xx, or the exchange broke (the connection closed or failed
+    // around the request, an unparsable answer): it is reachable but failing, or one connection
+    // was lost. It is marked down only after kErrorsToMarkDown such errors in a row (any success
+    // resets the count), so one bad request or one dropped connection cannot empty the pool.
+    void report_error(Instance& inst, std::string_view reason);
+    // A leg attempt failed with `f`: report_failure for a connect failure or a timeout,
+    // report_error for the rest.
+    void report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason);
+    static constexpr int kErrorsToMarkDown = 3;
     // A leg (or probe) succeeded on `inst`: marks it up.
     void report_success(Instance& inst);
 

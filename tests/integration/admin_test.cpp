@@ -1,6 +1,8 @@
 // Admin API (/instances/*), /status, /health and /v1/models against real processes.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tests/support/checks.hpp"
 #include "tests/support/fixture.hpp"
 
@@ -144,6 +146,38 @@ TEST_F(AdminTest, AddListRemoveWithAuthRules) {
     EXPECT_GE(metric(m, "pdrouter_admin_requests_total", {{"result", "unauthorized"}}).value_or(0),
               1.0)
         << m;
+}
+
+// A removed instance with a request in flight stays (listed as removed, its series kept) until
+// that request ends; then it and its pdrouter_instance_* series go at once, not at the next
+// health tick (60 s here).
+TEST_F(AdminTest, RemovedInstanceGoesWhenItsLastRequestEnds) {
+    auto& pd = start(PdOptions{}
+                         .sim({"--token-delay-ms", "40"})
+                         .router({"--admin-api-key", kKey, "--health-interval-ms", "60000"}));
+    const std::string d = pd.decode[0]->address();
+    const json body = chat_body("in flight across a remove", 25, true);  // about 1 s of tokens
+    HttpResponse streamed;
+    std::thread client([&] { streamed = send_generation(*pd.router, body); });
+    auto in_flight = [&] {
+        return metric(metrics_text(*pd.router), "pdrouter_instance_in_flight",
+                      {{"role", "decode"}, {"instance", d}})
+            .value_or(0);
+    };
+    EXPECT_TRUE(wait_until([&] { return in_flight() >= 1; }, Ms{5000}));
+    auto rm = admin_post(*pd.router, "remove", {{"type", "decode"}, {"instance", d}},
+                         {{"X-API-Key", kKey}});
+    EXPECT_EQ(rm.status, 200) << rm.describe();
+    EXPECT_TRUE(find_instance(*pd.router, d).value("removed", false));
+    client.join();
+    EXPECT_TRUE(answer_ok(streamed, body)) << streamed.describe();
+    auto series_gone = [&] {
+        auto m = metrics_text(*pd.router);
+        return !metric(m, "pdrouter_instance_up", {{"role", "decode"}, {"instance", d}}) &&
+               !metric(m, "pdrouter_instance_in_flight", {{"role", "decode"}, {"instance", d}});
+    };
+    EXPECT_TRUE(wait_until(series_gone, Ms{2000})) << metrics_text(*pd.router);
+    EXPECT_TRUE(find_instance(*pd.router, d).is_null());
 }
 
 TEST_F(AdminTest, StatusHealthModels) {

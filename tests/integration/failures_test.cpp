@@ -92,6 +92,30 @@ TEST_F(FailureTest, Prefill5xxWithOnePrefillIs502AndDecodeNotCalled) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
+// One connection an engine drops before answering fails that request (a completion is never
+// sent twice) but keeps the instance in rotation: with one instance per role, marking it down
+// would have answered 503 to everyone until the next probe.
+TEST_F(FailureTest, OneDroppedConnectionFailsOnlyItsRequest) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    sim_fault(*pd.decode[0], {{"close_before_response", true}, {"count", 1}});
+    auto r1 = send_generation(*pd.router, completion_body("dropped by D", 3, false));
+    EXPECT_EQ(r1.status, 502) << r1.describe();
+    json b2 = completion_body("after D dropped one", 3, false);
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, b2), b2));
+
+    sim_fault(*pd.prefill[0], {{"close_before_response", true}, {"count", 1}});
+    auto r3 = send_generation(*pd.router, chat_body("dropped by P", 3, true));
+    EXPECT_EQ(r3.status, 502) << r3.describe();
+    json b4 = chat_body("after P dropped one", 3, true);
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, b4), b4));
+
+    // Both instances are still up (/health is 503 when a role has none).
+    auto health = http_get(pd.router->port, "/health");
+    EXPECT_EQ(health.status, 200) << health.describe();
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+    EXPECT_TRUE(no_violations(pd));
+}
+
 TEST_F(FailureTest, PrefillConnectFailureRetriesThenFails) {
     auto& pd = start(PdOptions{}.p(2).sim(kFastSim).router(fast_router()));
     // Kill one P after the router saw it up: its port refuses connections from now on.

@@ -73,8 +73,8 @@ TEST(ConfigErrors, NonNumericAndOutOfRange) {
                  "pdrouter: invalid value '11' for --prefill-retries: expected an integer 0..10");
     for (const char* flag :
          {"--prefill-timeout-ms", "--decode-timeout-ms", "--decode-idle-timeout-ms",
-          "--request-read-timeout-ms", "--client-idle-timeout-ms", "--health-interval-ms",
-          "--health-backoff-max-ms"}) {
+          "--request-read-timeout-ms", "--client-idle-timeout-ms", "--upstream-idle-timeout-ms",
+          "--health-interval-ms", "--health-backoff-max-ms"}) {
         auto r = parse(with_instances({flag, "0"}));
         EXPECT_EQ(r.exit_code, 2) << flag;
         EXPECT_NE(r.output.find(std::string("'0' for ") + flag), std::string::npos) << r.output;

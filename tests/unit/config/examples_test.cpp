@@ -27,6 +27,7 @@ TEST_P(ConfigExamples, ParsesWithDefaults) {
     EXPECT_EQ(c.decode_idle_timeout, d.decode_idle_timeout);
     EXPECT_EQ(c.request_read_timeout, d.request_read_timeout);
     EXPECT_EQ(c.client_idle_timeout, d.client_idle_timeout);
+    EXPECT_EQ(c.upstream_idle_timeout, d.upstream_idle_timeout);
     EXPECT_EQ(c.shutdown_grace, d.shutdown_grace);
     EXPECT_EQ(c.kv_lease_timeout, d.kv_lease_timeout);
     EXPECT_EQ(c.health_interval, d.health_interval);

@@ -22,6 +22,7 @@ const char* kJson = R"({
   "decode_idle_timeout_ms": 444,
   "request_read_timeout_ms": 555,
   "client_idle_timeout_ms": 666,
+  "upstream_idle_timeout_ms": 4321,
   "kv_lease_timeout_ms": 777,
   "health_interval_ms": 888,
   "health_backoff_max_ms": 999,
@@ -52,6 +53,7 @@ void expect_file_values(const Config& c) {
     EXPECT_EQ(c.decode_idle_timeout.count(), 444);
     EXPECT_EQ(c.request_read_timeout.count(), 555);
     EXPECT_EQ(c.client_idle_timeout.count(), 666);
+    EXPECT_EQ(c.upstream_idle_timeout.count(), 4321);
     EXPECT_EQ(c.kv_lease_timeout.count(), 777);
     EXPECT_EQ(c.health_interval.count(), 888);
     EXPECT_EQ(c.health_backoff_max.count(), 999);
@@ -93,6 +95,7 @@ decode_timeout_ms: 333
 decode_idle_timeout_ms: 444
 request_read_timeout_ms: 555
 client_idle_timeout_ms: 666
+upstream_idle_timeout_ms: 4321
 kv_lease_timeout_ms: 777
 health_interval_ms: 888
 health_backoff_max_ms: 999

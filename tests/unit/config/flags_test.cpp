@@ -26,6 +26,7 @@ TEST(ConfigFlags, DefaultsWithOnlyInstances) {
     EXPECT_EQ(c.decode_idle_timeout.count(), 120000);
     EXPECT_EQ(c.request_read_timeout.count(), 30000);
     EXPECT_EQ(c.client_idle_timeout.count(), 75000);
+    EXPECT_EQ(c.upstream_idle_timeout.count(), 4000);
     EXPECT_EQ(c.shutdown_grace.count(), 10000);
     EXPECT_EQ(c.kv_lease_timeout.count(), 30000);
     EXPECT_TRUE(c.lease_refresh);
@@ -73,6 +74,8 @@ TEST(ConfigFlags, EveryValueFlag) {
         "15",
         "--client-idle-timeout-ms",
         "16",
+        "--upstream-idle-timeout-ms",
+        "21",
         "--shutdown-grace-ms",
         "0",
         "--kv-lease-timeout-ms",
@@ -118,6 +121,7 @@ TEST(ConfigFlags, EveryValueFlag) {
     EXPECT_EQ(c.decode_idle_timeout.count(), 14);
     EXPECT_EQ(c.request_read_timeout.count(), 15);
     EXPECT_EQ(c.client_idle_timeout.count(), 16);
+    EXPECT_EQ(c.upstream_idle_timeout.count(), 21);
     EXPECT_EQ(c.shutdown_grace.count(), 0);
     EXPECT_EQ(c.kv_lease_timeout.count(), 1700);
     EXPECT_EQ(c.health_interval.count(), 18);
@@ -171,6 +175,17 @@ TEST(ConfigFlags, Ipv6AndDnsInstances) {
     EXPECT_EQ(r.config.prefill[0].text(), "[::1]:8100");
     EXPECT_EQ(r.config.prefill[1].text(), "[fe80::1%eth0]:9");
     EXPECT_EQ(texts(r.config.decode), Strings{"decode-0.pd.svc.cluster.local:8200"});
+}
+
+// Numeric IPv4 hosts get one spelling (the resolver reads all of these as 127.0.0.1), so an
+// engine cannot be added twice under another spelling; DNS names starting with a digit stay.
+TEST(ConfigFlags, NumericIpv4HostsAreCanonical) {
+    auto r = parse({"--prefill", "127.1:1", "0x7f000001:2", "2130706433:3", "0177.0.0.1:4",
+                    "--decode", "10.0.0.5:5", "1password.example:6", "0.0.0.0:7"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(texts(r.config.prefill),
+              (Strings{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}));
+    EXPECT_EQ(texts(r.config.decode), (Strings{"10.0.0.5:5", "1password.example:6", "0.0.0.0:7"}));
 }
 
 TEST(ConfigFlags, ToyProxyAliasesZipHostsAndPorts) {
@@ -238,6 +253,7 @@ TEST(ConfigFlags, HelpMentionsEveryFlagAndEnv) {
                              "--decode-idle-timeout-ms",
                              "--request-read-timeout-ms",
                              "--client-idle-timeout-ms",
+                             "--upstream-idle-timeout-ms",
                              "--shutdown-grace-ms",
                              "--kv-lease-timeout-ms",
                              "--health-interval-ms",

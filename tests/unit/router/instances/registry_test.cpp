@@ -103,21 +103,48 @@ TEST_F(RegistryTest, ServerErrorsMarkDownOnlyWhenConsecutive) {
     auto a = reg().find(Role::Prefill, "127.0.0.1:8001");
     ASSERT_TRUE(a);
     // One 5xx (e.g. a request the engine chokes on) keeps the instance in rotation.
-    reg().report_server_error(*a, "answered HTTP 500");
-    reg().report_server_error(*a, "answered HTTP 500");
+    reg().report_error(*a, "answered HTTP 500");
+    reg().report_error(*a, "answered HTTP 500");
     EXPECT_TRUE(a->up);
     EXPECT_EQ(a->failures, 2u);
     // A success in between starts the count again.
     reg().report_success(*a);
-    reg().report_server_error(*a, "answered HTTP 503");
-    reg().report_server_error(*a, "answered HTTP 503");
+    reg().report_error(*a, "answered HTTP 503");
+    reg().report_error(*a, "answered HTTP 503");
     EXPECT_TRUE(a->up);
     EXPECT_EQ(reg().pick(Role::Prefill), a);
     // The third in a row takes it out until a probe or a leg succeeds.
-    reg().report_server_error(*a, "answered HTTP 503");
+    reg().report_error(*a, "answered HTTP 503");
     EXPECT_FALSE(a->up);
     EXPECT_EQ(a->last_error, "answered HTTP 503");
     EXPECT_EQ(reg().pick(Role::Prefill), nullptr);
+}
+
+// A connection that broke around one request (e.g. an engine closing a kept-alive connection just
+// as the request went out) counts like a 5xx; connect failures and timeouts mark down at once.
+TEST_F(RegistryTest, BrokenExchangesMarkDownOnlyWhenConsecutive) {
+    using upstream::Failure;
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9101));
+    auto d = reg().find(Role::Decode, "127.0.0.1:9101");
+    ASSERT_TRUE(d);
+    for (Failure f : {Failure::Read, Failure::Write, Failure::Protocol}) {
+        reg().report_leg_failure(*d, f, "read (end of stream)");
+        EXPECT_TRUE(d->up) << upstream::to_string(f);
+        reg().report_leg_failure(*d, f, "read (end of stream)");
+        EXPECT_TRUE(d->up) << upstream::to_string(f);
+        EXPECT_EQ(reg().pick(Role::Decode), d);
+        reg().report_leg_failure(*d, f, "read (end of stream)");
+        EXPECT_FALSE(d->up) << upstream::to_string(f);
+        reg().report_success(*d);
+        ASSERT_TRUE(d->up);
+    }
+    for (Failure f : {Failure::Connect, Failure::ConnectTimeout, Failure::ResponseTimeout}) {
+        reg().report_leg_failure(*d, f, "connect (Connection refused)");
+        EXPECT_FALSE(d->up) << upstream::to_string(f);
+        EXPECT_EQ(d->last_error, "connect (Connection refused)");
+        reg().report_success(*d);
+        ASSERT_TRUE(d->up);
+    }
 }
 
 TEST_F(RegistryTest, InFlightIsCountedByRaii) {

@@ -157,6 +157,8 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
         co_return;
     }
     if (last_error.empty()) {
+        router_metrics_.upstream_error(metrics::Leg::Decode,
+                                       metrics::UpstreamErrorKind::NoInstance);
         co_await disagg::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
     } else {
         disagg::log_failure(ex.request_id(), "models", {}, "last try: " + last_error);

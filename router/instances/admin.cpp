@@ -84,10 +84,9 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
         co_return AdminResult{503, openai_error_body(Errc::ShuttingDown, "Shutting down.")};
     if (!probe.ok) {
         PDR_WARN(kLog, "admin add of " + type + " instance " + name + " failed: " + probe.error);
-        co_return admin_result(
-            "add", "probe_failed", 502,
-            openai_error_body(Errc::UpstreamConnect,
-                              "Instance validation failed: " + name + ": " + probe.error + "."));
+        co_return admin_result("add", "probe_failed", 502,
+                               openai_error_body(probe.errc, "Instance validation failed: " + name +
+                                                                 ": " + probe.error + "."));
     }
     if (!cfg_.model.empty() && !serves(probe.models, cfg_.model)) {
         const std::string msg = "Instance validation failed: " + name + " serves " +

@@ -55,6 +55,11 @@ awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep) {
     auto res = co_await client_.request(ep, std::move(req), timeouts);
     if (!res.ok()) {
         out.error = "GET /v1/models failed: " + describe(res);
+        if (upstream::request_not_sent(res.failure))
+            out.errc = res.failure == upstream::Failure::Connect ? Errc::UpstreamConnect
+                                                                 : Errc::UpstreamTimeout;
+        else if (res.failure == upstream::Failure::ResponseTimeout)
+            out.errc = Errc::UpstreamTimeout;
         co_return out;
     }
     const unsigned status = res.response.result_int();

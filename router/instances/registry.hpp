@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.hpp"
+#include "router/common/error.hpp"
 #include "router/common/io.hpp"
 #include "router/instances/instance.hpp"
 #include "router/metrics/router_metrics.hpp"
@@ -33,9 +34,10 @@ namespace pdr::instances {
 
 // What a GET /v1/models probe found.
 struct ModelProbe {
-    bool ok = false;                  // reachable, 2xx, and (when parsed) a valid model list
-    std::string error;                // why not ok
-    std::vector<std::string> models;  // data[*].id
+    bool ok = false;                     // reachable, 2xx, and (when parsed) a valid model list
+    std::string error;                   // why not ok
+    Errc errc = Errc::UpstreamProtocol;  // when not ok: connect, timeout, or a bad answer
+    std::vector<std::string> models;     // data[*].id
 };
 
 // True when `served` names `wanted`: equal, or equal last path components

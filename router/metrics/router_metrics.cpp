@@ -58,6 +58,8 @@ std::string_view to_string(UpstreamErrorKind k) noexcept {
             return "missing_kv_params";
         case UpstreamErrorKind::KvLeaseExpiring:
             return "kv_lease_expiring";
+        case UpstreamErrorKind::NoInstance:
+            return "no_instance";
     }
     return "protocol";
 }

@@ -40,8 +40,9 @@ enum class UpstreamErrorKind {
     Status5xx,
     MissingKvParams,
     KvLeaseExpiring,  // the handle's lease would lapse before D could take it: not sent
+    NoInstance,       // no instance of the leg's role was up: nothing was sent
 };
-inline constexpr std::size_t kUpstreamErrorKindCount = 11;
+inline constexpr std::size_t kUpstreamErrorKindCount = 12;
 
 enum class DisconnectPhase { Prefill, Handover, Decode };
 inline constexpr std::size_t kDisconnectPhaseCount = 3;

@@ -122,6 +122,8 @@ TEST_F(AdminTest, AddListRemoveWithAuthRules) {
                    {{"X-API-Key", kKey}});
     EXPECT_GE(unreachable.status, 400) << unreachable.describe();
     EXPECT_NE(unreachable.status, 409);
+    EXPECT_EQ(unreachable.json()["error"].value("code", ""), "upstream_connect_error")
+        << unreachable.body;
     EXPECT_TRUE(find_instance(*pd.router, dead.address()).is_null());
 
     // A model mismatch is refused.
@@ -221,6 +223,12 @@ TEST_F(AdminTest, StatusHealthModels) {
     auto r = send_generation(*pd.router, completion_body("no decode", 3, false));
     EXPECT_EQ(r.status, 503) << r.describe();
     EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+    // The 503 is counted where alerts look for upstream trouble, not only as a 5xx.
+    auto after = metrics_text(*pd.router);
+    EXPECT_EQ(metric(after, "pdrouter_upstream_errors_total",
+                     {{"leg", "decode"}, {"kind", "no_instance"}}),
+              1.0)
+        << after;
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ bool parse_double(const std::string& s, double& out) {
 std::string usage_text() {
     return "usage: pdsim --role prefill|decode [--port N] [--host H] [--engine-id ID]\n"
            "             [--model NAME] [--kv-lease-seconds S] [--token-delay-ms MS]\n"
-           "             [--block-size-tokens N] [--port-file PATH]\n"
+           "             [--block-size-tokens N] [--keep-alive-ms MS] [--port-file PATH]\n"
            "             [--log-level debug|info|warn|error] [--help]\n"
            "\n"
            "An emulated vLLM engine for pdrouter tests and benchmarks (see docs/pdsim.md).\n"
@@ -51,6 +51,8 @@ std::string usage_text() {
            "  --kv-lease-seconds  how long prefill holds KV blocks without read/refresh (30)\n"
            "  --token-delay-ms    delay per generated token (default 0)\n"
            "  --block-size-tokens tokens per KV block (default 16)\n"
+           "  --keep-alive-ms     close idle kept-alive connections after this (default 5000,\n"
+           "                      as vLLM's server)\n"
            "  --port-file         write the bound port to this file (atomically)\n"
            "  --log-level         debug, info, warn or error (default info)\n";
 }
@@ -75,7 +77,8 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                                                       "--host",           "--engine-id",
                                                       "--model",          "--kv-lease-seconds",
                                                       "--token-delay-ms", "--block-size-tokens",
-                                                      "--port-file",      "--log-level"};
+                                                      "--port-file",      "--log-level",
+                                                      "--keep-alive-ms"};
         bool known = false;
         for (auto f : kFlags) {
             known = known || flag == f;
@@ -131,6 +134,11 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                 return bad(flag, value, "expected milliseconds 0-60000");
             }
             cfg.token_delay = Duration{n};
+        } else if (flag == "--keep-alive-ms") {
+            if (!parse_long(value, n) || n < 1 || n > 3'600'000) {
+                return bad(flag, value, "expected milliseconds 1-3600000");
+            }
+            cfg.keep_alive = Duration{n};
         } else if (flag == "--block-size-tokens") {
             if (!parse_long(value, n) || n < 1 || n > 4096) {
                 return bad(flag, value, "expected an integer 1-4096");

@@ -330,7 +330,9 @@ SimServer::~SimServer() {
 unsigned short SimServer::start() {
     Impl& im = *impl_;
     std::weak_ptr<Impl> weak = impl_;
-    im.server.emplace(im.ex, server::Limits{},
+    server::Limits limits;
+    limits.idle_timeout = im.cfg.keep_alive;
+    im.server.emplace(im.ex, limits,
                       [weak](server::Exchange& x) { return serve_exchange(weak, x); });
     const unsigned short port = im.server->listen(im.cfg.host, im.cfg.port);
     im.cfg.port = port;

@@ -21,6 +21,9 @@ struct SimConfig {
     std::string model = "pdsim-model";
     double kv_lease_seconds = 30.0;  // how long prefill holds blocks without a read or refresh
     Duration token_delay{0};         // per generated token (streaming and non-streaming)
+    // An idle kept-alive connection is closed after this long, as vLLM's server (uvicorn,
+    // timeout_keep_alive 5 s) does: clients that pool connections must cope with it.
+    Duration keep_alive{5000};
     int block_size_tokens = 16;
     std::size_t block_bytes = 4096;  // bytes of emulated KV per block (deterministic content)
 };

@@ -33,9 +33,27 @@ TEST(Cli, AllFlags) {
     SimConfig cfg;
     std::string pf;
     std::string lvl;
-    ASSERT_EQ(parse({"--role", "prefill", "--port", "8100", "--host", "::1", "--engine-id", "eng",
-                     "--model", "m", "--kv-lease-seconds", "2.5", "--token-delay-ms", "7",
-                     "--block-size-tokens=32", "--port-file", "/tmp/x", "--log-level", "debug"},
+    ASSERT_EQ(parse({"--role",
+                     "prefill",
+                     "--port",
+                     "8100",
+                     "--host",
+                     "::1",
+                     "--engine-id",
+                     "eng",
+                     "--model",
+                     "m",
+                     "--kv-lease-seconds",
+                     "2.5",
+                     "--token-delay-ms",
+                     "7",
+                     "--block-size-tokens=32",
+                     "--port-file",
+                     "/tmp/x",
+                     "--log-level",
+                     "debug",
+                     "--keep-alive-ms",
+                     "250"},
                     cfg, pf, lvl),
               0);
     EXPECT_EQ(cfg.role, Role::Prefill);
@@ -46,6 +64,7 @@ TEST(Cli, AllFlags) {
     EXPECT_DOUBLE_EQ(cfg.kv_lease_seconds, 2.5);
     EXPECT_EQ(cfg.token_delay, Duration{7});
     EXPECT_EQ(cfg.block_size_tokens, 32);
+    EXPECT_EQ(cfg.keep_alive, Duration{250});
     EXPECT_EQ(pf, "/tmp/x");
     EXPECT_EQ(lvl, "debug");
 }
@@ -59,6 +78,7 @@ TEST(Cli, Defaults) {
     EXPECT_EQ(cfg.port, 0);
     EXPECT_EQ(cfg.host, "127.0.0.1");
     EXPECT_EQ(cfg.model, "pdsim-model");
+    EXPECT_EQ(cfg.keep_alive, Duration{5000});
 }
 
 TEST(Cli, BadValuesReturnTwo) {
@@ -71,6 +91,8 @@ TEST(Cli, BadValuesReturnTwo) {
         {"--kv-lease-seconds", "abc"},
         {"--token-delay-ms", "-1"},
         {"--block-size-tokens", "0"},
+        {"--keep-alive-ms", "0"},
+        {"--keep-alive-ms", "5s"},
         {"--log-level", "loud"},
         {"--frobnicate"},
         {"positional"},

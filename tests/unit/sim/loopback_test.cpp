@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <future>
 #include <thread>
 
@@ -268,6 +271,44 @@ TEST_F(Loopback, LeaseRefreshKeepsBlocksAlive) {
     EXPECT_EQ(s["lease_refresh_unknown"], calls);
     // Once refreshes stop, the lease runs out.
     EXPECT_TRUE(wait_until([&] { return state(sport_)["freed_by_expiry"] == 1; }));
+}
+
+// Like vLLM's server, pdsim closes a kept-alive connection that stays idle for --keep-alive-ms
+// (clients that pool connections must not send on one it is closing).
+TEST(LoopbackKeepAlive, IdleConnectionIsClosedAfterTheKeepAlive) {
+    net::io_context ioc;
+    SimConfig c;
+    c.role = Role::Decode;
+    c.keep_alive = Duration{200};
+    SimServer sim(ioc.get_executor(), c);
+    const unsigned short port = sim.start();
+    std::thread runner([&] { ioc.run(); });
+    tcp::socket s(ioc);
+    s.connect({net::ip::make_address("127.0.0.1"), port});
+    const std::string req = "GET /health HTTP/1.1\r\nHost: pdsim\r\n\r\n";
+    net::write(s, net::buffer(req));
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(s, buf, res);
+    EXPECT_EQ(res.result_int(), 200u);
+    EXPECT_TRUE(res.keep_alive());
+    const auto answered = std::chrono::steady_clock::now();
+    // A receive timeout bounds the wait for the server's close.
+    struct timeval tv {
+        3, 0
+    };
+    ASSERT_EQ(::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    char byte = 0;
+    const ssize_t n = ::recv(s.native_handle(), &byte, 1, 0);
+    const auto waited = std::chrono::steady_clock::now() - answered;
+    EXPECT_EQ(n, 0) << "expected the server to close the idle connection";
+    EXPECT_GE(waited, 150ms);
+    EXPECT_LT(waited, 2500ms);
+    s.close();
+    auto done = net::co_spawn(ioc, sim.stop(), net::use_future);
+    EXPECT_EQ(done.wait_for(10s), std::future_status::ready);
+    ioc.stop();
+    runner.join();
 }
 
 TEST_F(Loopback, ClientDisconnectMidStreamIsCounted) {

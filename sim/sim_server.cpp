@@ -117,7 +117,11 @@ SimServer::Impl::Impl(net::any_io_executor executor, SimConfig config)
     : ex(std::move(executor)),
       cfg(std::move(config)),
       store(cfg.engine_id, cfg.block_bytes),
-      client(ex),
+      // Its own KV reads go to other pdsims, which close idle connections after their
+      // keep-alive: reuse a pooled one only for less than that (as pdrouter does).
+      client(ex, upstream::PoolLimits{.idle_ttl = std::max(
+                                          Duration{1},
+                                          std::min(Duration{4000}, cfg.keep_alive * 4 / 5))}),
       sweep_timer(ex) {}
 
 awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {

@@ -95,7 +95,9 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             co_return PrefillEnd::Answered;
         }
         if (status >= 400) {
-            // The request itself is bad: P's answer goes to the client as it is.
+            // The request itself is bad: P's answer goes to the client as it is. P answered, so
+            // it is working (as for a decode 4xx): its error count starts again.
+            deps.registry.report_success(*p);
             deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
             log_failure(req.request_id, "prefill", p->name, status_reason(status, {}));
             auto ct = result.response[http::field::content_type];

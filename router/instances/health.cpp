@@ -60,6 +60,8 @@ awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep) {
                                                                  : Errc::UpstreamTimeout;
         else if (res.failure == upstream::Failure::ResponseTimeout)
             out.errc = Errc::UpstreamTimeout;
+        else if (res.failure == upstream::Failure::Read || res.failure == upstream::Failure::Write)
+            out.errc = Errc::UpstreamClosed;
         co_return out;
     }
     const unsigned status = res.response.result_int();
@@ -162,7 +164,10 @@ awaitable<void> Registry::run_probe(InstancePtr inst) {
     const auto& outcome = std::get<0>(raced);
     const auto now = Clock::now();
     if (outcome.ok) {
-        report_success(*inst);
+        // Brings a down instance back. An up one keeps its error count: an engine that answers
+        // GET /health but fails every request must still reach 3 errors in a row.
+        if (!inst->up)
+            report_success(*inst);
         inst->next_probe = now + cfg_.health_interval;
     } else if (inst->up) {
         inst->last_error = outcome.error;

@@ -84,7 +84,8 @@ public:
     // report_error for the rest.
     void report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason);
     static constexpr int kErrorsToMarkDown = 3;
-    // A leg (or probe) succeeded on `inst`: marks it up.
+    // A leg succeeded on `inst` (any answer but a 5xx), or a probe of a down one did: marks it
+    // up and resets its error count.
     void report_success(Instance& inst);
 
     std::size_t count(Role role, bool up_only) const;  // not removed (and up, if up_only)

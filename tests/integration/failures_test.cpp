@@ -109,6 +109,20 @@ TEST_F(FailureTest, OneDroppedConnectionFailsOnlyItsRequest) {
     json b4 = chat_body("after P dropped one", 3, true);
     EXPECT_TRUE(answer_ok(send_generation(*pd.router, b4), b4));
 
+    // Errors that are not in a row do not add up: a 4xx answer between them shows P works.
+    for (int i = 0; i < 3; ++i) {
+        sim_fault(*pd.prefill[0], {{"close_before_response", true}, {"count", 1}});
+        auto dropped =
+            send_generation(*pd.router, completion_body("dropped " + std::to_string(i), 2, false));
+        EXPECT_EQ(dropped.status, 502) << dropped.describe();
+        sim_fault(*pd.prefill[0], {{"status", 400}, {"count", 1}});
+        auto refused =
+            send_generation(*pd.router, completion_body("refused " + std::to_string(i), 2, false));
+        EXPECT_EQ(refused.status, 400) << refused.describe();
+    }
+    json b5 = completion_body("P still in rotation", 3, false);
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, b5), b5));
+
     // Both instances are still up (/health is 503 when a role has none).
     auto health = http_get(pd.router->port, "/health");
     EXPECT_EQ(health.status, 200) << health.describe();

@@ -41,6 +41,31 @@ TEST_F(RegistryTest, DownInstanceIsReprobedAndRecovers) {
     EXPECT_EQ(instances_gauge(mreg, "prefill", "down"), 0);
 }
 
+// A passing probe of an up instance keeps its error count: an engine that answers GET /health but
+// fails every request is still taken out after 3 errors, however slowly they come.
+TEST_F(RegistryTest, PassingProbeDoesNotResetTheErrorCountOfAnUpInstance) {
+    FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request& req) {
+        return req.target() == "/health" ? FakeReply{200, ""} : FakeReply{404, "{}"};
+    });
+    const auto port = server.start();
+    reg().add_configured(Role::Decode, addr("127.0.0.1", port));
+    auto d = reg().pick(Role::Decode);
+    ASSERT_TRUE(d);
+    reg().start();
+    reg().report_leg_failure(*d, upstream::Failure::Read, "read (end of stream)");
+    reg().report_leg_failure(*d, upstream::Failure::Read, "read (end of stream)");
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return server.count("/health") >= 2; }, Duration{3000}));
+    EXPECT_TRUE(d->up);
+    reg().report_leg_failure(*d, upstream::Failure::Read, "read (end of stream)");
+    EXPECT_FALSE(d->up);
+    // Once down, a passing probe brings it back with a fresh count.
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return d->up; }, Duration{3000}));
+    reg().report_leg_failure(*d, upstream::Failure::Read, "read (end of stream)");
+    EXPECT_TRUE(d->up);
+}
+
 TEST_F(RegistryTest, BackoffGrowsWhileDown) {
     cfg.health_backoff_max = Duration{10'000};
     FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request&) {

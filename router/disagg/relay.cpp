@@ -3,6 +3,8 @@
 #include "router/common/log.hpp"
 #include "router/disagg/sse_cut.hpp"
 
+#include <algorithm>
+
 namespace pdr::disagg {
 
 namespace {
@@ -75,10 +77,48 @@ bool ended_by_close(const upstream::ResponseStream& up) {
            h.find(http::field::content_length) == h.end();
 }
 
+// True when the last event in `sent` (whole events) is an error event: one of its data lines
+// holds a JSON object that starts with "error" (`data: {"error": ...}`).
+bool last_event_is_error(std::string_view sent) {
+    std::size_t end = sent.size();
+    while (end > 0 && (sent[end - 1] == '\n' || sent[end - 1] == '\r'))
+        --end;
+    const std::string_view body = sent.substr(0, end);
+    const std::size_t lf = body.rfind("\n\n");
+    const std::size_t crlf = body.rfind("\r\n\r\n");
+    std::size_t start = 0;
+    if (lf != std::string_view::npos)
+        start = lf + 2;
+    if (crlf != std::string_view::npos)
+        start = std::max(start, crlf + 4);
+    std::string_view event = body.substr(start);
+    while (!event.empty()) {
+        const std::size_t nl = event.find('\n');
+        std::string_view line = event.substr(0, nl);
+        event = nl == std::string_view::npos ? std::string_view{} : event.substr(nl + 1);
+        if (!line.starts_with("data:"))
+            continue;
+        line.remove_prefix(5);
+        if (line.starts_with(' '))
+            line.remove_prefix(1);
+        if (line.starts_with("{\"error\""))
+            return true;
+    }
+    return false;
+}
+
 // Ends a started stream after a decode failure: drops the unfinished event the cutter holds,
-// sends one error event after the last whole one, closes the client connection.
+// sends one error event after the last whole one (none when D's last event was its own error
+// event: the client has been told), closes the client connection.
 awaitable<void> end_with_error(FlowRequest& req, SseCutter& cutter,
-                               const instances::Instance& decode, Errc errc, std::string message) {
+                               const instances::Instance& decode, Errc errc, std::string message,
+                               bool told) {
+    if (told) {
+        PDR_DEBUG(kLogComponent, decode.name + " sent its own error event before failing",
+                  req.request_id);
+        req.exchange.abort();
+        co_return;
+    }
     std::string event = openai_error_event(errc, message);
     if (cutter.held() > 0) {
         PDR_DEBUG(kLogComponent,
@@ -109,7 +149,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     }
     std::string piece;
     bool first = true;
-    SseCutter cutter;  // whole events only: a failure never leaves a truncated one behind
+    SseCutter cutter;   // whole events only: a failure never leaves a truncated one behind
+    bool told = false;  // the last whole event relayed was D's own error event
     for (;;) {
         piece.clear();
         upstream::Failure f = co_await up.read_some(piece);
@@ -121,7 +162,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             count_failure(deps, req, decode, f, true);
             co_await end_with_error(
                 req, cutter, decode, errc_for(f),
-                std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)));
+                std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)),
+                told && cutter.held() == 0);
             co_return RelayEnd::UpstreamFailed;
         }
         if (!piece.empty() && first) {
@@ -137,6 +179,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             piece.append(cutter.flush());  // a last event without its blank line
         }
         if (!piece.empty()) {
+            if (cutter.at_boundary())
+                told = last_event_is_error(piece);
             error_code ec;
             if (auto rest = ex.write_chunk_or_rest(piece, ec)) {
                 ec = co_await std::move(*rest);
@@ -150,7 +194,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         if (cut_off) {
             count_failure(deps, req, decode, upstream::Failure::Read, true);
             co_await end_with_error(req, cutter, decode, Errc::UpstreamClosed,
-                                    "decode instance closed the stream inside an event");
+                                    "decode instance closed the stream inside an event", false);
             co_return RelayEnd::UpstreamFailed;
         }
         if (up.done()) {

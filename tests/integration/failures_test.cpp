@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <thread>
 
 #include "tests/support/checks.hpp"
@@ -344,6 +345,27 @@ TEST_F(FailureTest, DecodeFailsMidStreamErrorEventNoDone) {
 
 // The decode closes inside an event: the client never sees the half event (a strict client
 // would fail on it before reading the error); the error event follows the last whole one.
+// A decode that sends its own error event and then closes (pdsim on SIGTERM: its server ends
+// the streams it drains with one) has told the client: the router adds no second error event.
+TEST_F(FailureTest, DecodeOwnErrorEventIsTheOnlyOne) {
+    auto& pd = start(PdOptions{}.sim({"--token-delay-ms", "50"}).router(fast_router()));
+    const std::string d = pd.decode[0]->address();
+    json body = chat_body("engine stops mid stream", 40, true);  // about 2 s of tokens
+    HttpResponse r;
+    std::thread client([&] { r = send_generation(*pd.router, body); });
+    EXPECT_TRUE(wait_until(
+        [&] {
+            return metric(metrics_text(*pd.router), "pdrouter_time_to_first_byte_seconds_count")
+                       .value_or(0) >= 1;
+        },
+        Ms{5000}));
+    pd.decode[0]->proc.signal(SIGTERM);
+    client.join();
+    EXPECT_EQ(r.status, 200) << r.describe();
+    EXPECT_EQ(error_events(r.body).size(), 1u) << r.body;
+    EXPECT_EQ(r.body.find("[DONE]"), std::string::npos) << r.body;
+}
+
 TEST_F(FailureTest, DecodeFailsInsideAnEventErrorEventStandsAlone) {
     auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.decode[0], {{"close_after_chunks", 3}, {"cut_last_event", true}});

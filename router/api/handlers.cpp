@@ -94,7 +94,7 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
             ex, Errc::DuplicateRequestId,
             "X-Request-Id '" + ex.request_id() +
                 "' is already used by a request in flight; request ids must be unique",
-            "X-Request-Id");
+            std::string(kRequestIdHeader));
         co_return;
     }
     ParsedGeneration parsed;

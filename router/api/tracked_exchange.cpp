@@ -5,13 +5,13 @@
 namespace pdr::api {
 
 awaitable<error_code> TrackedExchange::respond(server::Response res) {
-    res.set(disagg::kRequestIdHeader, request_id_);
+    res.set(kRequestIdHeader, request_id_);
     status_ = res.result_int();
     co_return co_await inner_.respond(std::move(res));
 }
 
 awaitable<error_code> TrackedExchange::begin_stream(http::response<http::empty_body> head) {
-    head.set(disagg::kRequestIdHeader, request_id_);
+    head.set(kRequestIdHeader, request_id_);
     status_ = head.result_int();
     co_return co_await inner_.begin_stream(std::move(head));
 }

@@ -44,16 +44,7 @@ std::string dump(const Json& j) {
 }
 
 std::string request_id_for(const server::Request& client) {
-    auto it = client.find(kRequestIdHeader);
-    if (it != client.end()) {
-        std::string_view v = it->value();
-        bool sane = !v.empty() && v.size() <= kMaxRequestIdLength &&
-                    std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-        if (sane) {
-            return std::string(v);
-        }
-    }
-    return make_uuid_v4();
+    return request_id_of(client);
 }
 
 LegHeaders leg_headers(const server::Request& client, std::string_view upstream_api_key) {

@@ -4,6 +4,7 @@
 // carry. No I/O here, so every rule is unit-tested directly.
 #include "router/common/json_limits.hpp"
 #include "router/common/json_scan.hpp"
+#include "router/common/request_id.hpp"
 #include "router/server/http_server.hpp"
 #include "router/upstream/client.hpp"
 
@@ -22,9 +23,6 @@ using Json = nlohmann::ordered_json;
 
 // Compact serialization that never throws (invalid UTF-8 is replaced).
 std::string dump(const Json& j);
-
-inline constexpr std::string_view kRequestIdHeader = "X-Request-Id";
-inline constexpr std::size_t kMaxRequestIdLength = 256;
 
 // The client's X-Request-Id when present and sane (1..256 visible ASCII characters), else a
 // fresh UUIDv4.

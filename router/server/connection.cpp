@@ -2,6 +2,7 @@
 
 #include "router/common/http_wire.hpp"
 #include "router/common/log.hpp"
+#include "router/common/request_id.hpp"
 
 #include <array>
 #include <charconv>
@@ -310,7 +311,7 @@ public:
                                                "the router shut down before the answer was ready",
                                                req_.version());
             if (!request_id_.empty()) {
-                res.set("X-Request-Id", request_id_);
+                res.set(kRequestIdHeader, request_id_);
             }
             if (req_.method() == http::verb::head) {
                 res.body().clear();
@@ -458,11 +459,15 @@ awaitable<void> linger_close(Connection& conn) {
     conn.close();
 }
 
-awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, unsigned version) {
+// `head`: the request's head when it was read (its X-Request-Id, if sane, is answered back, as
+// for every other answer); else a fresh id.
+awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, unsigned version,
+                           const Request* head = nullptr) {
     if (conn.server.on_reject) {
         conn.server.on_reject(e);
     }
     Response res = make_error_response(e, message, version);
+    res.set(kRequestIdHeader, head ? request_id_of(*head) : make_uuid_v4());
     conn.stream.expires_after(conn.server.limits.write_timeout);
     auto [ec, n] = co_await http::async_write(conn.stream, res, use_tuple);
     (void)n;
@@ -637,9 +642,14 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         conn.read_deadline.expires_never();
         if (ec) {
             const unsigned version = parser->is_header_done() ? parser->get().version() : 11;
+            // A Content-Length over the body limit fails as the head ends, before the parser
+            // calls the head done: its fields are all there by then.
+            const Request* head = parser->is_header_done() || ec == http::error::body_limit
+                                      ? &parser->get()
+                                      : nullptr;
             if (ec == http::error::body_limit) {
-                if (co_await send_error(conn, Errc::BodyTooLarge, "request body too large",
-                                        version)) {
+                if (co_await send_error(conn, Errc::BodyTooLarge, "request body too large", version,
+                                        head)) {
                     co_await linger_close(conn);
                 }
             } else if (ec == http::error::header_limit) {
@@ -657,12 +667,13 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
             } else if (ec == http::error::bad_transfer_encoding) {
                 if (co_await send_error(conn, Errc::BadHttp,
                                         "unsupported Transfer-Encoding: only chunked is accepted",
-                                        version)) {
+                                        version, head)) {
                     co_await linger_close(conn);
                 }
             } else if (is_http_error(ec) && ec != http::error::end_of_stream &&
                        ec != http::error::partial_message) {
-                if (co_await send_error(conn, Errc::BadHttp, "malformed HTTP request", version)) {
+                if (co_await send_error(conn, Errc::BadHttp, "malformed HTTP request", version,
+                                        head)) {
                     co_await linger_close(conn);
                 }
             }

@@ -1,5 +1,7 @@
 #include "router/upstream/pool.hpp"
 
+#include "router/common/request_id.hpp"
+
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -212,11 +214,11 @@ bool final_status(unsigned status) noexcept {
 }
 
 bool answers_request(const Request& req, const http::response_header<>& head) noexcept {
-    auto asked = req.find("X-Request-Id");
+    auto asked = req.find(kRequestIdHeader);
     if (asked == req.end()) {
         return true;
     }
-    auto answered = head.find("X-Request-Id");
+    auto answered = head.find(kRequestIdHeader);
     return answered == head.end() || answered->value() == asked->value();
 }
 

@@ -79,10 +79,14 @@ TEST_F(ServerTest, BodyOverLimitGets413) {
     start(l);
     run([this]() -> awaitable<void> {
         std::string req =
-            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'x');
+            "POST / HTTP/1.1\r\nHost: a\r\nX-Request-Id: big-1\r\nContent-Length: "
+            "5000\r\n\r\n" +
+            std::string(5000, 'x');
         auto r = co_await exchange_raw(port_, req);
         EXPECT_FALSE(r.ec) << r.ec.message();
         expect_openai_error(r.msg, 413, "body_too_large");
+        // the head was read: the answer carries the client's request id, as every answer does
+        EXPECT_EQ(r.msg["X-Request-Id"], "big-1");
     }());
 }
 
@@ -138,6 +142,8 @@ TEST_F(ServerTest, HeadersOverLimitGet431) {
         auto r = co_await exchange_raw(port_, req);
         EXPECT_FALSE(r.ec) << r.ec.message();
         expect_openai_error(r.msg, 431, "headers_too_large");
+        // no head to take an id from: a fresh one, so the answer can still be told apart
+        EXPECT_EQ(r.msg["X-Request-Id"].size(), 36u) << r.msg;
     }());
 }
 

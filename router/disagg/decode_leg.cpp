@@ -41,11 +41,7 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
         instances::InstancePtr decode = deps.registry.pick(Role::Decode, exclude);
         if (!decode) {
             if (attempt == 0) {
-                deps.metrics.upstream_error(metrics::Leg::Decode,
-                                            metrics::UpstreamErrorKind::NoInstance);
-                log_failure(req.request_id, "decode", {}, "no healthy decode instance");
-                co_await respond_error(req.exchange, Errc::NoDecodeInstance,
-                                       "no healthy decode instance");
+                co_await respond_no_instance(deps, req, metrics::Leg::Decode);
             } else {
                 log_failure(
                     req.request_id, "decode", {},

@@ -28,28 +28,6 @@ bool UpstreamCanceler::gone() const noexcept {
     return state_->gone;
 }
 
-Errc errc_for(upstream::Failure f) noexcept {
-    using F = upstream::Failure;
-    switch (f) {
-        case F::Connect:
-            return Errc::UpstreamConnect;
-        case F::ConnectTimeout:
-        case F::ResponseTimeout:
-        case F::IdleTimeout:
-            return Errc::UpstreamTimeout;
-        case F::Protocol:
-            return Errc::UpstreamProtocol;
-        case F::Write:
-        case F::Read:
-            return Errc::UpstreamClosed;
-        case F::Canceled:
-            return Errc::ShuttingDown;
-        case F::None:
-            break;
-    }
-    return Errc::Internal;
-}
-
 metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept {
     using F = upstream::Failure;
     using K = metrics::UpstreamErrorKind;
@@ -129,6 +107,16 @@ void log_leg(std::string_view what, std::string_view request_id, std::string_vie
 void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
                  std::string_view reason) {
     log_leg("request failed", request_id, leg, instance, reason);
+}
+
+awaitable<void> respond_no_instance(FlowDeps& deps, FlowRequest& req, metrics::Leg leg) {
+    const bool prefill = leg == metrics::Leg::Prefill;
+    const std::string_view why =
+        prefill ? "no healthy prefill instance" : "no healthy decode instance";
+    deps.metrics.upstream_error(leg, metrics::UpstreamErrorKind::NoInstance);
+    log_failure(req.request_id, prefill ? "prefill" : "decode", {}, why);
+    co_await respond_error(req.exchange, prefill ? Errc::NoPrefillInstance : Errc::NoDecodeInstance,
+                           why);
 }
 
 void log_retry(std::string_view request_id, std::string_view leg, std::string_view instance,

@@ -63,8 +63,7 @@ private:
     std::shared_ptr<State> state_;
 };
 
-// Upstream failure → what the client is told.
-Errc errc_for(upstream::Failure f) noexcept;
+using upstream::errc_for;  // upstream failure → what the client is told
 metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept;
 
 double seconds_since(Clock::time_point t) noexcept;
@@ -81,6 +80,9 @@ awaitable<void> respond_relayed(server::Exchange& ex, unsigned status,
 // One warn line for a failed request: "request failed: leg=<leg> instance=<i> reason=<r>".
 void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
                  std::string_view reason);
+// No instance of `leg`'s role is up: counts it (kind no_instance), logs it and answers 503
+// no_prefill_instance / no_decode_instance.
+awaitable<void> respond_no_instance(FlowDeps& deps, FlowRequest& req, metrics::Leg leg);
 // One warn line for a leg attempt that failed and is retried on another instance (the request
 // goes on): "leg attempt failed, retrying on another instance: leg=... instance=... reason=...".
 void log_retry(std::string_view request_id, std::string_view leg, std::string_view instance,

@@ -37,10 +37,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
         instances::InstancePtr p = deps.registry.pick(Role::Prefill, exclude);
         if (!p) {
             if (attempt == 0) {
-                deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::NoInstance);
-                log_failure(req.request_id, "prefill", {}, "no healthy prefill instance");
-                co_await respond_error(req.exchange, Errc::NoPrefillInstance,
-                                       "no healthy prefill instance");
+                co_await respond_no_instance(deps, req, Leg::Prefill);
             } else {
                 log_failure(
                     req.request_id, "prefill", {},
@@ -175,16 +172,11 @@ bool check_capacity(FlowDeps& deps, Role role) {
 awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
     deps.metrics.flow_started(metrics::FlowMode::Pull);
     if (!check_capacity(deps, Role::Prefill)) {
-        deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::NoInstance);
-        log_failure(req.request_id, "prefill", {}, "no healthy prefill instance");
-        co_await respond_error(req.exchange, Errc::NoPrefillInstance,
-                               "no healthy prefill instance");
+        co_await respond_no_instance(deps, req, Leg::Prefill);
         co_return;
     }
     if (!check_capacity(deps, Role::Decode)) {
-        deps.metrics.upstream_error(Leg::Decode, metrics::UpstreamErrorKind::NoInstance);
-        log_failure(req.request_id, "decode", {}, "no healthy decode instance");
-        co_await respond_error(req.exchange, Errc::NoDecodeInstance, "no healthy decode instance");
+        co_await respond_no_instance(deps, req, Leg::Decode);
         co_return;
     }
     UpstreamCanceler canceler(req.exchange);

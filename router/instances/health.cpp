@@ -55,13 +55,7 @@ awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep) {
     auto res = co_await client_.request(ep, std::move(req), timeouts);
     if (!res.ok()) {
         out.error = "GET /v1/models failed: " + describe(res);
-        if (upstream::request_not_sent(res.failure))
-            out.errc = res.failure == upstream::Failure::Connect ? Errc::UpstreamConnect
-                                                                 : Errc::UpstreamTimeout;
-        else if (res.failure == upstream::Failure::ResponseTimeout)
-            out.errc = Errc::UpstreamTimeout;
-        else if (res.failure == upstream::Failure::Read || res.failure == upstream::Failure::Write)
-            out.errc = Errc::UpstreamClosed;
+        out.errc = upstream::errc_for(res.failure);
         co_return out;
     }
     const unsigned status = res.response.result_int();

@@ -263,4 +263,26 @@ std::size_t Client::idle_connections() const noexcept {
     return impl_->idle_count;
 }
 
+Errc errc_for(Failure f) noexcept {
+    using F = Failure;
+    switch (f) {
+        case F::Connect:
+            return Errc::UpstreamConnect;
+        case F::ConnectTimeout:
+        case F::ResponseTimeout:
+        case F::IdleTimeout:
+            return Errc::UpstreamTimeout;
+        case F::Protocol:
+            return Errc::UpstreamProtocol;
+        case F::Write:
+        case F::Read:
+            return Errc::UpstreamClosed;
+        case F::Canceled:
+            return Errc::ShuttingDown;
+        case F::None:
+            break;
+    }
+    return Errc::Internal;
+}
+
 }  // namespace pdr::upstream

@@ -8,6 +8,7 @@
 // Failure::Canceled; ResponseStream::cancel() closes the connection at once from any code
 // running on the same executor. A connection is returned to the pool only when its response
 // was read completely and both sides allow keep-alive.
+#include "router/common/error.hpp"
 #include "router/common/io.hpp"
 
 #include <cstddef>
@@ -41,6 +42,9 @@ std::string_view to_string(Failure f) noexcept;
 // For logs and error messages: "connect (Connection refused)"; just the failure's name when the
 // error adds nothing (none, a timeout, a cancel).
 std::string describe(Failure f, const error_code& ec);
+// What the client (or an admin caller) is told for a failure: upstream_connect_error,
+// upstream_timeout, upstream_closed, upstream_protocol_error...
+Errc errc_for(Failure f) noexcept;
 // True for failures where the upstream never received the request.
 inline bool request_not_sent(Failure f) noexcept {
     return f == Failure::Connect || f == Failure::ConnectTimeout;

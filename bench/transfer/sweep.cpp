@@ -52,10 +52,14 @@ void make_ids(const std::string& pattern, std::uint32_t n, std::vector<BlockId>&
 }
 
 Sweep::Sweep(Agent& agent, PeerHandle peer, const Options& o, std::vector<LayoutId> layouts)
-    : agent_(agent), peer_(peer), o_(o), layouts_(std::move(layouts)) {}
+    : agent_(agent),
+      peer_(peer),
+      o_(o),
+      layouts_(std::move(layouts)),
+      busy_poll_(o.progress == "poll") {}
 
 Status Sweep::wait(TransferHandle h) {
-    if (o_.progress != "poll")
+    if (!busy_poll_)
         return agent_.wait(h, kWait);
     // The caller drives progress itself and never sleeps (ucx_perftest's loop). Bounded: the
     // clock is read every 1024 rounds (not at all for a transfer that is already done) and the

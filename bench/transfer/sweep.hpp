@@ -83,6 +83,7 @@ private:
     PeerHandle peer_;
     const Options& o_;
     std::vector<LayoutId> layouts_;
+    bool busy_poll_;  // Options::progress == "poll" (compared once, not per transfer)
     std::uint64_t next_id_ = 1;
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 
 #include "pdx/agent.hpp"
@@ -334,6 +335,65 @@ TEST_P(MultiProcess, RestartedPeerIsANewGenerationAndStaleHandleIsRefused) {
     ASSERT_TRUE(ok) << ok.message();
     EXPECT_EQ(agent_->wait(*ok, 10s), Status::Ok);
     EXPECT_EQ(second->cmd("VERIFY 44 4:4"), "OK");
+}
+
+// One write's completion is reported once, the same way whether it completed inside
+// write_blocks (shm: the put and its flush finish there, and the transfer never gets a record
+// of its own) or later on the progress thread (tcp): its callback, its counters, its Done note.
+TEST_P(MultiProcess, CompletionIsReportedOnceWithItsCountersCallbackAndNote) {
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    fill_local(66);
+    const Stats before = agent_->stats();
+    std::mutex mu;
+    std::vector<TransferResult> calls;
+    std::vector<BlockId> src = {2}, dst = {6};
+    TransferRequest w = req(p, src, dst, 9);
+    w.notify = Notification{NotifyKind::Done, 9, 0, 1, Status::Ok, "done-9"};
+    w.on_complete = [&](const TransferResult& r) {
+        std::lock_guard lk(mu);
+        calls.push_back(r);
+    };
+    auto h = agent_->write_blocks(w);
+    ASSERT_TRUE(h) << h.message();
+    ASSERT_EQ(agent_->wait(*h, 10s), Status::Ok);
+    EXPECT_EQ(child->cmd("WAITNOTE 1 9 5000"), "OK done-9");
+    EXPECT_EQ(child->cmd("VERIFY 66 6:2"), "OK");
+    auto until = Clock::now() + 5s;  // callbacks run on the progress thread
+    auto count = [&] {
+        std::lock_guard lk(mu);
+        return calls.size();
+    };
+    while (count() == 0 && Clock::now() < until)
+        std::this_thread::sleep_for(2ms);
+    std::this_thread::sleep_for(50ms);  // a second call would come right behind the first
+    std::lock_guard lk(mu);
+    ASSERT_EQ(calls.size(), 1u);
+    const TransferResult& r = calls[0];
+    EXPECT_EQ(r.handle, *h);
+    EXPECT_EQ(r.transfer_id, 9u);
+    EXPECT_EQ(r.peer, p);
+    EXPECT_EQ(r.direction, Direction::Write);
+    EXPECT_EQ(r.status, Status::Ok);
+    EXPECT_EQ(r.bytes, kBlockBytes);
+    EXPECT_EQ(r.descriptors, 1u);
+    EXPECT_EQ(r.message, "");
+    auto kept = agent_->result(*h);
+    ASSERT_TRUE(kept);
+    EXPECT_EQ(kept->status, Status::Ok);
+    EXPECT_EQ(kept->bytes, kBlockBytes);
+    EXPECT_EQ(kept->transfer_id, 9u);
+    const Stats after = agent_->stats();
+    EXPECT_EQ(after.transfers_posted, before.transfers_posted + 1);
+    EXPECT_EQ(after.transfers_ok, before.transfers_ok + 1);
+    EXPECT_EQ(after.transfers_failed, before.transfers_failed);
+    EXPECT_EQ(after.transfers_in_flight, 0u);
+    EXPECT_EQ(after.bytes_written, before.bytes_written + kBlockBytes);
+    EXPECT_EQ(after.blocks_requested, before.blocks_requested + 1);
+    EXPECT_EQ(after.descriptors_posted, before.descriptors_posted + 1);
+    EXPECT_EQ(after.notifications_sent, before.notifications_sent + 1);
+    EXPECT_EQ(after.post.count, before.post.count + 1);
+    EXPECT_EQ(after.completion.count, before.completion.count + 1);
 }
 
 // A sanity bandwidth number for 1 MiB blocks (non-contiguous, so one put per block).

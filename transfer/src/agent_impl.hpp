@@ -82,6 +82,12 @@ public:
     // transfers / progress (agent_transfer.cpp)
     Result<TransferHandle> post(const TransferRequest& req, Direction dir);
     void finish(TransferHandle h, Xfer& x, Status s, std::string message);
+    // finish()'s parts, shared with a transfer that completes inside post() (no Xfer record):
+    // the counters of a terminal result, a write's Done notification (a failed send is noted
+    // in res.message), and the history, completion callback and waiters.
+    void count_terminal(const TransferResult& res, std::uint64_t posted);
+    void send_done_locked(Peer& p, const Notification& n, TransferResult& res);
+    void record_terminal(TransferHandle h, const TransferResult& res, CompletionFn on_complete);
     // Finishes and forgets `it` once neither the backend nor the post queue references it.
     void settle(std::unordered_map<TransferHandle, Xfer>::iterator it);
     bool pump_locked();  // posts one queued chunk; true if more chunks wait
@@ -120,6 +126,8 @@ public:
     std::unordered_set<std::uint64_t> superseded_;
     std::unordered_map<std::uint64_t, PeerHandle> by_conn_;
     PeerHandle next_peer_ = 0;
+    PeerHandle last_peer_handle_ = kNoPeer;  // live_peer()'s cache of the last peer looked up
+    Peer* last_peer_ = nullptr;              // (nodes stay put until erased; erase resets it)
 
     std::unordered_map<TransferHandle, Xfer> xfers_;
     std::deque<TransferHandle> post_queue_;  // transfers with segments left to post, FIFO

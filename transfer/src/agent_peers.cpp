@@ -173,6 +173,8 @@ Result<void> Agent::remove_peer(PeerHandle peer) {
         im.peer_gone(it->second, Impl::PeerState::Replaced, "peer removed");
         if (im.by_name_.count(it->second.name) && im.by_name_[it->second.name] == peer)
             im.by_name_.erase(it->second.name);
+        if (im.last_peer_handle_ == peer)
+            im.last_peer_ = nullptr;
         im.peers_.erase(it);
     }
     im.wake();

@@ -39,7 +39,7 @@ bool Agent::Impl::pump_locked() {
             bytes += x.queued[x.next + n++].bytes;
         std::span<const detail::Segment> chunk(x.queued.data() + x.next, n);
         auto st = backend_->post(x.conn, x.res.direction, regions_[x.region].mem, x.remote_region,
-                                 chunk, h);
+                                 chunk, h, nullptr);
         x.next += n;
         if (st) {
             ++x.ops;

@@ -33,10 +33,16 @@ bool known_kind(NotifyKind k) {
 // ---- peers -------------------------------------------------------------------------------
 
 Result<Agent::Impl::Peer*> Agent::Impl::live_peer(PeerHandle h) {
-    auto it = peers_.find(h);
-    if (it == peers_.end())
-        return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
-    Peer& p = it->second;
+    Peer* pp = h == last_peer_handle_ ? last_peer_ : nullptr;
+    if (!pp) {
+        auto it = peers_.find(h);
+        if (it == peers_.end())
+            return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
+        pp = &it->second;
+        last_peer_handle_ = h;
+        last_peer_ = pp;
+    }
+    Peer& p = *pp;
     if (p.state == PeerState::Replaced)
         return {Status::NotFound, "stale peer handle " + std::to_string(h) + " ('" + p.name +
                                       "' generation " + std::to_string(p.generation) +
@@ -129,62 +135,82 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         peer.peer_error_mode ? cfg_.inline_post_bytes_peer_mode : cfg_.inline_post_bytes;
     const bool inline_post = post_queue_.empty() && plan->segments.size() <= cfg_.inline_post_ops &&
                              plan->bytes <= inline_bytes;
+    bool done_inline = false;
     if (inline_post) {
-        auto st = backend_->post(peer.conn, dir, region.mem, rl.region, plan->segments, h);
+        auto st =
+            backend_->post(peer.conn, dir, region.mem, rl.region, plan->segments, h, &done_inline);
         if (!st)
             return refuse(st.status(), st.message());
     }
     const auto descriptors = static_cast<std::uint32_t>(plan->segments.size());
-    Xfer x;
-    x.res.handle = h;
-    x.res.transfer_id = req.transfer_id;
-    x.res.peer = peer.handle;
-    x.res.direction = dir;
-    x.res.bytes = plan->bytes;
-    x.res.descriptors = descriptors;
-    x.posted = t0;
-    x.deadline = default_deadline ? deadline_after(cfg_.default_deadline) : req.deadline;
-    x.region = ll.region;
-    x.conn = peer.conn;
-    x.remote_region = rl.region;
-    x.ops = inline_post ? 1 : 0;
-    if (!inline_post) {
-        x.queued = std::move(plan->segments);
-        split_large(x.queued);  // bounds the lock hold time of one chunk
-        post_queue_.push_back(h);
-    }
-    x.notify = req.notify;
-    x.on_complete = req.on_complete;
     ++stats_.transfers_posted;
-    ++stats_.transfers_in_flight;
     stats_.blocks_requested += req.local_ids.size();
     stats_.descriptors_posted += descriptors;
     if (timed)
         now_ = latency_clock_.now();  // one read for the post latency and an inline completion
-    if (inline_post) {
-        // e.g. shm: data and flush often complete inside backend post(); such a transfer ends
-        // here without ever entering xfers_ (see on_op_complete)
-        inline_op_ = h;
-        inline_xfer_ = &x;
-        inline_peer_ = &peer;  // finish() needs it: spares a second peers_ lookup
-        backend_->deliver_completed();
-        inline_xfer_ = nullptr;
-        inline_peer_ = nullptr;
+    bool pending = false;
+    if (done_inline) {
+        // e.g. shm: the data and its flush completed inside the backend's post(). The transfer
+        // ends here and never gets a record in xfers_ (nor its deadline, never needed).
+        TransferResult res;
+        res.handle = h;
+        res.transfer_id = req.transfer_id;
+        res.peer = peer.handle;
+        res.direction = dir;
+        res.status = Status::Ok;
+        res.bytes = plan->bytes;
+        res.descriptors = descriptors;
+        count_terminal(res, t0);
+        if (req.notify && dir == Direction::Write)
+            send_done_locked(peer, *req.notify, res);
+        record_terminal(h, res, req.on_complete);
+    } else {
+        ++stats_.transfers_in_flight;
+        Xfer x;
+        x.res.handle = h;
+        x.res.transfer_id = req.transfer_id;
+        x.res.peer = peer.handle;
+        x.res.direction = dir;
+        x.res.bytes = plan->bytes;
+        x.res.descriptors = descriptors;
+        x.posted = t0;
+        x.deadline = default_deadline ? deadline_after(cfg_.default_deadline) : req.deadline;
+        x.region = ll.region;
+        x.conn = peer.conn;
+        x.remote_region = rl.region;
+        x.ops = inline_post ? 1 : 0;
+        if (!inline_post) {
+            x.queued = std::move(plan->segments);
+            split_large(x.queued);  // bounds the lock hold time of one chunk
+            post_queue_.push_back(h);
+        }
+        x.notify = req.notify;
+        x.on_complete = req.on_complete;
+        if (inline_post) {
+            // The backend may have completed (or failed) it inside post() all the same and
+            // queued that: delivered now, it ends here without entering xfers_ (on_op_complete)
+            inline_op_ = h;
+            inline_xfer_ = &x;
+            inline_peer_ = &peer;  // finish() needs it: spares a second peers_ lookup
+            backend_->deliver_completed();
+            inline_xfer_ = nullptr;
+            inline_peer_ = nullptr;
+        }
+        pending = x.backend_pending;
+        if (pending) {
+            ++region.ops;
+            peer.in_flight.insert(h);
+            xfers_.emplace(h, std::move(x));
+        }
     }
     if (timed) {
         post_ticks_.add(detail::LatencyClock::between(t0, now_));
         now_ = 0;
     }
-    const bool pending = x.backend_pending;
-    if (pending) {
-        ++region.ops;
-        peer.in_flight.insert(h);
-        xfers_.emplace(h, std::move(x));
-    }
     // Wake the progress context only if it has something to do and may be asleep: the
     // progress thread is in epoll_wait, or (EventFd mode) a caller armed to wait on the fd.
     // A caller that drives progress() without arm() (busy polling) gets no wake-up syscalls.
-    const bool wake_up = (needs_progress_locked() || pending) && sleeping_;
+    const bool wake_up = sleeping_ && (pending || needs_progress_locked());
     if (wake_up)
         sleeping_ = false;
     lk.unlock();
@@ -207,14 +233,38 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
     x.res.status = s;
     x.res.message = std::move(message);
     --stats_.transfers_in_flight;
-    switch (s) {
+    count_terminal(x.res, x.posted);
+    Peer* peer = inline_xfer_ == &x ? inline_peer_ : nullptr;
+    if (!peer) {
+        auto pit = peers_.find(x.res.peer);
+        peer = pit == peers_.end() ? nullptr : &pit->second;
+    }
+    if (peer) {
+        if (!peer->in_flight.empty())
+            peer->in_flight.erase(h);
+        if (x.notify && x.res.direction == Direction::Write && peer->state == PeerState::Alive) {
+            if (s == Status::Ok) {
+                send_done_locked(*peer, *x.notify, x.res);
+            } else if (x.ops > 0) {
+                x.failed_note_due = true;  // posted chunks may still land: settle() sends it
+            } else {
+                send_failed_locked(*peer, x);
+            }
+        }
+    }
+    record_terminal(h, x.res, std::move(x.on_complete));
+    x.on_complete = nullptr;
+}
+
+void Agent::Impl::count_terminal(const TransferResult& res, std::uint64_t posted) {
+    switch (res.status) {
         case Status::Ok:
-            (x.res.direction == Direction::Write ? stats_.bytes_written : stats_.bytes_read) +=
-                x.res.bytes;
+            (res.direction == Direction::Write ? stats_.bytes_written : stats_.bytes_read) +=
+                res.bytes;
             ++stats_.transfers_ok;
             if (cfg_.latency_stats)
-                completion_ticks_.add(detail::LatencyClock::between(
-                    x.posted, now_ != 0 ? now_ : latency_clock_.now()));
+                completion_ticks_.add(
+                    detail::LatencyClock::between(posted, now_ != 0 ? now_ : latency_clock_.now()));
             break;
         case Status::Expired:
             ++stats_.transfers_expired;
@@ -229,29 +279,20 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
             ++stats_.transfers_failed;
             break;
     }
-    Peer* peer = inline_xfer_ == &x ? inline_peer_ : nullptr;
-    if (!peer) {
-        auto pit = peers_.find(x.res.peer);
-        peer = pit == peers_.end() ? nullptr : &pit->second;
-    }
-    if (peer) {
-        if (!peer->in_flight.empty())
-            peer->in_flight.erase(h);
-        if (x.notify && x.res.direction == Direction::Write && peer->state == PeerState::Alive) {
-            if (s == Status::Ok) {
-                if (auto sent = send_locked(*peer, *x.notify, 0); !sent)
-                    x.res.message = "data written; notification not sent: " + sent.message();
-            } else if (x.ops > 0) {
-                x.failed_note_due = true;  // posted chunks may still land: settle() sends it
-            } else {
-                send_failed_locked(*peer, x);
-            }
-        }
-    }
-    history_.add(h, x.res);
-    if (x.on_complete)
-        callbacks_.emplace_back(std::move(x.on_complete), x.res);
-    x.on_complete = nullptr;
+}
+
+void Agent::Impl::send_done_locked(Peer& p, const Notification& n, TransferResult& res) {
+    if (p.state != PeerState::Alive)
+        return;
+    if (auto sent = send_locked(p, n, 0); !sent)
+        res.message = "data written; notification not sent: " + sent.message();
+}
+
+void Agent::Impl::record_terminal(TransferHandle h, const TransferResult& res,
+                                  CompletionFn on_complete) {
+    history_.add(h, res);
+    if (on_complete)
+        callbacks_.emplace_back(std::move(on_complete), res);
     if (waiters_ > 0)
         cv_.notify_all();
 }
@@ -340,11 +381,10 @@ Result<TransferHandle> Agent::read_blocks(const TransferRequest& r) {
 
 Status Agent::poll(TransferHandle handle) const {
     std::lock_guard lk(impl_->mu_);
+    if (const TransferResult* done = impl_->history_.find(handle))
+        return done->status;
     auto it = impl_->xfers_.find(handle);
-    if (it != impl_->xfers_.end())
-        return it->second.res.status;
-    const TransferResult* done = impl_->history_.find(handle);
-    return done ? done->status : Status::NotFound;
+    return it != impl_->xfers_.end() ? it->second.res.status : Status::NotFound;
 }
 
 Result<TransferResult> Agent::result(TransferHandle handle) const {

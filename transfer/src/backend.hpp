@@ -56,10 +56,12 @@ public:
     virtual void disconnect(std::uint64_t conn) = 0;
 
     // Posts one transfer: every segment (local region handle, remote region index), then a
-    // flush; on_op_complete(op) once everything is done.
+    // flush; on_op_complete(op) once everything is done. With `done_inline`, a backend may set
+    // it instead when the whole operation completed successfully inside this call (e.g. an shm
+    // put and its flush): no on_op_complete follows then.
     virtual Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion& local,
                               std::uint32_t remote_region, std::span<const Segment> segments,
-                              std::uint64_t op) = 0;
+                              std::uint64_t op, bool* done_inline) = 0;
     virtual Result<void> send(std::uint64_t conn, std::vector<std::byte> message) = 0;
 
     virtual std::size_t progress() = 0;

@@ -18,7 +18,8 @@ History::History(std::size_t capacity)
 }
 
 void History::add(TransferHandle handle, const TransferResult& result) {
-    const std::uint64_t n = ++added_;
+    const std::uint64_t pos = next_;
+    next_ = pos + 1 == capacity_ ? 0 : pos + 1;
     if (ring_.size() < capacity_) {
         ring_.push_back({handle, result});
         if (ring_.size() * 2 > index_.size() && index_.size() < max_slots_) {
@@ -26,43 +27,46 @@ void History::add(TransferHandle handle, const TransferResult& result) {
             return;
         }
     } else {
-        Entry& e = ring_[(n - 1) % capacity_];  // the oldest kept result: pushed out
+        Entry& e = ring_[pos];  // the oldest kept result: pushed out
         if (!overflow_.empty())
             overflow_.erase(e.handle);
         e.handle = handle;
         e.result = result;  // reuses the message's storage
     }
-    place(handle, n);
+    place(handle, pos);
 }
 
-void History::place(TransferHandle handle, std::uint64_t n) {
-    std::uint64_t& slot = index_[handle & mask_];
-    if (kept(slot) && entry(slot).handle != handle)
-        overflow_[entry(slot).handle] = slot;  // still kept: keep it findable
-    slot = n;
+void History::place(TransferHandle handle, std::uint64_t pos) {
+    const std::uint64_t key = handle & mask_;
+    std::uint64_t& slot = index_[key];
+    if (owns(slot, key) && slot != pos + 1)
+        overflow_[ring_[slot - 1].handle] = slot;  // still kept: keep it findable
+    slot = pos + 1;
 }
 
 void History::reindex(std::uint64_t slots) {
     index_.assign(slots, 0);
     mask_ = slots - 1;
     overflow_.clear();
-    for (std::uint64_t n = added_ - ring_.size() + 1; n <= added_; ++n)  // oldest first
-        place(entry(n).handle, n);
+    const std::uint64_t n = ring_.size();
+    const std::uint64_t oldest = n < capacity_ ? 0 : next_;
+    for (std::uint64_t i = 0, pos = oldest; i < n; ++i, pos = pos + 1 == n ? 0 : pos + 1)
+        place(ring_[pos].handle, pos);
 }
 
 const TransferResult* History::find(TransferHandle handle) const {
-    std::uint64_t n = index_[handle & mask_];
-    if (!kept(n) || entry(n).handle != handle) {
+    std::uint64_t slot = index_[handle & mask_];
+    if (slot == 0 || ring_[slot - 1].handle != handle) {
         if (overflow_.empty())
             return nullptr;
         auto it = overflow_.find(handle);
         if (it == overflow_.end())
             return nullptr;
-        n = it->second;
-        if (!kept(n) || entry(n).handle != handle)
+        slot = it->second;
+        if (ring_[slot - 1].handle != handle)
             return nullptr;
     }
-    return &entry(n).result;
+    return &ring_[slot - 1].result;
 }
 
 }  // namespace pdx::detail

@@ -25,6 +25,14 @@ public:
     // The kept result of `handle`, or nullptr if it never finished or was pushed out.
     const TransferResult* find(TransferHandle handle) const;
 
+    void prefetch(TransferHandle handle) const noexcept {
+        if (ring_.size() == capacity_) {
+            const char* e = reinterpret_cast<const char*>(&ring_[next_]);
+            __builtin_prefetch(e, 1);
+            __builtin_prefetch(e + 64, 1);
+        }
+        __builtin_prefetch(&index_[handle & mask_], 1);
+    }
     std::size_t size() const noexcept { return ring_.size(); }
     std::size_t overflow_size() const noexcept { return overflow_.size(); }
 
@@ -33,19 +41,23 @@ private:
         TransferHandle handle = kNoTransfer;
         TransferResult result;
     };
-    // Add numbers count from 1 (0 marks an empty index slot); number n lives at ring_[(n-1) % cap].
-    bool kept(std::uint64_t n) const noexcept { return n != 0 && n + capacity_ > added_; }
-    const Entry& entry(std::uint64_t n) const noexcept { return ring_[(n - 1) % capacity_]; }
-    void place(TransferHandle handle, std::uint64_t n);
+    // Index slots and overflow values hold ring positions + 1 (0: an empty slot). A slot is live
+    // while the entry at its position still carries a handle of the slot's key: a position that
+    // was overwritten since carries another key, and handles are never reused. No division on
+    // any path (add, find): the ring position advances by one and wraps by comparison.
+    bool owns(std::uint64_t slot, std::uint64_t key) const noexcept {
+        return slot != 0 && (ring_[slot - 1].handle & mask_) == key;
+    }
+    void place(TransferHandle handle, std::uint64_t pos);
     void reindex(std::uint64_t slots);
 
     std::uint64_t capacity_;
     std::uint64_t max_slots_;
-    std::uint64_t added_ = 0;
+    std::uint64_t next_ = 0;            // the ring position the next add writes
     std::vector<Entry> ring_;           // grows to capacity_, then wraps
-    std::vector<std::uint64_t> index_;  // handle & mask_ -> add number
+    std::vector<std::uint64_t> index_;  // handle & mask_ -> ring position + 1
     std::uint64_t mask_ = 0;
-    std::unordered_map<TransferHandle, std::uint64_t> overflow_;  // handle -> add number
+    std::unordered_map<TransferHandle, std::uint64_t> overflow_;  // handle -> position + 1
 };
 
 }  // namespace pdx::detail

@@ -156,7 +156,8 @@ public:
     }
 
     Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion&, std::uint32_t,
-                      std::span<const Segment> segments, std::uint64_t op) override {
+                      std::span<const Segment> segments, std::uint64_t op,
+                      bool* /*done_inline*/) override {
         std::lock_guard lk(g_mu);
         auto c = conns_.find(conn);
         if (c == conns_.end())

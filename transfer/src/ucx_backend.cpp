@@ -277,7 +277,7 @@ public:
 
     Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion& local,
                       std::uint32_t remote_region, std::span<const Segment> segments,
-                      std::uint64_t op_id) override {
+                      std::uint64_t op_id, bool* done_inline) override {
         Conn* cp = find_conn(conn);
         if (!cp)
             return {Status::PeerGone, "ucx: connection closed"};
@@ -322,8 +322,19 @@ public:
             fp.user_data = op;
             track(op, ucp_ep_flush_nbx(c.ep, &fp));
         }
+        // Read before the store to `posted`: a load spanning a byte just stored cannot be
+        // forwarded from the store buffer and waits for every older store to commit, the whole
+        // copy a shm put just issued included (measured: the bookkeeping after it then no
+        // longer overlaps the copy's write-back).
+        const int pending = op->pending;
+        const bool failed = op->status != UCS_OK;
         op->posted = true;
-        kicked_ = kicked_ || op->pending > 0;  // one progress round before the worker is armed
+        kicked_ = kicked_ || pending > 0;  // one progress round before the worker is armed
+        if (done_inline && pending == 0 && !failed) {
+            *done_inline = true;  // no completion to queue and deliver
+            free_ops_.push_back(op);
+            return {};
+        }
         maybe_done(op);
         return {};
     }

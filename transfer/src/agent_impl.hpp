@@ -37,18 +37,19 @@ public:
     };
     enum class PeerState { Alive, Gone, Replaced };
     struct Peer {
+        // what post() reads first, in one cache line with the start of desc
         PeerHandle handle = kNoPeer;
+        std::uint64_t conn = 0;
+        PeerState state = PeerState::Alive;
+        bool peer_error_mode = false;
+        bool same_host = false;
+        bool heard = false;
+        detail::Descriptor desc;
         std::string name;
         std::uint64_t instance = 0;
         std::uint32_t generation = 0;
         std::string host_id;
-        detail::Descriptor desc;
-        std::uint64_t conn = 0;
-        PeerState state = PeerState::Alive;
         std::string gone_reason;
-        bool same_host = false;
-        bool peer_error_mode = false;
-        bool heard = false;
         Clock::time_point last_heard{};
         std::unordered_set<TransferHandle> in_flight;
     };

@@ -29,14 +29,15 @@ struct RemoteRegion {
 };
 
 struct Descriptor {
+    // first: what every post reads (Agent::Impl::Peer keeps them in its first cache line)
+    std::vector<RemoteRegion> regions;  // index = RegionId (released ones have size 0)
+    std::vector<Layout> layouts;        // index = LayoutId
     std::uint64_t compat = 0;
     std::uint64_t instance = 0;
     BackendKind backend = BackendKind::Ucx;
     std::string name;
     std::string host_id;
     std::vector<std::byte> address;
-    std::vector<RemoteRegion> regions;  // index = RegionId (released ones have size 0)
-    std::vector<Layout> layouts;        // index = LayoutId
 };
 
 std::vector<std::byte> encode_descriptor(const Descriptor& d);

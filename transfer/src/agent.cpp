@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
+#include <bit>
 
 #include <algorithm>
 #include <cstdlib>
@@ -97,6 +98,11 @@ Agent::Impl::Impl(const Config& config)
         cfg_.max_blocks_per_transfer = Config{}.max_blocks_per_transfer;
     if (cfg_.completed_history == 0)
         cfg_.completed_history = 1;  // as history_ counts it
+    // No more slots than results kept: a slot never outlives its history entry unnoticed.
+    const std::uint64_t slots = std::bit_floor(
+        std::min<std::uint64_t>(kMaxDoneSlots, std::max<std::uint64_t>(1, history_.capacity())));
+    done_slots_ = std::make_unique<std::atomic<std::uint64_t>[]>(slots);
+    done_mask_ = slots - 1;
 }
 
 Result<void> Agent::Impl::start() {

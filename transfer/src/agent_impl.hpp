@@ -134,6 +134,13 @@ public:
     std::deque<TransferHandle> post_queue_;  // transfers with segments left to post, FIFO
     detail::Plan plan_;                      // post()'s scratch plan (capacity reused)
     detail::History history_;  // the newest Config::completed_history terminal results
+    // The terminal status of recently finished transfers for poll() without the lock: slot
+    // handle & mask holds (handle << 8) | status, written under mu_ (release) when the transfer
+    // ends and cleared when the history lets it go, so poll() answers from it exactly what the
+    // history would. A handle that does not fit 56 bits is never found there (locked path).
+    std::unique_ptr<std::atomic<std::uint64_t>[]> done_slots_;
+    std::uint64_t done_mask_ = 0;
+    static constexpr std::uint64_t kMaxDoneSlots = 4096;
     TransferHandle next_xfer_ = 0;
 
     std::vector<std::pair<CompletionFn, TransferResult>> callbacks_;

@@ -290,7 +290,15 @@ void Agent::Impl::send_done_locked(Peer& p, const Notification& n, TransferResul
 
 void Agent::Impl::record_terminal(TransferHandle h, const TransferResult& res,
                                   CompletionFn on_complete) {
-    history_.add(h, res);
+    const TransferHandle gone = history_.add(h, res);
+    if (gone != kNoTransfer) {
+        auto& slot = done_slots_[gone & done_mask_];
+        if (slot.load(std::memory_order_relaxed) >> 8 == gone)
+            slot.store(0, std::memory_order_release);
+    }
+    if (h < (std::uint64_t{1} << 56))
+        done_slots_[h & done_mask_].store((h << 8) | static_cast<std::uint8_t>(res.status),
+                                          std::memory_order_release);
     if (on_complete)
         callbacks_.emplace_back(std::move(on_complete), res);
     if (waiters_ > 0)
@@ -380,6 +388,11 @@ Result<TransferHandle> Agent::read_blocks(const TransferRequest& r) {
 }
 
 Status Agent::poll(TransferHandle handle) const {
+    // A finished transfer answers without the lock (see done_slots_); terminal is final.
+    const std::uint64_t slot =
+        impl_->done_slots_[handle & impl_->done_mask_].load(std::memory_order_acquire);
+    if (handle != kNoTransfer && slot >> 8 == handle)
+        return static_cast<Status>(slot & 0xff);
     std::lock_guard lk(impl_->mu_);
     if (const TransferResult* done = impl_->history_.find(handle))
         return done->status;

@@ -17,23 +17,26 @@ History::History(std::size_t capacity)
     mask_ = index_.size() - 1;
 }
 
-void History::add(TransferHandle handle, const TransferResult& result) {
+TransferHandle History::add(TransferHandle handle, const TransferResult& result) {
     const std::uint64_t pos = next_;
     next_ = pos + 1 == capacity_ ? 0 : pos + 1;
+    TransferHandle out = kNoTransfer;
     if (ring_.size() < capacity_) {
         ring_.push_back({handle, result});
         if (ring_.size() * 2 > index_.size() && index_.size() < max_slots_) {
             reindex(index_.size() * 2);  // places this one too
-            return;
+            return out;
         }
     } else {
         Entry& e = ring_[pos];  // the oldest kept result: pushed out
+        out = e.handle;
         if (!overflow_.empty())
             overflow_.erase(e.handle);
         e.handle = handle;
         e.result = result;  // reuses the message's storage
     }
     place(handle, pos);
+    return out;
 }
 
 void History::place(TransferHandle handle, std::uint64_t pos) {

@@ -21,7 +21,8 @@ class History {
 public:
     explicit History(std::size_t capacity);  // clamped to [1, 2^40]
 
-    void add(TransferHandle handle, const TransferResult& result);
+    // Returns the handle this pushed out of the history (kNoTransfer if none).
+    TransferHandle add(TransferHandle handle, const TransferResult& result);
     // The kept result of `handle`, or nullptr if it never finished or was pushed out.
     const TransferResult* find(TransferHandle handle) const;
 
@@ -34,6 +35,7 @@ public:
         __builtin_prefetch(&index_[handle & mask_], 1);
     }
     std::size_t size() const noexcept { return ring_.size(); }
+    std::size_t capacity() const noexcept { return capacity_; }
     std::size_t overflow_size() const noexcept { return overflow_.size(); }
 
 private:

@@ -507,6 +507,77 @@ TEST_P(AgentTest, LatencyStatsCanBeTurnedOff) {
     }
 }
 
+// poll() answers finished transfers without the agent's lock; it must still answer exactly what
+// result() (the history) does: Ok while the result is kept, NotFound once it is pushed out.
+TEST_P(AgentTest, PollAgreesWithTheHistoryAsResultsArePushedOut) {
+    for (std::size_t kept : {1u, 3u, 5u}) {
+        Config c = test::agent_config("a", GetParam().backend, GetParam().transports,
+                                      ProgressMode::Thread);
+        c.completed_history = kept;
+        auto made = Agent::create(c);
+        ASSERT_TRUE(made) << made.message();
+        auto a = std::move(*made);
+        auto b = make("b");
+        LayoutId la = pool(*a), lb = pool(*b);
+        PeerHandle pb = connect(*a, *b);
+        connect(*b, *a);
+        std::vector<BlockId> s = {1}, d = {2};
+        std::vector<TransferHandle> handles;
+        for (std::uint64_t id = 1; id <= 12; ++id) {
+            auto h = a->write_blocks(make_req(pb, la, s, lb, d, id, Clock::now() + 5s));
+            ASSERT_TRUE(h) << h.message();
+            ASSERT_EQ(a->wait(*h, 5s), Status::Ok);
+            handles.push_back(*h);
+            for (std::size_t i = 0; i < handles.size(); ++i) {
+                const bool want_kept = i + kept >= handles.size();  // the newest `kept`
+                auto r = a->result(handles[i]);
+                EXPECT_EQ(r.ok(), want_kept) << "kept " << kept << " handle " << handles[i];
+                EXPECT_EQ(a->poll(handles[i]), want_kept ? Status::Ok : Status::NotFound)
+                    << "kept " << kept << " handle " << handles[i] << " after " << *h;
+            }
+        }
+        EXPECT_EQ(a->poll(kNoTransfer), Status::NotFound);
+        EXPECT_EQ(a->poll(handles.back() + 1), Status::NotFound);  // never posted
+    }
+    if (!GetParam().target_must_progress)
+        return;
+    // Out of order: a transfer ends (canceled) first and is pushed out of the history by six
+    // that end after it, while the one sharing its poll slot (4 slots for 5 kept results:
+    // handles 4 apart) stays in flight to a target that never progresses.
+    Config c =
+        test::agent_config("a", GetParam().backend, GetParam().transports, ProgressMode::Thread);
+    c.completed_history = 5;
+    c.peer_timeout = 60s;  // the stuck target never answers heartbeats: not gone meanwhile
+    auto made = Agent::create(c);
+    ASSERT_TRUE(made) << made.message();
+    auto a = std::move(*made);
+    auto b = make("b", ProgressMode::EventFd), stuck = make("stuck", ProgressMode::EventFd);
+    LayoutId la = pool(*a), lb = pool(*b);
+    pool(*stuck);
+    PeerHandle pb = connect(*a, *b), ps = connect(*a, *stuck);
+    PeerHandle pa = connect(*b, *a), pa2 = connect(*stuck, *a);
+    settle(*a, pb, *b, pa);
+    settle(*a, ps, *stuck, pa2);
+    std::vector<BlockId> ids = {3};
+    std::vector<TransferHandle> h;
+    for (std::uint64_t id = 0; id < 8; ++id) {
+        auto posted =
+            a->write_blocks(make_req(id == 5 ? ps : pb, la, ids, lb, ids, id, Clock::now() + 30s));
+        ASSERT_TRUE(posted) << posted.message();
+        h.push_back(*posted);
+    }
+    ASSERT_EQ(h[5], h[1] + 4);
+    ASSERT_TRUE(a->cancel(h[1]));
+    ASSERT_TRUE(eventually(
+        [&] {  // six Ok after it, and the backend released it
+            return a->stats().transfers_ok == 6 && !a->result(h[1]).ok();
+        },
+        {b.get()}));
+    EXPECT_EQ(a->poll(h[1]), Status::NotFound);
+    EXPECT_EQ(a->poll(h[5]), Status::InProgress);
+    ASSERT_TRUE(a->cancel(h[5]));
+}
+
 TEST_P(AgentTest, DescriptorCanBeInspected) {
     auto a = make("inspect-me");
     pool(*a);

@@ -379,6 +379,83 @@ TEST_P(CoreRegressionTest, ZeroedCConfigGetsDefaultLimits) {
     EXPECT_EQ(pdx_arm(nullptr), -1);
 }
 
+// `a` and `b` connected both ways, `a` with a pool, `b` with a pool whose region the test
+// releases later.
+struct ReleasablePair {
+    LayoutId la = 0, lb = 0;
+    RegionId region = 0;  // b's
+    PeerHandle pb = kNoPeer;
+};
+void connect_releasable(Agent& a, Agent& b, ReleasablePair& p) {
+    p.la = test::dense_pool(a, kBlock, kBlocks);
+    auto r = b.allocate_region(kBlock * kBlocks);
+    ASSERT_TRUE(r) << r.message();
+    auto l = b.add_layout(Layout{*r, 0, kBlock, 0, kBlocks});
+    ASSERT_TRUE(l) << l.message();
+    p.region = *r;
+    p.lb = *l;
+    p.pb = test::connect_peer(a, b);
+    test::connect_peer(b, a);
+}
+
+// A queued write whose next chunk the backend refused when posting it (UCX: the target released
+// the region and the initiator's refreshed copy of its descriptor has no rkey for it any more)
+// used to end with that refusal's status, Invalid, which is not terminal: the transfer was then
+// finished again by each later event (its settle, its deadline), counting it failed and
+// sending its Failed note each time and wrapping transfers_in_flight below zero.
+TEST_P(CoreRegressionTest, QueuedWriteRefusedByTheBackendEndsOnceAsFailed) {
+    Config ca = config("a", ProgressMode::EventFd);
+    ca.inline_post_ops = 0;  // every write waits in the post queue for progress()
+    auto a = make(ca), b = make("b");
+    ReleasablePair p;
+    ASSERT_NO_FATAL_FAILURE(connect_releasable(*a, *b, p));
+    const BlockId ids[] = {0, 2, 4};
+    TransferRequest w = make_req(p.pb, p.la, ids, p.lb, ids, 7, Clock::now() + 2s);
+    w.notify = Notification{NotifyKind::Done, 7, 0, 1, Status::Ok, "never"};
+    auto h = a->write_blocks(w);
+    ASSERT_TRUE(h) << h.message();
+    ASSERT_TRUE(b->release_region(p.region));
+    auto refreshed = a->add_peer(b->descriptor());
+    ASSERT_TRUE(refreshed) << refreshed.message();
+    ASSERT_EQ(*refreshed, p.pb);
+    ASSERT_TRUE(eventually([&] { return is_terminal(a->poll(*h)); }, {a.get()}));
+    // past the deadline too: an expiry must not finish it again
+    const auto until = Clock::now() + 2500ms;
+    while (Clock::now() < until) {
+        a->progress();
+        std::this_thread::sleep_for(5ms);
+    }
+    const Status s = a->poll(*h);
+    EXPECT_TRUE(s == Status::Failed || s == Status::PeerGone) << to_string(s);
+    const Stats st = a->stats();
+    EXPECT_EQ(st.transfers_in_flight, 0u);
+    EXPECT_EQ(st.transfers_failed + st.transfers_peer_gone + st.transfers_expired, 1u);
+    EXPECT_EQ(st.transfers_ok, 0u);
+}
+
+// The loopback backend copied a write that was queued at the target into the target's region
+// even after the target had released it (freed memory: heap corruption, "free(): invalid
+// pointer" at exit). The target now checks the destination against its live regions.
+TEST_P(CoreRegressionTest, LoopbackWriteIntoARegionReleasedMeanwhileFails) {
+    if (GetParam().backend != BackendKind::Loopback)
+        GTEST_SKIP() << "UCX: see AmWriteIntoAReleasedRegionFailsAndTheTargetSurvives";
+    auto a = make("a"), b = make("b", ProgressMode::EventFd);  // b runs nothing until told
+    ReleasablePair p;
+    ASSERT_NO_FATAL_FAILURE(connect_releasable(*a, *b, p));
+    const BlockId ids[] = {1};
+    auto h = a->write_blocks(make_req(p.pb, p.la, ids, p.lb, ids, 8, Clock::now() + 5s));
+    ASSERT_TRUE(h) << h.message();
+    EXPECT_EQ(a->poll(*h), Status::InProgress);  // queued at b
+    ASSERT_TRUE(b->release_region(p.region));
+    ASSERT_TRUE(eventually([&] { return is_terminal(a->poll(*h)); }, {b.get()}));
+    EXPECT_EQ(a->poll(*h), Status::Failed);
+    auto r = a->result(*h);
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->message.find("not in a live region"), std::string::npos) << r->message;
+    auto again = b->allocate_region(kBlock * kBlocks);  // b's heap still sound
+    EXPECT_TRUE(again) << again.message();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CoreRegressionTest, backend_params(), backend_label);
 
 }  // namespace

@@ -44,9 +44,13 @@ bool Agent::Impl::pump_locked() {
         if (st) {
             ++x.ops;
         } else {
-            x.op_status = st.status();
+            // The transfer ends with the refusal now, even if earlier chunks are pending; a
+            // status that is not terminal (Invalid: e.g. the peer released the region since
+            // the plan was made) ends it as Failed, so nothing later finishes it again.
+            x.op_status = is_terminal(st.status()) && st.status() != Status::Ok ? st.status()
+                                                                                : Status::Failed;
             x.op_message = st.message();
-            finish(h, x, x.op_status, x.op_message);  // now, even if earlier chunks are pending
+            finish(h, x, x.op_status, x.op_message);
         }
         if (x.next >= x.queued.size() || !st) {
             post_queue_.pop_front();

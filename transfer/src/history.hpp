@@ -26,14 +26,6 @@ public:
     // The kept result of `handle`, or nullptr if it never finished or was pushed out.
     const TransferResult* find(TransferHandle handle) const;
 
-    void prefetch(TransferHandle handle) const noexcept {
-        if (ring_.size() == capacity_) {
-            const char* e = reinterpret_cast<const char*>(&ring_[next_]);
-            __builtin_prefetch(e, 1);
-            __builtin_prefetch(e + 64, 1);
-        }
-        __builtin_prefetch(&index_[handle & mask_], 1);
-    }
     std::size_t size() const noexcept { return ring_.size(); }
     std::size_t capacity() const noexcept { return capacity_; }
     std::size_t overflow_size() const noexcept { return overflow_.size(); }

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -100,15 +101,28 @@ public:
         r.base = p;
         r.size = bytes;
         r.owned = true;
+        std::lock_guard lk(g_mu);
+        live_.push_back({p, bytes});
         return r;
     }
     Result<LocalRegion> register_memory(void* data, std::size_t bytes) override {
         LocalRegion r;
         r.base = static_cast<std::byte*>(data);
         r.size = bytes;
+        std::lock_guard lk(g_mu);
+        live_.push_back({r.base, bytes});
         return r;
     }
     void release(LocalRegion& r) override {
+        {
+            // under g_mu: a queued operation runs either before this or against the new list
+            std::lock_guard lk(g_mu);
+            auto it = std::find_if(live_.begin(), live_.end(), [&](const Range& x) {
+                return x.base == r.base && x.size == r.size;
+            });
+            if (it != live_.end())
+                live_.erase(it);
+        }
         if (r.owned && r.base)
             ::operator delete (r.base, std::align_val_t{4096});
         r.base = nullptr;
@@ -155,13 +169,15 @@ public:
         conns_.erase(it);
     }
 
-    Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion&, std::uint32_t,
-                      std::span<const Segment> segments, std::uint64_t op,
-                      bool* /*done_inline*/) override {
+    Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion&,
+                      std::uint32_t remote_region, std::span<const Segment> segments,
+                      std::uint64_t op, bool* /*done_inline*/) override {
         std::lock_guard lk(g_mu);
         auto c = conns_.find(conn);
         if (c == conns_.end())
             return {Status::PeerGone, "loopback: connection closed"};
+        if (remote_region >= c->second.regions.size() || c->second.regions[remote_region].size == 0)
+            return {Status::Invalid, "loopback: the peer released the remote region"};
         auto t = g_agents.find(c->second.target);
         if (t == g_agents.end())
             return {Status::PeerGone, "loopback: peer destroyed"};
@@ -220,11 +236,27 @@ private:
         std::uint64_t one = 1;
         [[maybe_unused]] auto n = ::write(efd_, &one, sizeof one);
     }
+    // True if [addr, addr + bytes) lies inside one of our live regions (g_mu held).
+    bool live_locked(std::uint64_t addr, std::uint64_t bytes) const {
+        for (const Range& r : live_) {
+            const auto base = reinterpret_cast<std::uint64_t>(r.base);
+            if (addr >= base && bytes <= r.size && addr - base <= r.size - bytes)
+                return true;
+        }
+        return false;
+    }
     // Runs at the target: `remote_addr` is ours, `local_addr` the initiator's.
     void execute_locked(const DataOp& d) {
         auto init = g_agents.find(d.initiator);
         if (init == g_agents.end())
             return;  // initiator gone: nothing to report to
+        // A region released after the initiator planned the operation: touch nothing.
+        for (const auto& s : d.segments)
+            if (!live_locked(s.remote_addr, s.bytes)) {
+                init->second->push_locked(
+                    OpDone{d.op, Status::Failed, "loopback: destination not in a live region"});
+                return;
+            }
         for (const auto& s : d.segments) {
             auto* ours = reinterpret_cast<void*>(s.remote_addr);
             auto* theirs = reinterpret_cast<void*>(s.local_addr);
@@ -236,8 +268,13 @@ private:
         init->second->push_locked(OpDone{d.op, Status::Ok, {}});
     }
 
+    struct Range {
+        std::byte* base = nullptr;
+        std::size_t size = 0;
+    };
     std::uint64_t instance_;
     BackendEvents& ev_;
+    std::vector<Range> live_;  // allocated or registered regions, guarded by g_mu
     int efd_ = -1;
     std::deque<Task> inbox_;                         // guarded by g_mu
     std::unordered_map<std::uint64_t, Conn> conns_;  // guarded by g_mu

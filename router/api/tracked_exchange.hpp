@@ -18,12 +18,17 @@ public:
     std::string remote_address() const override { return inner_.remote_address(); }
     awaitable<error_code> respond(server::Response res) override;
     awaitable<error_code> begin_stream(http::response<http::empty_body> head) override;
+    awaitable<error_code> begin_stream_held(http::response<http::empty_body> head) override;
     awaitable<error_code> write_chunk(std::string_view data) override;
     std::optional<awaitable<error_code>> write_chunk_or_rest(std::string_view data,
                                                              error_code& ec) override {
         return inner_.write_chunk_or_rest(data, ec);
     }
     awaitable<error_code> end_stream() override;
+    std::optional<awaitable<error_code>> write_last_chunk_or_rest(std::string_view data,
+                                                                  error_code& ec) override {
+        return inner_.write_last_chunk_or_rest(data, ec);
+    }
     void set_request_id(std::string id) override { inner_.set_request_id(std::move(id)); }
     void abort() override { inner_.abort(); }
     bool responded() const override { return inner_.responded(); }

@@ -143,7 +143,16 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     std::string_view ct = content_type_of(up);
     head.set(http::field::content_type, ct.empty() ? std::string_view("text/event-stream") : ct);
     head.set(http::field::cache_control, "no-cache");
-    if (auto ec = co_await ex.begin_stream(std::move(head)); ec) {
+    // D's first events usually came with its head: the client's head then goes out with them
+    // in one write. A head that came alone is passed on at once.
+    // (No co_await on a conditional expression: GCC 12 frees its awaitable's frame too early.)
+    error_code begun;
+    if (up.body_buffered()) {
+        begun = co_await ex.begin_stream_held(std::move(head));
+    } else {
+        begun = co_await ex.begin_stream(std::move(head));
+    }
+    if (begun) {
         deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
         co_return RelayEnd::ClientGone;
     }
@@ -181,14 +190,25 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         if (!piece.empty()) {
             if (cutter.at_boundary())
                 told = last_event_is_error(piece);
+            // The last piece and the end of the body go out in one write.
+            const bool last = up.done() && !cut_off;
             error_code ec;
-            if (auto rest = ex.write_chunk_or_rest(piece, ec)) {
+            std::optional<awaitable<error_code>> rest;
+            if (last) {
+                rest = ex.write_last_chunk_or_rest(piece, ec);
+            } else {
+                rest = ex.write_chunk_or_rest(piece, ec);
+            }
+            if (rest) {
                 ec = co_await std::move(*rest);
             }
             if (ec) {
                 up.cancel();
                 deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
                 co_return RelayEnd::ClientGone;
+            }
+            if (last) {
+                co_return RelayEnd::Complete;
             }
         }
         if (cut_off) {

@@ -144,32 +144,10 @@ public:
     }
 
     awaitable<error_code> begin_stream(http::response<http::empty_body> head) override {
-        if (responded_) {
-            co_return net::error::already_started;
+        if (error_code ec = start_stream(head)) {
+            co_return ec;
         }
-        if (gone_ || aborted_) {
-            co_return net::error::not_connected;
-        }
-        responded_ = true;
-        streaming_ = true;
-        if (req_.version() == 10 || head.version() == 10) {
-            // HTTP/1.0 has no chunked encoding: the body is the bytes until the close. (A
-            // handler may ask for that with an HTTP/1.0 head; pdsim does, to emulate such
-            // an engine.)
-            plain_ = true;
-            head.version(10);
-            keep_alive_ = false;
-            head.keep_alive(false);
-        } else {
-            head.version(11);
-            keep_alive_ = req_.keep_alive() && head.keep_alive() && !conn_.server.draining;
-            head.keep_alive(keep_alive_);
-            head.chunked(true);
-        }
-        std::string& text = conn_.head_buf;
-        text.clear();
-        wire::append_head(text, head.base());
-        const auto buffer = net::buffer(text);
+        const auto buffer = net::buffer(conn_.head_buf);
         error_code ec;
         if (auto rest =
                 wire::send_or_rest(conn_.stream, buffer, conn_.server.limits.write_timeout, ec)) {
@@ -180,6 +158,12 @@ public:
         if (ec) {
             failed_write(ec);
         }
+        co_return ec;
+    }
+
+    awaitable<error_code> begin_stream_held(http::response<http::empty_body> head) override {
+        error_code ec = start_stream(head);
+        head_held_ = !ec;  // sent with the first chunk or the end of the body
         co_return ec;
     }
 
@@ -193,38 +177,12 @@ public:
 
     std::optional<awaitable<error_code>> write_chunk_or_rest(std::string_view data,
                                                              error_code& ec) override {
-        ec = {};
-        if (!streaming_ || complete_) {
-            ec = net::error::operation_not_supported;
-            return std::nullopt;
-        }
-        if (gone_ || aborted_) {
-            ec = net::error::not_connected;
-            return std::nullopt;
-        }
-        if (data.empty()) {
-            return std::nullopt;  // an empty chunk would end the body
-        }
-        // "<hex size>\r\n" + data + "\r\n": the chunk framing Beast's make_chunk writes
-        // (HTTP/1.0: the data alone).
-        size_line_len_ = 0;
-        if (!plain_) {
-            auto [end, fec] = std::to_chars(size_line_, size_line_ + 16, data.size(), 16);
-            (void)fec;
-            *end++ = '\r';
-            *end++ = '\n';
-            size_line_len_ = static_cast<std::size_t>(end - size_line_);
-        }
-        at_event_end_ =
-            data.ends_with("\n\n") || data.ends_with("\r\r") || data.ends_with("\r\n\r\n");
-        std::size_t sent = 0;
-        if (wire::send_now(conn_.stream.socket(), chunk_buffers(data), sent, ec)) {
-            if (ec) {
-                failed_write(ec);
-            }
-            return std::nullopt;
-        }
-        return send_chunk_rest(data, sent);
+        return send_chunk_or_rest(data, false, ec);
+    }
+
+    std::optional<awaitable<error_code>> write_last_chunk_or_rest(std::string_view data,
+                                                                  error_code& ec) override {
+        return send_chunk_or_rest(data, true, ec);
     }
 
     awaitable<error_code> end_stream() override {
@@ -234,23 +192,13 @@ public:
         if (gone_ || aborted_) {
             co_return net::error::not_connected;
         }
-        if (plain_) {
+        if (plain_ && !head_held_) {
             complete_ = true;  // the close that follows ends the body
             co_return error_code{};
         }
-        static constexpr std::string_view kLastChunk = "0\r\n\r\n";
-        const auto buffer = net::buffer(kLastChunk.data(), kLastChunk.size());
         error_code ec;
-        if (auto rest =
-                wire::send_or_rest(conn_.stream, buffer, conn_.server.limits.write_timeout, ec)) {
-            writing_ = true;  // the shutdown cut must not write into the middle of it
+        if (auto rest = send_chunk_or_rest({}, true, ec)) {
             ec = co_await std::move(*rest);
-            writing_ = false;
-        }
-        if (ec) {
-            failed_write(ec);
-        } else {
-            complete_ = true;
         }
         co_return ec;
     }
@@ -324,13 +272,16 @@ public:
             if (!at_event_end_) {
                 event.insert(0, "\n\n");  // end the event passed on unfinished first
             }
+            if (head_held_) {
+                text = conn_.head_buf;  // nothing sent yet: the head goes first
+            }
             if (!plain_) {
                 char size[16];
                 auto [end, fec] = std::to_chars(size, size + sizeof size, event.size(), 16);
                 (void)fec;
                 text.append(size, end).append("\r\n").append(event).append("\r\n");
             } else {
-                text = event;
+                text.append(event);
             }
         }
         bool told = false;
@@ -349,9 +300,83 @@ public:
     }
 
 private:
-    std::array<net::const_buffer, 3> chunk_buffers(std::string_view data) const {
-        return {net::buffer(size_line_, size_line_len_), net::buffer(data.data(), data.size()),
-                net::buffer("\r\n", plain_ ? 0 : 2)};
+    // Checks and marks the start of a stream and puts its head's bytes in conn_.head_buf.
+    error_code start_stream(http::response<http::empty_body>& head) {
+        if (responded_) {
+            return net::error::already_started;
+        }
+        if (gone_ || aborted_) {
+            return net::error::not_connected;
+        }
+        responded_ = true;
+        streaming_ = true;
+        if (req_.version() == 10 || head.version() == 10) {
+            // HTTP/1.0 has no chunked encoding: the body is the bytes until the close. (A
+            // handler may ask for that with an HTTP/1.0 head; pdsim does, to emulate such
+            // an engine.)
+            plain_ = true;
+            head.version(10);
+            keep_alive_ = false;
+            head.keep_alive(false);
+        } else {
+            head.version(11);
+            keep_alive_ = req_.keep_alive() && head.keep_alive() && !conn_.server.draining;
+            head.keep_alive(keep_alive_);
+            head.chunked(true);
+        }
+        std::string& text = conn_.head_buf;
+        text.clear();
+        wire::append_head(text, head.base());
+        return {};
+    }
+
+    // One gather write: the held head (if any), the chunk of `data` (if not empty) and, with
+    // `last`, the end of the body. Sent now when the socket takes it all; otherwise returns
+    // what sends the rest.
+    std::optional<awaitable<error_code>> send_chunk_or_rest(std::string_view data, bool last,
+                                                            error_code& ec) {
+        ec = {};
+        if (!streaming_ || complete_) {
+            ec = net::error::operation_not_supported;
+            return std::nullopt;
+        }
+        if (gone_ || aborted_) {
+            ec = net::error::not_connected;
+            return std::nullopt;
+        }
+        if (data.empty() && !last && !head_held_) {
+            return std::nullopt;  // an empty chunk would end the body
+        }
+        // "<hex size>\r\n" + data + "\r\n": the chunk framing Beast's make_chunk writes
+        // (HTTP/1.0: the data alone).
+        size_line_len_ = 0;
+        if (!plain_ && !data.empty()) {
+            auto [end, fec] = std::to_chars(size_line_, size_line_ + 16, data.size(), 16);
+            (void)fec;
+            *end++ = '\r';
+            *end++ = '\n';
+            size_line_len_ = static_cast<std::size_t>(end - size_line_);
+        }
+        if (!data.empty()) {
+            at_event_end_ =
+                data.ends_with("\n\n") || data.ends_with("\r\r") || data.ends_with("\r\n\r\n");
+        }
+        last_ = last;
+        std::size_t sent = 0;
+        if (wire::send_now(conn_.stream.socket(), chunk_buffers(data), sent, ec)) {
+            sent_all(ec);
+            return std::nullopt;
+        }
+        return send_chunk_rest(data, sent);
+    }
+
+    std::array<net::const_buffer, 5> chunk_buffers(std::string_view data) const {
+        static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+        const bool framed = !plain_ && !data.empty();
+        return {net::buffer(conn_.head_buf.data(), head_held_ ? conn_.head_buf.size() : 0),
+                net::buffer(size_line_, size_line_len_), net::buffer(data.data(), data.size()),
+                net::buffer("\r\n", framed ? 2 : 0),
+                net::buffer(kLastChunk.data(), last_ && !plain_ ? kLastChunk.size() : 0)};
     }
 
     // The part of a chunk that did not go out at once (the socket's buffer was full).
@@ -361,10 +386,19 @@ private:
         error_code ec =
             co_await wire::send_rest(conn_.stream, chunk, sent, conn_.server.limits.write_timeout);
         writing_ = false;
+        sent_all(ec);
+        co_return ec;
+    }
+
+    void sent_all(const error_code& ec) {
         if (ec) {
             failed_write(ec);
+            return;
         }
-        co_return ec;
+        head_held_ = false;
+        if (last_) {
+            complete_ = true;
+        }
     }
 
     void failed_write(const error_code&) {
@@ -383,6 +417,8 @@ private:
     bool gone_ = false;
     bool aborted_ = false;
     bool writing_ = false;      // a chunk is half sent (its rest is being written)
+    bool head_held_ = false;    // begin_stream_held: the head waits for the first write
+    bool last_ = false;         // the write under way ends the body
     bool at_event_end_ = true;  // the last chunk ended with a blank line (an SSE event's end)
     std::string request_id_;    // for answers the server makes itself (see set_request_id)
     std::vector<std::function<void()>> callbacks_;

@@ -46,6 +46,12 @@ public:
     // (each written to the socket before the call returns), then the last chunk. To an
     // HTTP/1.0 client, or when `head` is HTTP/1.0: no framing, the close ends the body.
     virtual awaitable<error_code> begin_stream(http::response<http::empty_body> head) = 0;
+    // begin_stream, but the head is held and goes out in one write with the first chunk (or
+    // with the end of the body): for a body whose first bytes are already at hand, one send
+    // instead of two. The default sends it at once.
+    virtual awaitable<error_code> begin_stream_held(http::response<http::empty_body> head) {
+        co_return co_await begin_stream(std::move(head));
+    }
     virtual awaitable<error_code> write_chunk(std::string_view data) = 0;
     // write_chunk without a coroutine when the chunk goes out at once: `ec` is then the result
     // and nothing is returned; otherwise returns what sends the rest, to be awaited at once
@@ -57,6 +63,13 @@ public:
         return write_chunk(data);
     }
     virtual awaitable<error_code> end_stream() = 0;
+    // write_chunk_or_rest and end_stream in one write: the last chunk and the end of the body.
+    // The default writes the chunk, then ends the stream.
+    virtual std::optional<awaitable<error_code>> write_last_chunk_or_rest(std::string_view data,
+                                                                          error_code& ec) {
+        ec = {};
+        return chunk_then_end(data);
+    }
 
     // The request id the handler answers under: the server puts it (as X-Request-Id) on the
     // answers it makes itself for this exchange (the 503 when a shutdown cuts it).
@@ -73,6 +86,13 @@ public:
     // Runs `fn` (on the connection's executor) when the client goes away before the handler
     // has finished. Callbacks registered after that run at once.
     virtual void on_client_gone(std::function<void()> fn) = 0;
+
+private:
+    awaitable<error_code> chunk_then_end(std::string_view data) {
+        if (error_code ec = co_await write_chunk(data))
+            co_return ec;
+        co_return co_await end_stream();
+    }
 };
 
 using Handler = std::function<awaitable<void>(Exchange&)>;

@@ -119,6 +119,9 @@ public:
     // Returns Failure::None with done() true once the body is complete.
     virtual awaitable<Failure> read_some(std::string& out) = 0;
     virtual bool done() const = 0;
+    // True when body bytes (or the end of the body) are already here: the next read_some
+    // answers without waiting for the network.
+    virtual bool body_buffered() const { return false; }
 
     // Reads the rest of the body into `out` (bounded by PoolLimits::max_response_body).
     virtual awaitable<Failure> read_all(std::string& out) = 0;

@@ -89,6 +89,7 @@ public:
     const http::response_header<>& head() const override { return parser_.get(); }
     awaitable<Failure> read_some(std::string& out) override;
     bool done() const override { return done_; }
+    bool body_buffered() const override { return done_ || (conn_ && conn_->buffer.size() > 0); }
     awaitable<Failure> read_all(std::string& out) override;
     void cancel() override;
 

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace pdr::server {
 namespace {
 
@@ -79,6 +81,83 @@ TEST_F(StreamTest, ChunksArriveOneByOne) {
     }());
     EXPECT_TRUE(handler_saw_signal);
     EXPECT_EQ(late_respond, net::error::already_started);
+}
+
+// begin_stream_held: nothing reaches the client until the first chunk, which then carries the
+// head; write_last_chunk_or_rest ends the body with its chunk; the connection stays usable.
+TEST_F(StreamTest, HeldHeadGoesWithTheFirstChunkAndTheLastChunkEndsTheBody) {
+    Event held(ioc_.get_executor());
+    Event checked(ioc_.get_executor());
+    int requests = 0;
+    start([&](Exchange& ex) -> awaitable<void> {
+        if (++requests > 1) {
+            // the second request on the connection: an empty held stream (head and end only)
+            EXPECT_FALSE(co_await ex.begin_stream_held(sse_head()));
+            EXPECT_FALSE(co_await ex.end_stream());
+            co_return;
+        }
+        EXPECT_FALSE(co_await ex.begin_stream_held(sse_head()));
+        EXPECT_TRUE(ex.responded());
+        EXPECT_EQ(co_await ex.begin_stream(sse_head()), net::error::already_started);
+        held.set();
+        EXPECT_TRUE(co_await checked.wait(Duration{3000}));
+        EXPECT_FALSE(co_await ex.write_chunk("data: one\n\n"));
+        error_code ec;
+        if (auto rest = ex.write_last_chunk_or_rest("data: two\n\n", ec)) {
+            ec = co_await std::move(*rest);
+        }
+        EXPECT_FALSE(ec);
+        ec = {};
+        EXPECT_FALSE(ex.write_chunk_or_rest("data: late\n\n", ec));  // the body has ended
+        EXPECT_EQ(ec, net::error::operation_not_supported);
+        EXPECT_EQ(co_await ex.end_stream(), net::error::operation_not_supported);
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        beast::flat_buffer buf;
+        const std::string req =
+            "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}";
+        co_await write_raw(s, req);
+        EXPECT_TRUE(co_await held.wait(Duration{3000}));
+        // begin_stream would have written the head before returning: none of it is here
+        EXPECT_EQ(s.socket().available(), 0u);
+        checked.set();
+        auto first = co_await read_response(s, buf);
+        EXPECT_FALSE(first.ec) << first.ec.message();
+        EXPECT_EQ(first.msg.result_int(), 200u);
+        EXPECT_EQ(first.msg[http::field::content_type], "text/event-stream");
+        EXPECT_TRUE(first.msg.chunked());
+        EXPECT_EQ(first.msg.body(), "data: one\n\ndata: two\n\n");
+        EXPECT_TRUE(first.msg.keep_alive());
+        co_await write_raw(s, req);
+        auto second = co_await read_response(s, buf);
+        EXPECT_FALSE(second.ec) << second.ec.message();
+        EXPECT_EQ(second.msg.result_int(), 200u);
+        EXPECT_TRUE(second.msg.chunked());
+        EXPECT_EQ(second.msg.body(), "");
+    }());
+    EXPECT_EQ(requests, 2);
+}
+
+// A held head to an HTTP/1.0 client: the head and the data, no chunk framing, the close ends
+// the body.
+TEST_F(StreamTest, HeldHeadToAnHttp10ClientEndsWithTheClose) {
+    start([&](Exchange& ex) -> awaitable<void> {
+        EXPECT_FALSE(co_await ex.begin_stream_held(sse_head()));
+        error_code ec;
+        if (auto rest = ex.write_last_chunk_or_rest("data: only\n\n", ec)) {
+            ec = co_await std::move(*rest);
+        }
+        EXPECT_FALSE(ec);
+    });
+    run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        co_await write_raw(s, "POST /v1/completions HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}");
+        const std::string got = co_await read_until_close(s, Duration{3000});
+        EXPECT_TRUE(got.starts_with("HTTP/1.0 200 OK\r\n")) << got;
+        EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
+        EXPECT_TRUE(got.ends_with("\r\n\r\ndata: only\n\n")) << got;
+    }());
 }
 
 TEST_F(StreamTest, ClientDisconnectCancelsHandler) {
@@ -227,6 +306,41 @@ TEST_F(StreamTest, DrainGraceCancelsStuckHandler) {
     }());
 }
 
+// A stream whose handler did `begin` and then waits: the drain (100 ms grace) cuts it; returns
+// all the client read until the close.
+std::string cut_stream(StreamTest& t, std::function<awaitable<void>(Exchange&)> begin) {
+    Event started(t.ioc_.get_executor());
+    t.start([&](Exchange& ex) -> awaitable<void> {
+        co_await begin(ex);
+        started.set();
+        co_await sleep_for(Duration{10'000});
+    });
+    std::string text;
+    t.run([&]() -> awaitable<void> {
+        auto s = co_await connect_raw(t.port_);
+        co_await write_raw(s, "GET /stream HTTP/1.1\r\nHost: a\r\n\r\n");
+        EXPECT_TRUE(co_await started.wait(Duration{3000}));
+        co_await t.server_->drain(Duration{100});
+        text = co_await read_until_close(s, Duration{3000});
+    }());
+    return text;
+}
+
+// A stream whose head is still held when the drain grace ends: the client gets the head, then
+// the error event (and the close), not an error event without a head.
+TEST_F(StreamTest, DrainGraceEndSendsAHeldHeadBeforeTheErrorEvent) {
+    const std::string got = cut_stream(*this, [](Exchange& ex) -> awaitable<void> {
+        EXPECT_FALSE(co_await ex.begin_stream_held(sse_head()));
+    });
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 200 OK\r\n")) << got;
+    const auto head_end = got.find("\r\n\r\n");
+    const auto error = got.find("\r\ndata: {\"error\"");  // at a chunk's start
+    EXPECT_NE(head_end, std::string::npos) << got;
+    EXPECT_NE(error, std::string::npos) << got;
+    EXPECT_LT(head_end, error) << got;
+    EXPECT_NE(got.find("shutting_down", error), std::string::npos) << got;
+}
+
 // Two clients cut by a drain with a 100 ms grace: one waiting for its answer, one whose
 // stream sent `first_event`. Each handler answers under the id "rid-<path>".
 struct CutClients {
@@ -346,22 +460,12 @@ TEST_F(StreamTest, DrainGraceEndCancelsAHandlerBehindPipelinedBytes) {
 // A stream whose last chunk did not end an event (an over-long event passed on in pieces):
 // the shutdown's error event starts on a line of its own, after a blank line.
 TEST_F(StreamTest, DrainGraceEndEndsAnUnfinishedEventBeforeTheErrorEvent) {
-    Event started(ioc_.get_executor());
-    start([&](Exchange& ex) -> awaitable<void> {
+    const std::string text = cut_stream(*this, [](Exchange& ex) -> awaitable<void> {
         co_await ex.begin_stream(sse_head());
         co_await ex.write_chunk("data: {\"part\":");
-        started.set();
-        co_await sleep_for(Duration{10'000});
     });
-    run([&]() -> awaitable<void> {
-        auto s = co_await connect_raw(port_);
-        co_await write_raw(s, "GET /stream HTTP/1.1\r\nHost: a\r\n\r\n");
-        EXPECT_TRUE(co_await started.wait(Duration{3000}));
-        co_await server_->drain(Duration{100});
-        const std::string text = co_await read_until_close(s, Duration{2000});
-        EXPECT_NE(text.find("data: {\"part\":"), std::string::npos) << text;
-        EXPECT_NE(text.find("\n\ndata: {\"error\""), std::string::npos) << text;
-    }());
+    EXPECT_NE(text.find("data: {\"part\":"), std::string::npos) << text;
+    EXPECT_NE(text.find("\n\ndata: {\"error\""), std::string::npos) << text;
 }
 
 }  // namespace

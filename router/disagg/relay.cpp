@@ -147,7 +147,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     // in one write. A head that came alone is passed on at once.
     // (No co_await on a conditional expression: GCC 12 frees its awaitable's frame too early.)
     error_code begun;
-    if (up.body_buffered()) {
+    bool head_held = up.body_buffered();
+    if (head_held) {
         begun = co_await ex.begin_stream_held(std::move(head));
     } else {
         begun = co_await ex.begin_stream(std::move(head));
@@ -187,8 +188,12 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         if (up.done() && cutter.held() > 0 && !cut_off) {
             piece.append(cutter.flush());  // a last event without its blank line
         }
-        if (!piece.empty()) {
-            if (cutter.at_boundary())
+        // A held head goes out with this piece; when what came with D's head was only the start
+        // of an event (nothing whole to pass on yet), it goes out alone now rather than wait
+        // for the rest of that event.
+        if (!piece.empty() || (head_held && !up.done() && !cut_off)) {
+            head_held = false;
+            if (cutter.at_boundary() && !piece.empty())
                 told = last_event_is_error(piece);
             // The last piece and the end of the body go out in one write.
             const bool last = up.done() && !cut_off;

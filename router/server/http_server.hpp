@@ -48,7 +48,9 @@ public:
     virtual awaitable<error_code> begin_stream(http::response<http::empty_body> head) = 0;
     // begin_stream, but the head is held and goes out in one write with the first chunk (or
     // with the end of the body): for a body whose first bytes are already at hand, one send
-    // instead of two. The default sends it at once.
+    // instead of two. The default sends it at once. A handler that holds the head must write
+    // (a chunk, even an empty one, or the end): one that returns or aborts before that leaves
+    // the client with a closed connection and no answer at all.
     virtual awaitable<error_code> begin_stream_held(http::response<http::empty_body> head) {
         co_return co_await begin_stream(std::move(head));
     }

@@ -57,6 +57,7 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
         !read_int(obj, "delay_ms", f.delay_ms, error) ||
         !read_int(obj, "token_delay_ms", f.token_delay_ms, error) ||
         !read_int(obj, "retry_after_s", f.retry_after_s, error) ||
+        !read_int(obj, "split_first_event_ms", f.split_first_event_ms, error) ||
         !read_bool(obj, "close_before_response", f.close_before_response, error) ||
         !read_bool(obj, "omit_kv_params", f.omit_kv_params, error) ||
         !read_bool(obj, "cut_last_event", f.cut_last_event, error) ||
@@ -74,6 +75,9 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
     }
     if (f.delay_ms < 0) {
         return "'delay_ms' must not be negative";
+    }
+    if (f.split_first_event_ms < 0) {
+        return "'split_first_event_ms' must not be negative";
     }
     if (auto it = obj.find("body"); it != obj.end() && !it->is_null()) {
         if (!it->is_string()) {

@@ -18,6 +18,8 @@ struct Fault {
     int token_delay_ms = -1;       // >= 0: per-token delay instead of the configured one
     int retry_after_s = -1;        // >= 0 with `status`: the answer carries Retry-After
     bool close_delimited = false;  // a stream is sent as an HTTP/1.0 body ended by the close
+    int split_first_event_ms = 0;  // > 0: a stream's head goes out in one write with the first
+                                   // half of its first event; the other half this much later
 };
 
 class FaultPlan {

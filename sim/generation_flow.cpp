@@ -75,8 +75,9 @@ void echo_request_id(const server::Request& req, Message& res) {
 struct StreamWriter {
     server::Exchange& x;
     RequestCtx& ctx;
-    int close_after;  // < 0: never
-    bool cut_last;    // the event that reaches close_after goes out only half
+    int close_after;          // < 0: never
+    bool cut_last;            // the event that reaches close_after goes out only half
+    Duration split_first{0};  // > 0: the first event goes out in two halves this far apart
     int sent = 0;
 
     void close() {
@@ -89,6 +90,19 @@ struct StreamWriter {
             co_await x.write_chunk(event.substr(0, event.size() / 2));
             close();
             co_return false;
+        }
+        if (sent == 0 && split_first.count() > 0) {
+            // The first half goes with the held head; the rest after a pause.
+            const std::size_t half = event.size() / 2;
+            auto ec = co_await x.write_chunk(event.substr(0, half));
+            if (ec) {
+                co_return false;
+            }
+            const bool still_there = co_await pause(ctx, x, split_first);
+            if (!still_there) {
+                co_return false;
+            }
+            event.remove_prefix(half);
         }
         auto ec = co_await x.write_chunk(event);
         if (ec) {
@@ -108,6 +122,7 @@ struct AnswerPlan {
     int close_after_chunks = -1;
     bool cut_last_event = false;
     bool close_delimited = false;         // a stream's body is ended by the close, not chunked
+    Duration split_first_event{0};        // see Fault::split_first_event_ms
     std::function<void(json&)> finalize;  // adds fields to a non-stream answer before it is sent
 };
 
@@ -153,10 +168,18 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
     if (plan.close_delimited) {
         head.version(10);  // the server sends an HTTP/1.0 body: unframed, ended by the close
     }
-    if (co_await x.begin_stream(std::move(head))) {
+    // With a split first event, the head is held and leaves with the first half of that event.
+    // (No co_await on a conditional expression: GCC 12 frees its awaitable's frame too early.)
+    error_code begun;
+    if (plan.split_first_event.count() > 0) {
+        begun = co_await x.begin_stream_held(std::move(head));
+    } else {
+        begun = co_await x.begin_stream(std::move(head));
+    }
+    if (begun) {
         co_return;
     }
-    StreamWriter w{x, ctx, plan.close_after_chunks, plan.cut_last_event};
+    StreamWriter w{x, ctx, plan.close_after_chunks, plan.cut_last_event, plan.split_first_event};
     if (w.close_after == 0) {
         w.close();
         co_return;
@@ -314,6 +337,7 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     plan.close_after_chunks = fault ? fault->close_after_chunks : -1;
     plan.cut_last_event = fault && fault->cut_last_event;
     plan.close_delimited = fault && fault->close_delimited;
+    plan.split_first_event = Duration{fault ? fault->split_first_event_ms : 0};
 
     if (cfg.role == Role::Prefill) {
         const bool leg = g.kv_params.has_value();

@@ -336,6 +336,7 @@ unsigned short SimServer::start() {
     std::weak_ptr<Impl> weak = impl_;
     server::Limits limits;
     limits.idle_timeout = im.cfg.keep_alive;
+    limits.name = "engine";
     im.server.emplace(im.ex, limits,
                       [weak](server::Exchange& x) { return serve_exchange(weak, x); });
     const unsigned short port = im.server->listen(im.cfg.host, im.cfg.port);

@@ -4,7 +4,11 @@
 //
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
 //                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
+//                  [--repeat N]
 //
+// --repeat N runs each nginx-hop and pdrouter row N times, alternating, prints every run, and
+// judges the CPU target on the median (the spread between single runs on a shared 2-core VM is
+// about +-15 %, as large as the margins being judged).
 // Reference: when nginx is installed (Debian `nginx-light`; `--nginx none` skips it), the same
 // load also goes through one nginx proxy hop (one worker, keep-alive upstream, unbuffered) to
 // the decode instance, and nginx's CPU per request is printed beside pdrouter's: the cost of a
@@ -14,6 +18,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -38,7 +43,25 @@ struct Options {
     std::vector<int> delays{0, 10};
     std::vector<bool> answers{false, true};  // stream?
     std::string nginx = "/usr/sbin/nginx";   // "none": no reference rows
+    int repeat = 1;                          // runs of each nginx-hop and pdrouter row
 };
+
+double median(std::vector<double> v) {
+    if (v.empty()) {
+        return -1;
+    }
+    std::sort(v.begin(), v.end());
+    const std::size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+std::string join_us(const std::vector<double>& v) {
+    std::string out;
+    for (double x : v) {
+        out += (out.empty() ? "" : ", ") + std::to_string(static_cast<int>(x));
+    }
+    return out;
+}
 
 std::string prompt_text() {
     std::string p;
@@ -153,6 +176,12 @@ Options parse(int argc, char** argv) {
             }
         } else if (a == "--nginx") {
             o.nginx = next();
+        } else if (a == "--repeat") {
+            o.repeat = std::stoi(next());
+            if (o.repeat < 1 || o.repeat > 20) {
+                std::fprintf(stderr, "pdrouter_bench: --repeat must be 1..20\n");
+                std::exit(2);
+            }
         } else if (a == "--quick") {
             o.requests = 200;
         } else {
@@ -214,55 +243,65 @@ int main(int argc, char** argv) try {
                             n / 10};
             Row d{"direct D", delay, stream, pdr::bench::run_load(direct)};
             print_row(d);
-            double nginx_cpu = -1;
-            if (nginx) {
-                LoadSpec hop = direct;
-                hop.target = {"127.0.0.1", nginx->port()};
-                hop.warmup = 0;
-                hop.requests = n / 10;
-                pdr::bench::run_load(hop);
-                hop.requests = n;
-                double c0 = nginx->cpu_seconds();
-                Row g{"nginx hop", delay, stream, pdr::bench::run_load(hop)};
-                double c1 = nginx->cpu_seconds();
-                std::size_t served = g.result.ok + g.result.failed + n / 10;
-                g.cpu_us_per_req = (c1 - c0) * 1e6 / static_cast<double>(served);
-                nginx_cpu = g.cpu_us_per_req;
-                print_row(g);
-            }
-            LoadSpec via{{"127.0.0.1", router.port()},
-                         "/v1/completions",
-                         body(o, stream),
-                         stream,
-                         o.concurrency,
-                         n,
-                         n / 10};
+            std::vector<double> nginx_cpu;
+            std::vector<double> router_cpu;
+            std::vector<double> router_ttfb;
+            std::size_t router_failed = 0;
+            LoadSpec via = direct;
+            via.target = {"127.0.0.1", router.port()};
+            // Warm-up of the router's pools and caches, not timed.
             pdr::bench::run_load(
                 LoadSpec{via.target, via.path, via.body, stream, o.concurrency, n / 10, 0});
-            double cpu0 = router.cpu_seconds();
-            Row r{"pdrouter", delay, stream, pdr::bench::run_load(via)};
-            double cpu1 = router.cpu_seconds();
-            std::size_t served = r.result.ok + r.result.failed + n / 10;  // measured + its warm-up
-            r.cpu_us_per_req = served ? (cpu1 - cpu0) * 1e6 / static_cast<double>(served) : -1;
-            print_row(r);
-            bool cpu_ok = r.cpu_us_per_req <= 100;
-            targets_met = targets_met && cpu_ok && r.result.failed == 0 && d.result.failed == 0;
+            for (int run = 0; run < o.repeat; ++run) {
+                if (nginx) {
+                    LoadSpec hop = direct;
+                    hop.target = {"127.0.0.1", nginx->port()};
+                    hop.warmup = 0;
+                    hop.requests = n / 10;
+                    pdr::bench::run_load(hop);
+                    hop.requests = n;
+                    double c0 = nginx->cpu_seconds();
+                    Row g{"nginx hop", delay, stream, pdr::bench::run_load(hop)};
+                    double c1 = nginx->cpu_seconds();
+                    std::size_t served = g.result.ok + g.result.failed + n / 10;
+                    g.cpu_us_per_req = (c1 - c0) * 1e6 / static_cast<double>(served);
+                    nginx_cpu.push_back(g.cpu_us_per_req);
+                    print_row(g);
+                }
+                double cpu0 = router.cpu_seconds();
+                Row r{"pdrouter", delay, stream, pdr::bench::run_load(via)};
+                double cpu1 = router.cpu_seconds();
+                std::size_t served = r.result.ok + r.result.failed + n / 10;  // + its warm-up
+                r.cpu_us_per_req = served ? (cpu1 - cpu0) * 1e6 / static_cast<double>(served) : -1;
+                router_cpu.push_back(r.cpu_us_per_req);
+                router_ttfb.push_back(percentile(r.result.ttfb_ms, 50));
+                router_failed += r.result.failed;
+                print_row(r);
+            }
+            const double cpu = median(router_cpu);
+            bool cpu_ok = cpu <= 100;
+            targets_met = targets_met && cpu_ok && router_failed == 0 && d.result.failed == 0;
             verdicts << "- " << (stream ? "stream" : "json") << ", decode delay " << delay
-                     << " ms: pdrouter CPU " << static_cast<int>(r.cpu_us_per_req)
-                     << " us/request (target <= 100): " << (cpu_ok ? "met" : "NOT met");
-            if (nginx_cpu > 0) {
-                char ref[160];
-                std::snprintf(ref, sizeof ref,
-                              "; one nginx hop under the same load: %.0f us/request (pdrouter = "
-                              "%.2f x nginx)",
-                              nginx_cpu, r.cpu_us_per_req / nginx_cpu);
-                verdicts << ref;
+                     << " ms: pdrouter CPU " << static_cast<int>(cpu) << " us/request"
+                     << (o.repeat > 1 ? " (median of " + join_us(router_cpu) + ")" : "")
+                     << " (target <= 100): " << (cpu_ok ? "met" : "NOT met");
+            if (!nginx_cpu.empty()) {
+                const double ref = median(nginx_cpu);
+                char line[200];
+                std::snprintf(
+                    line, sizeof line,
+                    "; one nginx hop under the same load: %.0f us/request%s (pdrouter = "
+                    "%.2f x nginx)",
+                    ref, o.repeat > 1 ? (" (median of " + join_us(nginx_cpu) + ")").c_str() : "",
+                    cpu / ref);
+                verdicts << line;
             }
             verdicts << "\n";
             if (stream) {
                 double budget = percentile(d.result.ttfb_ms, 50) +
                                 percentile(prefill_row.result.latency_ms, 50);
-                double extra = percentile(r.result.ttfb_ms, 50) - budget;
+                const double ttfb = median(router_ttfb);
+                double extra = ttfb - budget;
                 bool ttfb_ok = extra <= 1.0;
                 targets_met = targets_met && ttfb_ok;
                 char line[256];
@@ -270,8 +309,7 @@ int main(int argc, char** argv) try {
                     line, sizeof line,
                     "- stream, decode delay %d ms: TTFB p50 through pdrouter %.2f ms vs direct "
                     "decode TTFB + prefill leg %.2f ms: %+.2f ms (target <= +1 ms): %s\n",
-                    delay, percentile(r.result.ttfb_ms, 50), budget, extra,
-                    ttfb_ok ? "met" : "NOT met");
+                    delay, ttfb, budget, extra, ttfb_ok ? "met" : "NOT met");
                 verdicts << line;
             }
         }

@@ -255,9 +255,10 @@ public:
         }
         std::string text;
         if (!responded_) {
-            Response res = make_error_response(Errc::ShuttingDown,
-                                               "the router shut down before the answer was ready",
-                                               req_.version());
+            Response res = make_error_response(
+                Errc::ShuttingDown,
+                "the " + conn_.server.limits.name + " shut down before the answer was ready",
+                req_.version());
             if (!request_id_.empty()) {
                 res.set(kRequestIdHeader, request_id_);
             }
@@ -267,8 +268,9 @@ public:
             wire::head_text(text, res.base());
             text += res.body();
         } else if (streaming_ && !writing_) {
-            std::string event = openai_error_event(Errc::ShuttingDown,
-                                                   "the router shut down before the stream ended");
+            std::string event =
+                openai_error_event(Errc::ShuttingDown, "the " + conn_.server.limits.name +
+                                                           " shut down before the stream ended");
             if (!at_event_end_) {
                 event.insert(0, "\n\n");  // end the event passed on unfinished first
             }

@@ -27,6 +27,9 @@ struct Limits {
     Duration idle_timeout{75'000};   // keep-alive wait for the next request
     Duration write_timeout{30'000};  // one write to a slow client
     std::size_t max_connections = 10'000;
+    // Not a limit: how the error answers and events of a shutdown name this server ("the
+    // router shut down before ...").
+    std::string name = "router";
 };
 
 using Request = http::request<http::string_body>;

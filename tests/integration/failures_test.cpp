@@ -364,6 +364,9 @@ TEST_F(FailureTest, DecodeOwnErrorEventIsTheOnlyOne) {
     EXPECT_EQ(r.status, 200) << r.describe();
     EXPECT_EQ(error_events(r.body).size(), 1u) << r.body;
     EXPECT_EQ(r.body.find("[DONE]"), std::string::npos) << r.body;
+    // The event says who stopped: the engine, not the router that relayed it.
+    EXPECT_NE(r.body.find("the engine shut down before the stream ended"), std::string::npos)
+        << r.body;
 }
 
 TEST_F(FailureTest, DecodeFailsInsideAnEventErrorEventStandsAlone) {

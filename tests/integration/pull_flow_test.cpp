@@ -242,6 +242,30 @@ TEST_F(PullFlowTest, FirstSseEventArrivesBeforeDecodeFinishes) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
+TEST_F(PullFlowTest, HeadThatCameWithPartOfAnEventIsNotHeldForTheRest) {
+    // D's head arrives in one write with the first half of its first event; the other half
+    // comes 1 s later. The router holds a head only to send it with whole events: with none
+    // there, the client must get the head at once, not when that event is complete.
+    auto& pd = start(PdOptions{}.p(1).d(1));
+    sim_fault(*pd.decode[0], {{"split_first_event_ms", 1000}, {"count", 1}});
+    json body = completion_body("split my first event", 4, true);
+    HttpRequest req{"POST", "/v1/completions", {{"Content-Type", "application/json"}}, body.dump()};
+    auto t = http_request_timed(pd.router->port, req, Ms{15000});
+    EXPECT_TRUE(answer_ok(t.response, body));
+    ASSERT_TRUE(t.saw_first_event) << t.response.describe();
+    const double head = ms_between(t.sent, t.head_at);
+    const double first = ms_between(t.sent, t.first_event_at);
+    std::cout << "head after " << head << " ms, first whole event after " << first << " ms\n";
+    EXPECT_GE(first, 900.0) << "the split fault did not apply";
+    EXPECT_LT(head, first - 500.0) << "the head waited for the rest of the first event";
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "faults_applied"), 1);
+    // The same events as without the fault.
+    auto plain = send_generation(*pd.router, body);
+    EXPECT_TRUE(answer_ok(plain, body));
+    EXPECT_EQ(sse_data(t.response.body).size(), sse_data(plain.body).size());
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
 TEST_F(PullFlowTest, LeaseKeptAliveWhileDecodeIsDelayed) {
     // pdsim's lease is 1 s; decode waits 2.5 s before touching the KV. Only the router's
     // refreshes (every 600/3 ms) keep P's blocks alive.

@@ -56,6 +56,11 @@ TEST(FaultPlan, FieldsAndCustomBody) {
     EXPECT_TRUE(f->close_before_response);
     EXPECT_TRUE(f->omit_kv_params);
     EXPECT_EQ(f->close_after_chunks, -1);
+    EXPECT_EQ(f->split_first_event_ms, 0);
+    ASSERT_FALSE(p.set(R"({"split_first_event_ms":250})").has_value());
+    f = p.take();
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->split_first_event_ms, 250);
 }
 
 TEST(FaultPlan, InvalidBodiesLeavePlanUnchanged) {
@@ -70,6 +75,8 @@ TEST(FaultPlan, InvalidBodiesLeavePlanUnchanged) {
     EXPECT_TRUE(p.set(R"({"body":7})").has_value());
     EXPECT_TRUE(p.set(R"({"cut_last_event":true})").has_value());
     EXPECT_TRUE(p.set(R"({"cut_last_event":true,"close_after_chunks":0})").has_value());
+    EXPECT_TRUE(p.set(R"({"split_first_event_ms":-1})").has_value());
+    EXPECT_TRUE(p.set(R"({"split_first_event_ms":"5"})").has_value());
     auto f = p.take();
     ASSERT_TRUE(f.has_value());
     EXPECT_EQ(f->status, 500);

@@ -24,13 +24,44 @@ bool starts_with_nocase(std::string_view s, std::string_view prefix) {
     return true;
 }
 
-bool valid_dns_or_v4(std::string_view h) {
-    for (char c : h) {
-        bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
-        if (!ok)
+// Host name syntax (RFC 1123 2.1, with '_' allowed for internal names): at most 253 characters
+// (one trailing dot allowed), dot-separated labels of 1 to 63 letters, digits, '-' or '_', none
+// starting or ending with '-'. Numeric IPv4 spellings pass too; see numeric_last_label.
+bool valid_host_syntax(std::string_view h) {
+    if (!h.empty() && h.back() == '.')
+        h.remove_suffix(1);
+    if (h.empty() || h.size() > 253)
+        return false;
+    std::size_t label = 0;
+    for (std::size_t i = 0; i <= h.size(); ++i) {
+        if (i == h.size() || h[i] == '.') {
+            if (label == 0 || label > 63 || h[i - 1] == '-')
+                return false;
+            label = 0;
+            continue;
+        }
+        const char c = h[i];
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+            return false;
+        if (label == 0 && c == '-')
+            return false;
+        ++label;
+    }
+    return true;
+}
+
+// A DNS name's last label is never all digits (RFC 1123 2.1): such a host can only be meant as
+// a numeric IPv4 address ("256.1.1.1", "1.2.3.4.5" are typos, not names to look up).
+bool numeric_last_label(std::string_view h) {
+    if (!h.empty() && h.back() == '.')
+        h.remove_suffix(1);
+    const auto dot = h.rfind('.');
+    const std::string_view last = dot == std::string_view::npos ? h : h.substr(dot + 1);
+    for (char c : last) {
+        if (!std::isdigit(static_cast<unsigned char>(c)))
             return false;
     }
-    return h.front() != '-' && h.front() != '.';
+    return !last.empty();
 }
 
 // The one text form of an IPv6 address (RFC 5952, as inet_ntop writes it: "::1" for
@@ -137,12 +168,18 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
             error = "missing host" + std::string(kExpect);
             return false;
         }
-        if (!valid_dns_or_v4(host)) {
+        if (!valid_host_syntax(host)) {
             error = "invalid host name '" + std::string(host) + "'";
             return false;
         }
-        if (canonical_v4(host, v6))
+        if (host.back() == '.')
+            host.remove_suffix(1);  // "engine.example." is "engine.example"
+        if (canonical_v4(host, v6)) {
             host = v6;  // one name per address: 127.1 and 127.0.0.1 are the same instance
+        } else if (numeric_last_label(host)) {
+            error = "invalid IPv4 address '" + std::string(host) + "'";
+            return false;
+        }
     }
     unsigned value = 0;
     auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);

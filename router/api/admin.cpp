@@ -58,16 +58,28 @@ AdminAuth check_admin_auth(const server::Request& req, std::string_view admin_ke
     if (admin_key.empty()) {
         return AdminAuth::Disabled;
     }
-    std::string_view presented;
-    if (auto it = req.find("X-API-Key"); it != req.end()) {
-        presented = it->value();
-    } else if (auto auth = req.find(http::field::authorization); auth != req.end()) {
-        presented = bearer_token(auth->value());
+    // X-API-Key decides when it carries a key; each of its fields must then be the key (two
+    // that differ are refused whatever their order). An empty one presents nothing, and
+    // Authorization: Bearer is asked instead (Authorization alone may carry a client's own
+    // API key, so it is not asked when X-API-Key has one).
+    auto verdict = [&](auto range, auto key_of) {
+        bool presented = false;
+        bool all_match = true;
+        for (; range.first != range.second; ++range.first) {
+            const std::string_view key = key_of(range.first->value());
+            if (!key.empty()) {
+                presented = true;
+                all_match = constant_time_equals(key, admin_key) && all_match;
+            }
+        }
+        return !presented ? AdminAuth::Missing : all_match ? AdminAuth::Ok : AdminAuth::Wrong;
+    };
+    const AdminAuth by_key =
+        verdict(req.equal_range("X-API-Key"), [](std::string_view v) { return v; });
+    if (by_key != AdminAuth::Missing) {
+        return by_key;
     }
-    if (presented.empty()) {
-        return AdminAuth::Missing;
-    }
-    return constant_time_equals(presented, admin_key) ? AdminAuth::Ok : AdminAuth::Wrong;
+    return verdict(req.equal_range(http::field::authorization), bearer_token);
 }
 
 awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,

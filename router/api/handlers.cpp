@@ -134,6 +134,8 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
         if (!decode) {
             break;
         }
+        // Counted like a leg: in flight, and in the instance's request total (its failures are).
+        instances::InFlight in_flight = registry_.acquire(decode);
         upstream::Request req =
             disagg::make_leg_request(http::verb::get, "/v1/models", ex.request_id(), headers, {});
         upstream::Result res = co_await client_.request(decode->endpoint, std::move(req), timeouts);

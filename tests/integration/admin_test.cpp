@@ -183,8 +183,9 @@ TEST_F(AdminTest, RemovedInstanceGoesWhenItsLastRequestEnds) {
 }
 
 TEST_F(AdminTest, StatusHealthModels) {
-    auto& pd = start(PdOptions{}.p(2).d(1).router(
-        {"--health-interval-ms", "200", "--health-backoff-max-ms", "400"}));
+    auto& pd = start(
+        PdOptions{}.p(2).d(1).router({"--health-interval-ms", "200", "--health-backoff-max-ms",
+                                      "400", "--admin-api-key", kKey}));
     auto st = http_get(pd.router->port, "/status");
     ASSERT_EQ(st.status, 200) << st.describe();
     auto s = st.json();
@@ -201,6 +202,9 @@ TEST_F(AdminTest, StatusHealthModels) {
     auto mj = models.json();
     ASSERT_TRUE(mj.contains("data") && mj["data"].is_array() && !mj["data"].empty()) << models.body;
     EXPECT_EQ(mj["data"][0].value("id", ""), kModel);
+    // The models call went to the decode instance and is counted there, like a leg.
+    const json listed = find_instance(*pd.router, pd.decode[0]->address());
+    EXPECT_EQ(listed.value("requests", -1), 1) << listed.dump();
 
     auto h = http_get(pd.router->port, "/health");
     EXPECT_EQ(h.status, 200) << h.describe();

@@ -297,7 +297,10 @@ TEST(ConfigAddress, ParsesAcceptedForms) {
           Case{"HTTP://Host:1/", "host", 1}, Case{"[::1]:65535", "::1", 65535},
           Case{"[2001:db8::7]:9", "2001:db8::7", 9}, Case{"[0::1]:80", "::1", 80},
           Case{"[0:0:0:0:0:0:0:1]:80", "::1", 80}, Case{"[2001:DB8:0:0::7]:9", "2001:db8::7", 9},
-          Case{"my_svc-1.ns:30000", "my_svc-1.ns", 30000}}) {
+          Case{"my_svc-1.ns:30000", "my_svc-1.ns", 30000},
+          Case{"Engine.Example.:8000", "engine.example", 8000},
+          Case{"1password.example:1", "1password.example", 1},
+          Case{"127.0.0.1.:5", "127.0.0.1", 5}}) {
         InstanceAddress a;
         std::string err;
         ASSERT_TRUE(parse_instance_address(c.in, a, err)) << c.in << ": " << err;
@@ -306,11 +309,31 @@ TEST(ConfigAddress, ParsesAcceptedForms) {
     }
 }
 
+TEST(ConfigAddress, RejectsHostNamesOverTheDnsLimits) {
+    InstanceAddress a;
+    std::string err;
+    const std::string label63(63, 'a');
+    EXPECT_TRUE(parse_instance_address(label63 + ".example:1", a, err)) << err;
+    EXPECT_FALSE(parse_instance_address(label63 + "a.example:1", a, err));
+    EXPECT_NE(err.find("invalid host name"), std::string::npos) << err;
+    std::string long_name;
+    while (long_name.size() < 250) {
+        long_name += "abcdefghi.";
+    }
+    long_name += "example";  // 257 characters in labels of 9
+    EXPECT_FALSE(parse_instance_address(long_name + ":1", a, err));
+    EXPECT_FALSE(parse_instance_address("256.1.1.1:1", a, err));
+    EXPECT_EQ(err, "invalid IPv4 address '256.1.1.1'");
+}
+
 TEST(ConfigAddress, RejectsBadForms) {
     for (const char* in :
          {"", "localhost", "localhost:", ":80", "host:0", "host:65536", "host:12a", "::1:80",
           "[::1]", "[::1]80", "[::1:80", "[]:80", "[1::2::3]:80", "https://h:1", "http://h:1/v1",
-          "ho st:1", "h/x:1", "[zz::1]:80", "-host:1"}) {
+          "ho st:1", "h/x:1", "[zz::1]:80", "-host:1",
+          // numeric-looking hosts that are no IPv4 address, and names DNS cannot hold
+          "256.1.1.1:80", "1.2.3.4.5:80", "10.0.0.300:80", "a.b.7:80", "a..b:80", ".a:80",
+          "a.-b:80", "a-.b:80", "..:80", "x.:80:80"}) {
         InstanceAddress a;
         std::string err;
         EXPECT_FALSE(parse_instance_address(in, a, err)) << in;

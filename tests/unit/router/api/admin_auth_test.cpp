@@ -6,10 +6,11 @@
 namespace pdr::api {
 namespace {
 
+// Headers in the order given; a repeated name gives repeated fields.
 server::Request with(std::initializer_list<std::pair<std::string, std::string>> hs) {
     server::Request req{http::verb::post, "/instances/add", 11};
     for (const auto& [k, v] : hs) {
-        req.set(k, v);
+        req.insert(k, v);
     }
     return req;
 }
@@ -51,6 +52,26 @@ TEST(AdminAuth, XApiKeyIsCheckedFirst) {
     EXPECT_EQ(
         check_admin_auth(with({{"X-API-Key", "x"}, {"Authorization", "Bearer secret"}}), "secret"),
         AdminAuth::Wrong);
+}
+
+TEST(AdminAuth, EmptyXApiKeyLetsTheBearerTokenDecide) {
+    EXPECT_EQ(
+        check_admin_auth(with({{"X-API-Key", ""}, {"Authorization", "Bearer secret"}}), "secret"),
+        AdminAuth::Ok);
+    EXPECT_EQ(
+        check_admin_auth(with({{"X-API-Key", ""}, {"Authorization", "Bearer nope"}}), "secret"),
+        AdminAuth::Wrong);
+}
+
+TEST(AdminAuth, RepeatedXApiKeyMustAllBeTheKeyWhateverTheOrder) {
+    EXPECT_EQ(check_admin_auth(with({{"X-API-Key", "secret"}, {"X-API-Key", "bad"}}), "secret"),
+              AdminAuth::Wrong);
+    EXPECT_EQ(check_admin_auth(with({{"X-API-Key", "bad"}, {"X-API-Key", "secret"}}), "secret"),
+              AdminAuth::Wrong);
+    EXPECT_EQ(check_admin_auth(with({{"X-API-Key", "secret"}, {"X-API-Key", "secret"}}), "secret"),
+              AdminAuth::Ok);
+    EXPECT_EQ(check_admin_auth(with({{"X-API-Key", ""}, {"X-API-Key", "secret"}}), "secret"),
+              AdminAuth::Ok);
 }
 
 TEST(ConstantTimeEquals, Basics) {

@@ -70,6 +70,16 @@ bool canonical_v6(std::string_view h, std::string& out) {
     const auto pct = h.find('%');
     if (pct != std::string_view::npos && pct + 1 >= h.size())
         return false;
+    if (pct != std::string_view::npos) {
+        // A zone is an interface name or index: letters, digits, '.', '-', '_' (IFNAMSIZ).
+        const std::string_view zone = h.substr(pct + 1);
+        if (zone.size() > 15)
+            return false;
+        for (char c : zone) {
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
+                return false;
+        }
+    }
     const std::string addr(h.substr(0, pct));
     in6_addr a{};
     char text[INET6_ADDRSTRLEN];
@@ -189,8 +199,9 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
         return false;
     }
     out.host.clear();
-    for (char c : host)
-        out.host += lower(c);  // DNS names and IPv6 hex are case-insensitive
+    const auto zone = host.find('%');  // an interface name keeps its case
+    for (std::size_t i = 0; i < host.size(); ++i)
+        out.host += i < zone ? lower(host[i]) : host[i];  // names and IPv6 hex: any case
     out.port = static_cast<unsigned short>(value);
     return true;
 }

@@ -15,6 +15,8 @@ namespace pdr::config::detail {
 
 namespace {
 
+constexpr std::uintmax_t kMaxConfigFileBytes = 1024 * 1024;
+
 std::string one_line(std::string s) {
     for (char& c : s) {
         if (c == '\n' || c == '\r')
@@ -150,7 +152,15 @@ bool load_json(const std::string& text, Collector& c) {
 bool load_yaml(const std::string& text, Collector& c) {
     YAML::Node doc;
     try {
-        doc = YAML::Load(text);
+        std::vector<YAML::Node> docs = YAML::LoadAll(text);
+        if (docs.size() > 1) {
+            c.error = "pdrouter: config file '" + c.path + "' holds " +
+                      std::to_string(docs.size()) +
+                      " YAML documents; one mapping of keys to values is expected";
+            return false;
+        }
+        if (!docs.empty())
+            doc = docs.front();
     } catch (const YAML::Exception& e) {
         c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(e.what());
         return false;
@@ -190,12 +200,58 @@ bool load_yaml(const std::string& text, Collector& c) {
     return true;
 }
 
+// Well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF); the offset of the
+// first bad byte, or npos.
+std::size_t bad_utf8_at(std::string_view s) {
+    std::size_t i = 0;
+    while (i < s.size()) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        std::size_t n = 0;
+        unsigned lo = 0x80, hi = 0xBF;
+        if (b < 0x80) {
+            ++i;
+            continue;
+        } else if (b >= 0xC2 && b <= 0xDF) {
+            n = 1;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            n = 2;
+            lo = b == 0xE0 ? 0xA0 : 0x80;
+            hi = b == 0xED ? 0x9F : 0xBF;
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            n = 3;
+            lo = b == 0xF0 ? 0x90 : 0x80;
+            hi = b == 0xF4 ? 0x8F : 0xBF;
+        } else {
+            return i;
+        }
+        for (std::size_t k = 1; k <= n; ++k) {
+            if (i + k >= s.size())
+                return i;
+            const auto c = static_cast<unsigned char>(s[i + k]);
+            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF))
+                return i;
+        }
+        i += n + 1;
+    }
+    return std::string_view::npos;
+}
+
 }  // namespace
 
 bool load_config_file(const std::string& path, std::vector<RawSetting>& out, std::string& error) {
     std::error_code fs_ec;
     if (std::filesystem::is_directory(path, fs_ec)) {
         error = "pdrouter: cannot read config file '" + path + "': it is a directory";
+        return false;
+    }
+    // A config file is small: a device (/dev/zero) or a huge file is a mistake, refused before
+    // it is read rather than read until memory runs out.
+    const bool regular = std::filesystem::is_regular_file(path, fs_ec);
+    if (std::filesystem::exists(path, fs_ec) &&
+        (!regular || std::filesystem::file_size(path, fs_ec) > kMaxConfigFileBytes)) {
+        error = "pdrouter: cannot read config file '" + path + "': " +
+                (regular ? "larger than " + std::to_string(kMaxConfigFileBytes / 1024) + " KiB"
+                         : std::string("not a regular file"));
         return false;
     }
     std::ifstream in(path, std::ios::binary);
@@ -211,6 +267,21 @@ bool load_config_file(const std::string& path, std::vector<RawSetting>& out, std
         return false;
     }
     std::string text = buf.str();
+    if (text.size() > kMaxConfigFileBytes) {  // grew while being read
+        error = "pdrouter: cannot read config file '" + path + "': larger than " +
+                std::to_string(kMaxConfigFileBytes / 1024) + " KiB";
+        return false;
+    }
+    if (const auto at = text.find('\0'); at != std::string::npos) {
+        error = "pdrouter: config file '" + path + "' holds a NUL byte at offset " +
+                std::to_string(at) + " (not a text file)";
+        return false;
+    }
+    if (const auto at = bad_utf8_at(text); at != std::string_view::npos) {
+        error = "pdrouter: config file '" + path + "' is not UTF-8 (bad byte at offset " +
+                std::to_string(at) + ")";
+        return false;
+    }
     Collector c{path, out, error, {}};
     return looks_like_json(path, text) ? load_json(text, c) : load_yaml(text, c);
 }

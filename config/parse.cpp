@@ -1,6 +1,10 @@
 // Command line + config file + environment → Config.
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 
 #include "config/options.hpp"
 
@@ -79,7 +83,8 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
-// Splits each value on commas; empty items are an error.
+// Splits each value on commas, and each comma item on spaces and tabs ("a:1 b:2", as a quoted
+// "$LIST" gives it, is two items); an empty comma item is an error.
 std::vector<std::string> split_items(const Source& src, const RawSetting& s) {
     std::vector<std::string> items;
     for (const auto& v : s.values) {
@@ -89,13 +94,29 @@ std::vector<std::string> split_items(const Source& src, const RawSetting& s) {
             std::string_view item = trim(rest.substr(0, comma));
             if (item.empty())
                 bad_value(src, s, v, "empty list item");
-            items.emplace_back(item);
+            while (!item.empty()) {
+                const auto gap = item.find_first_of(" \t");
+                items.emplace_back(item.substr(0, gap));
+                item = gap == std::string_view::npos ? std::string_view() : trim(item.substr(gap));
+            }
             if (comma == std::string_view::npos)
                 break;
             rest.remove_prefix(comma + 1);
         }
     }
     return items;
+}
+
+// A text value goes into headers, logs and file names: no control characters (a trailing
+// newline from a file or a Kubernetes Secret would end an upstream request's header block).
+void check_text(const Source& src, const RawSetting& s, std::string_view value) {
+    for (char c : value) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            fail("pdrouter: invalid value for " + src.where(s) + ": control character (code " +
+                 std::to_string(u) + ") in the value; a trailing newline from a file or a Secret?");
+        }
+    }
 }
 
 void set_number(const Source& src, const RawSetting& s, Config& cfg) {
@@ -141,7 +162,29 @@ void add_instance(const Source& src, const RawSetting& s, const InstanceAddress&
     lists.list.push_back(a);
 }
 
-void zip_aliases(const Source& src, detail::Role role, RoleLists& lists) {
+bool is_ipv6_literal(const std::string& host);
+
+// Where each role's alias keys were last given (a source, as Source::where names it): a
+// source that gives only one of the pair must not silently pair it with the default of the
+// other while a weaker source gave that other one.
+struct AliasOrigins {
+    std::string hosts[2], ports[2];
+};
+
+void zip_aliases(const Source& src, detail::Role role, RoleLists& lists, AliasOrigins& origins) {
+    const int r = static_cast<int>(role);
+    if (lists.hosts != nullptr && lists.ports == nullptr && !origins.ports[r].empty()) {
+        fail("pdrouter: " + src.where(*lists.hosts) + " is given without its ports, which " +
+             origins.ports[r] + " gives: give hosts and ports in the same place");
+    }
+    if (lists.ports != nullptr && lists.hosts == nullptr && !origins.hosts[r].empty()) {
+        fail("pdrouter: " + src.where(*lists.ports) + " is given without its hosts, which " +
+             origins.hosts[r] + " gives: give hosts and ports in the same place");
+    }
+    if (lists.hosts != nullptr)
+        origins.hosts[r] = src.where(*lists.hosts);
+    if (lists.ports != nullptr)
+        origins.ports[r] = src.where(*lists.ports);
     if (lists.hosts == nullptr && lists.ports == nullptr)
         return;
     lists.set = true;
@@ -166,26 +209,38 @@ void zip_aliases(const Source& src, detail::Role role, RoleLists& lists) {
         InstanceAddress a;
         std::string host = hosts[i];
         std::string error;
-        std::string text = (host.find(':') != std::string::npos && host.front() != '[')
-                               ? "[" + host + "]:" + ports[i]
-                               : host + ":" + ports[i];
         const RawSetting& origin = lists.hosts ? *lists.hosts : *lists.ports;
+        if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+            host = host.substr(1, host.size() - 2);  // [::1] is ::1 here
+        if (host.find("://") != std::string::npos || host.find('/') != std::string::npos ||
+            host.find('[') != std::string::npos || host.find(']') != std::string::npos ||
+            (host.find(':') != std::string::npos && !is_ipv6_literal(host))) {
+            bad_value(src, origin, hosts[i],
+                      std::string("expected a host name or address only (no scheme, path or "
+                                  "port: the port goes in --") +
+                          who + "-ports)");
+        }
+        std::string text = host.find(':') != std::string::npos ? "[" + host + "]:" + ports[i]
+                                                               : host + ":" + ports[i];
         if (!parse_instance_address(text, a, error))
             bad_value(src, origin, host, error);
         add_instance(src, origin, a, lists);
     }
 }
 
-void apply(const Source& src, const std::vector<RawSetting>& settings, Config& cfg) {
+void apply(const Source& src, const std::vector<RawSetting>& settings, Config& cfg,
+           AliasOrigins& origins) {
     RoleLists roles[2];
     for (const auto& s : settings) {
         const Option& o = *s.option;
         const std::string value = s.values.empty() ? std::string() : s.values.front();
         switch (o.kind) {
             case Kind::Text:
+                check_text(src, s, value);
                 cfg.*o.text = value;
                 break;
             case Kind::NonEmptyText:
+                check_text(src, s, value);
                 if (value.empty())
                     bad_value(src, s, value, "expected a non-empty string");
                 cfg.*o.text = value;
@@ -262,9 +317,43 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
         }
     }
     for (int r = 0; r < 2; ++r) {
-        zip_aliases(src, static_cast<detail::Role>(r), roles[r]);
+        zip_aliases(src, static_cast<detail::Role>(r), roles[r], origins);
         if (roles[r].set)
             (r == 0 ? cfg.prefill : cfg.decode) = std::move(roles[r].list);
+    }
+}
+
+bool is_ipv6_literal(const std::string& host) {
+    in6_addr a{};
+    return ::inet_pton(AF_INET6, host.substr(0, host.find('%')).c_str(), &a) == 1;
+}
+
+// --host: an IPv4 or IPv6 address (brackets allowed and dropped) or a host name; --port-file:
+// a file that can be written once listening (checked now, before anything starts).
+void check_host_and_port_file(Config& cfg) {
+    std::string host = cfg.host;
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+    InstanceAddress a;
+    std::string error;
+    const std::string text = host.find(':') != std::string::npos ? "[" + host + "]:1" : host + ":1";
+    if (host.find_first_of("[]/") != std::string::npos || !parse_instance_address(text, a, error)) {
+        fail("pdrouter: invalid value '" + cfg.host + "' for --host: expected an IP address or a " +
+             "host name" + (error.empty() ? std::string() : " (" + error + ")"));
+    }
+    cfg.host = host;
+    if (!cfg.port_file.empty()) {
+        namespace fs = std::filesystem;
+        const fs::path file(cfg.port_file);
+        const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+        std::error_code ec;
+        if (fs::is_directory(file, ec)) {
+            fail("pdrouter: invalid value '" + cfg.port_file + "' for --port-file: a directory");
+        }
+        if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
+            fail("pdrouter: invalid value '" + cfg.port_file + "' for --port-file: directory '" +
+                 dir.string() + "' does not exist or is not writable");
+        }
     }
 }
 
@@ -340,15 +429,17 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
             if (v != nullptr && *v != '\0')
                 env.push_back({detail::find_option(option), var, {v}});
         }
-        apply(Source{Source::Type::Env, {}}, env, cfg);
+        AliasOrigins origins;
+        apply(Source{Source::Type::Env, {}}, env, cfg, origins);
         if (!cfg.config_file.empty()) {
             std::vector<RawSetting> file;
             std::string error;
             if (!detail::load_config_file(cfg.config_file, file, error))
                 fail(error);
-            apply(Source{Source::Type::File, cfg.config_file}, file, cfg);
+            apply(Source{Source::Type::File, cfg.config_file}, file, cfg, origins);
         }
-        apply(Source{Source::Type::Flags, {}}, flags, cfg);
+        apply(Source{Source::Type::Flags, {}}, flags, cfg, origins);
+        check_host_and_port_file(cfg);
 
         if (!cfg.demo && cfg.prefill.empty()) {
             fail("pdrouter: no prefill instance configured (use --prefill HOST:PORT, or --demo)");
@@ -356,10 +447,20 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
         if (!cfg.demo && cfg.decode.empty()) {
             fail("pdrouter: no decode instance configured (use --decode HOST:PORT, or --demo)");
         }
+        if (cfg.demo && (!cfg.prefill.empty() || !cfg.decode.empty())) {
+            fail(
+                "pdrouter: --demo runs its own prefill and decode instances; drop --prefill/"
+                "--decode (and --prefiller-*/--decoder-*), or drop --demo");
+        }
     } catch (const Failure& f) {
         outcome.action = ParseOutcome::Action::Exit;
         outcome.exit_code = 2;
         outcome.output = f.message + "\n";
+        outcome.config = Config{};
+    } catch (const std::exception& e) {  // e.g. out of memory on a huge value
+        outcome.action = ParseOutcome::Action::Exit;
+        outcome.exit_code = 2;
+        outcome.output = std::string("pdrouter: cannot read the configuration: ") + e.what() + "\n";
         outcome.config = Config{};
     }
     return outcome;

@@ -130,8 +130,15 @@ TEST(ConfigErrors, BadToyProxyAliases) {
     expect_error(parse({"--prefiller-port", "x", "--decode", "d:1"}),
                  "pdrouter: invalid value 'x' for --prefiller-port: expected an integer 1..65535");
     expect_error(parse({"--prefiller-host", "a/b", "--decode", "d:1"}),
-                 "pdrouter: invalid value 'a/b' for --prefiller-host: a path is not allowed "
-                 "(expected HOST:PORT, http://HOST:PORT or [IPv6]:PORT)");
+                 "pdrouter: invalid value 'a/b' for --prefiller-host: expected a host name or "
+                 "address only (no scheme, path or port: the port goes in --prefiller-ports)");
+    expect_error(parse({"--prefiller-host", "a:5", "--decode", "d:1"}),
+                 "pdrouter: invalid value 'a:5' for --prefiller-host: expected a host name or "
+                 "address only (no scheme, path or port: the port goes in --prefiller-ports)");
+    auto v6 = parse({"--prefiller-host", "[::1]", "--prefiller-port", "5", "--decode", "d:1"});
+    ASSERT_EQ(v6.exit_code, 0) << v6.output;
+    ASSERT_EQ(v6.config.prefill.size(), 1u);
+    EXPECT_EQ(v6.config.prefill[0].text(), "[::1]:5");
     expect_error(
         parse({"--prefiller-host", "a", "a", "--prefiller-port", "1", "1", "--decode", "d:1"}),
         "pdrouter: duplicate prefill instance 'a:1' in --prefiller-host");

@@ -143,6 +143,42 @@ TEST(ConfigFile, EmptyYamlSetsNothing) {
     EXPECT_EQ(r.config.port, 8000);
 }
 
+TEST(ConfigFile, OnlyOneSmallUtf8TextDocumentIsRead) {
+    auto expect_refused = [](const std::string& path, const std::string& why) {
+        auto r = parse(with_instances({"--config", path}));
+        EXPECT_EQ(r.exit_code, 2) << path;
+        EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+    };
+    TempFile multi(".yaml", "port: 8000\n---\nport: 99999\n");
+    expect_refused(multi.path(), "holds 2 YAML documents");
+    expect_refused("/dev/zero", "not a regular file");
+    TempFile nul(".json", std::string("{\"port\": 8000}\0 garbage", 24));
+    expect_refused(nul.path(), "NUL byte at offset 14");
+    TempFile latin1(".yaml", "model: \"\xff\xfe\"\n");
+    expect_refused(latin1.path(), "is not UTF-8 (bad byte at offset 8)");
+    TempFile big(".yaml", "# " + std::string(1024 * 1024, 'x') + "\nport: 1\n");
+    expect_refused(big.path(), "larger than 1024 KiB");
+    TempFile bom(".yaml", "\xef\xbb\xbfport: 8123\n");
+    auto ok = parse(with_instances({"--config", bom.path()}));
+    ASSERT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_EQ(ok.config.port, 8123);
+}
+
+TEST(ConfigFile, AliasHostsAndPortsMustComeFromOnePlace) {
+    TempFile f(".yaml", "prefiller_hosts: [127.0.0.2]\nprefiller_ports: [28111]\n");
+    auto r = parse({"--config", f.path(), "--prefiller-ports", "28112", "--decode", "d:1"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.output.find("--prefiller-ports is given without its hosts"), std::string::npos)
+        << r.output;
+    auto both = parse({"--config", f.path(), "--prefiller-hosts", "127.0.0.3", "--prefiller-ports",
+                       "28112", "--decode", "d:1"});
+    ASSERT_EQ(both.exit_code, 0) << both.output;
+    EXPECT_EQ(texts(both.config.prefill), Strings{"127.0.0.3:28112"});
+    auto file_only = parse({"--config", f.path(), "--decode", "d:1"});
+    ASSERT_EQ(file_only.exit_code, 0) << file_only.output;
+    EXPECT_EQ(texts(file_only.config.prefill), Strings{"127.0.0.2:28111"});
+}
+
 TEST(ConfigPrecedence, FlagBeatsFileBeatsEnvBeatsDefault) {
     TempFile f(".json", R"({"prefill": ["f1:1", "f2:2"], "decode": "fd:3", "port": 9100,
                           "admin_api_key": "file-admin", "log_level": "debug"})");

@@ -103,7 +103,6 @@ TEST(ConfigFlags, EveryValueFlag) {
         "debug",
         "--log-format",
         "json",
-        "--demo",
         "--demo-token-delay-ms",
         "0",
     }));
@@ -136,8 +135,64 @@ TEST(ConfigFlags, EveryValueFlag) {
     EXPECT_FALSE(c.lease_refresh);
     EXPECT_EQ(c.log_level, log::Level::Debug);
     EXPECT_EQ(c.log_format, log::Format::Json);
-    EXPECT_TRUE(c.demo);
+    EXPECT_FALSE(c.demo);
     EXPECT_EQ(c.demo_token_delay.count(), 0);
+}
+
+TEST(ConfigFlags, DemoRunsItsOwnInstancesOnly) {
+    auto r = parse({"--demo", "--demo-token-delay-ms", "0"});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_TRUE(r.config.demo);
+    EXPECT_TRUE(r.config.prefill.empty());
+    for (const auto& extra :
+         {Strings{"--prefill", "127.0.0.1:1"}, Strings{"--decode", "127.0.0.1:1"},
+          Strings{"--decoder-ports", "8201"}}) {
+        Strings args{"--demo"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto bad = parse(args);
+        EXPECT_EQ(bad.exit_code, 2) << extra[0];
+        EXPECT_NE(bad.output.find("--demo runs its own"), std::string::npos) << bad.output;
+    }
+}
+
+TEST(ConfigFlags, HostIsCheckedAndLosesItsBrackets) {
+    auto r = parse(with_instances({"--host", "[::1]"}));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(r.config.host, "::1");
+    for (const char* bad : {"notan/ip", "999.1.1.1", "a..b", " 127.0.0.1", "[::1", "::1]"}) {
+        auto b = parse(with_instances({"--host", bad}));
+        EXPECT_EQ(b.exit_code, 2) << bad;
+        EXPECT_NE(b.output.find("for --host"), std::string::npos) << b.output;
+    }
+}
+
+TEST(ConfigFlags, PortFileDirectoryIsCheckedBeforeStart) {
+    auto missing = parse(with_instances({"--port-file", "/nonexistent-pdr-dir/p"}));
+    EXPECT_EQ(missing.exit_code, 2);
+    EXPECT_NE(missing.output.find("does not exist or is not writable"), std::string::npos)
+        << missing.output;
+    auto dir = parse(with_instances({"--port-file", "/tmp"}));
+    EXPECT_EQ(dir.exit_code, 2);
+    EXPECT_NE(dir.output.find("a directory"), std::string::npos) << dir.output;
+}
+
+TEST(ConfigFlags, ControlCharactersInTextValuesAreRefusedWithoutEchoingThem) {
+    auto r = parse(with_instances({"--upstream-api-key", "sk-abc\r\nX-Injected: yes"}));
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.output.find("--upstream-api-key"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("sk-abc"), std::string::npos) << "a key is not printed";
+    auto env = parse(with_instances({}), {{"OPENAI_API_KEY", "sk-abc\n"}});
+    EXPECT_EQ(env.exit_code, 2);
+    EXPECT_NE(env.output.find("environment variable OPENAI_API_KEY"), std::string::npos)
+        << env.output;
+}
+
+TEST(ConfigFlags, AQuotedSpaceSeparatedListIsSeveralInstances) {
+    auto r =
+        parse({"--prefill", "127.0.0.1:1 127.0.0.1:2", "--decode", " 127.0.0.1:3\t127.0.0.1:4 "});
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(texts(r.config.prefill), (Strings{"127.0.0.1:1", "127.0.0.1:2"}));
+    EXPECT_EQ(texts(r.config.decode), (Strings{"127.0.0.1:3", "127.0.0.1:4"}));
 }
 
 TEST(ConfigFlags, EqualsFormAndLastWins) {
@@ -299,8 +354,8 @@ TEST(ConfigAddress, ParsesAcceptedForms) {
           Case{"[0:0:0:0:0:0:0:1]:80", "::1", 80}, Case{"[2001:DB8:0:0::7]:9", "2001:db8::7", 9},
           Case{"my_svc-1.ns:30000", "my_svc-1.ns", 30000},
           Case{"Engine.Example.:8000", "engine.example", 8000},
-          Case{"1password.example:1", "1password.example", 1},
-          Case{"127.0.0.1.:5", "127.0.0.1", 5}}) {
+          Case{"1password.example:1", "1password.example", 1}, Case{"127.0.0.1.:5", "127.0.0.1", 5},
+          Case{"[FE80::1%Eth0]:80", "fe80::1%Eth0", 80}}) {
         InstanceAddress a;
         std::string err;
         ASSERT_TRUE(parse_instance_address(c.in, a, err)) << c.in << ": " << err;
@@ -333,7 +388,9 @@ TEST(ConfigAddress, RejectsBadForms) {
           "ho st:1", "h/x:1", "[zz::1]:80", "-host:1",
           // numeric-looking hosts that are no IPv4 address, and names DNS cannot hold
           "256.1.1.1:80", "1.2.3.4.5:80", "10.0.0.300:80", "a.b.7:80", "a..b:80", ".a:80",
-          "a.-b:80", "a-.b:80", "..:80", "x.:80:80"}) {
+          "a.-b:80", "a-.b:80", "..:80", "x.:80:80",
+          // zones are interface names
+          "[fe80::1%a;b]:80", "[fe80::1%a\tb]:80", "[fe80::1%abcdefghijklmnop]:80"}) {
         InstanceAddress a;
         std::string err;
         EXPECT_FALSE(parse_instance_address(in, a, err)) << in;

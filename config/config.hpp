@@ -48,6 +48,7 @@ struct Config {
     Duration decode_idle_timeout{120000};  // between two decode stream chunks
     Duration request_read_timeout{30000};  // reading a client request
     Duration client_idle_timeout{75000};   // keep-alive idle on client connections
+    Duration client_write_timeout{30000};  // one write to a client that stopped reading
     // Idle pooled upstream connections older than this are not reused (closed). Below the
     // engines' own keep-alive close (uvicorn, vLLM's server: 5 s), so a request never goes out on
     // a connection the engine is closing at that moment (a POST is never sent twice).

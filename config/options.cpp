@@ -58,6 +58,10 @@ const std::array kOptions = {
     Option{.name = "client-idle-timeout-ms", .kind = Kind::Number, .meta = "MS",
            .help = "keep-alive idle time on client connections (default 75000)",
            .millis = &Config::client_idle_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "client-write-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "one write to a client that does not read: then the connection is closed "
+                   "and its request ends (default 30000)",
+           .millis = &Config::client_write_timeout, .min = 1, .max = kMaxMillis},
     Option{.name = "upstream-idle-timeout-ms", .kind = Kind::Number, .meta = "MS",
            .help = "reuse idle upstream connections only this long; keep it below the engines' "
                    "keep-alive timeout (default 4000)",

@@ -15,6 +15,7 @@ server::Limits limits_from(const config::Config& cfg) {
     l.max_body_bytes = cfg.max_body_bytes;
     l.read_timeout = cfg.request_read_timeout;
     l.idle_timeout = cfg.client_idle_timeout;
+    l.write_timeout = cfg.client_write_timeout;
     l.max_connections = cfg.max_client_connections;
     return l;
 }

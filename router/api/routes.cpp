@@ -28,8 +28,28 @@ constexpr std::array kRoutes{
 
 }  // namespace
 
+// The path of an absolute-form target ("http://host:port/v1/completions"), which a server must
+// accept (RFC 9112 3.2.2); an origin-form target as it is.
+std::string_view origin_form(std::string_view target) noexcept {
+    for (std::string_view scheme : {std::string_view("http://"), std::string_view("https://")}) {
+        if (target.size() >= scheme.size() &&
+            std::equal(scheme.begin(), scheme.end(), target.begin(), [](char a, char b) {
+                return a == std::tolower(static_cast<unsigned char>(b));
+            })) {
+            target.remove_prefix(scheme.size());
+            const auto slash = target.find_first_of("/?");
+            if (slash == std::string_view::npos || target[slash] == '?') {
+                return "/";
+            }
+            return target.substr(slash);
+        }
+    }
+    return target;
+}
+
 RouteMatch match_route(http::verb method, std::string_view target) noexcept {
     RouteMatch m;
+    target = origin_form(target);
     m.path = target.substr(0, target.find('?'));
     for (const Entry& e : kRoutes) {
         if (e.path != m.path) {

@@ -22,7 +22,8 @@ ValidationError check_count(const JsonObjectView& j, const char* key, std::int64
         return {};
     }
     if (m->kind != JsonKind::Number || !json_integer(m->value, value)) {
-        return fail(Errc::InvalidField, std::string(key) + " must be an integer", key);
+        return fail(Errc::InvalidField,
+                    std::string(key) + " must be an integer (at most 9223372036854775807)", key);
     }
     if (value < min) {
         return fail(Errc::InvalidField,

@@ -75,6 +75,9 @@ constexpr std::array kTable{
           "http_version_not_supported", "HTTP version not supported"},
     Entry{Errc::UpstreamAnswerMismatch, http_status::bad_gateway, kServer,
           "upstream_answer_mismatch", "upstream answer names another request (X-Request-Id)"},
+    Entry{Errc::UpstreamEncoding, http_status::bad_gateway, kServer, "upstream_protocol_error",
+          "upstream answer is compressed or has a transfer coding other than chunked (not "
+          "relayed: the router asks for none)"},
 };
 
 constexpr bool table_in_order() {
@@ -83,7 +86,7 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::UpstreamAnswerMismatch) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::UpstreamEncoding) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 

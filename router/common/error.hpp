@@ -40,6 +40,7 @@ enum class Errc {
     DuplicateRequestId,      // 409 (a client's X-Request-Id that a request in flight already uses)
     HttpVersion,             // 505 (a request line with an HTTP major version other than 1)
     UpstreamAnswerMismatch,  // 502 (the answer's X-Request-Id names another request)
+    UpstreamEncoding,        // 502 (an answer with a content or transfer coding not relayed)
 };
 
 const boost::system::error_category& router_category() noexcept;

@@ -80,9 +80,9 @@ namespace detail {
 int json_hex_digit(char c) noexcept;  // 0..15, or -1 when `c` is not a hex digit
 }  // namespace detail
 
-// The integer a Number member's text holds, as nlohmann would store it: false for fractions,
-// exponents and integers beyond uint64 (those parse as floats); values above INT64_MAX are
-// clamped to INT64_MAX.
+// The integer a Number member's text holds: false for fractions, exponents and integers outside
+// int64 (nlohmann would store 2^63..2^64-1 as unsigned, and an engine reading it as a signed
+// count gets a negative number).
 bool json_integer(std::string_view number_text, std::int64_t& out) noexcept;
 
 // The decoded text of a String member's value (quotes included in `value_text`).

@@ -71,8 +71,10 @@ bool json_integer(std::string_view text, std::int64_t& out) noexcept {
     if (ec != std::errc{} || ptr != text.data() + text.size()) {
         return false;
     }
-    out = static_cast<std::int64_t>(
-        std::min<std::uint64_t>(v, static_cast<std::uint64_t>(INT64_MAX)));
+    if (v > static_cast<std::uint64_t>(INT64_MAX)) {
+        return false;  // no engine takes a count this large: refused, not clamped
+    }
+    out = static_cast<std::int64_t>(v);
     return true;
 }
 

@@ -103,21 +103,31 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
                                      retry_after);
             co_return PrefillEnd::Answered;
         }
-        deps.registry.report_success(*p);
         HandleStatus hs =
             status < 300 ? parse_kv_handle(result.response.body(), handle) : HandleStatus::NotJson;
+        if (hs == HandleStatus::NotJson) {
+            // An unparsable answer: P is broken (as for a 5xx), so another P is tried and three
+            // in a row mark this one down.
+            deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Protocol);
+            const std::string reason = "sent an answer (HTTP " + std::to_string(status) +
+                                       ") that is not a JSON object within the JSON limits";
+            deps.registry.report_error(*p, reason);
+            last_errc = Errc::UpstreamProtocol;
+            last_error = p->name + " " + reason;
+            if (!last) {
+                log_retry(req.request_id, "prefill", p->name, reason);
+                exclude = p.get();
+                continue;
+            }
+            log_failure(req.request_id, "prefill", p->name, reason);
+            co_await respond_error(req.exchange, Errc::UpstreamProtocol,
+                                   "prefill instance " + last_error);
+            co_return PrefillEnd::Answered;
+        }
+        deps.registry.report_success(*p);
         if (hs == HandleStatus::Ok) {
             prefill = std::move(p);
             co_return PrefillEnd::Handle;
-        }
-        if (hs == HandleStatus::NotJson) {
-            deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Protocol);
-            log_failure(req.request_id, "prefill", p->name, "answer is not a JSON object");
-            co_await respond_error(req.exchange, Errc::UpstreamProtocol,
-                                   "prefill instance " + p->name +
-                                       " sent an answer that is not a JSON object (HTTP " +
-                                       std::to_string(status) + ")");
-            co_return PrefillEnd::Answered;
         }
         deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::MissingKvParams);
         if (deps.cfg.on_missing_kv_params == config::OnMissingKvParams::Recompute) {

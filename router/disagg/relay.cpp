@@ -127,9 +127,18 @@ awaitable<void> end_with_error(FlowRequest& req, SseCutter& cutter,
                   req.request_id);
     }
     if (!cutter.at_boundary()) {
-        // Only after an over-long "event" was passed on unfinished: end it, so the error event
-        // is not glued onto its half line.
-        event.insert(0, "\n\n");
+        // An over-long event was passed on before its end (over the cutter's cap), and D
+        // stopped inside it. Any error event would have to end that event first and so deliver
+        // it truncated, as if whole: the connection is cut instead, with the body unfinished,
+        // and the client's SSE parser drops the unfinished event.
+        PDR_WARN(kLogComponent,
+                 decode.name + " stopped inside an event over " +
+                     std::to_string(SseCutter::kDefaultMaxHeld / 1024) +
+                     " KiB that was already being relayed; the client connection is cut without "
+                     "an error event",
+                 req.request_id);
+        req.exchange.abort();
+        co_return;
     }
     co_await req.exchange.write_chunk(event);
     req.exchange.abort();

@@ -4,15 +4,30 @@
 
 namespace pdr::disagg {
 
+namespace {
+
+// A blank line ends an event: a line end right after a line end, where a line end is CRLF, LF
+// or CR (any mix: "\n\r\n" is LF then CRLF). CR then LF is always one CRLF, never two ends.
+constexpr std::string_view kBlankLines[] = {"\n\n",   "\n\r",   "\r\r",   "\n\r\n",
+                                            "\r\r\n", "\r\n\n", "\r\n\r", "\r\n\r\n"};
+
+}  // namespace
+
 bool ends_an_sse_event(std::string_view bytes) noexcept {
-    return bytes.empty() || bytes.ends_with("\n\n") || bytes.ends_with("\r\r") ||
-           bytes.ends_with("\r\n\r\n");
+    if (bytes.empty()) {
+        return true;
+    }
+    for (std::string_view blank : kBlankLines) {
+        if (bytes.ends_with(blank)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 std::size_t sse_events_end(std::string_view bytes) noexcept {
     std::size_t end = 0;
-    for (std::string_view blank :
-         {std::string_view("\n\n"), std::string_view("\r\r"), std::string_view("\r\n\r\n")}) {
+    for (std::string_view blank : kBlankLines) {
         if (const std::size_t at = bytes.rfind(blank); at != std::string_view::npos) {
             end = std::max(end, at + blank.size());
         }

@@ -182,6 +182,11 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 r.ec = Errc::UpstreamAnswerMismatch;
                 co_return r;  // the connection is dropped with `a`
             }
+            if (!detail::plain_coding(parser.get())) {
+                r.failure = Failure::Protocol;
+                r.ec = Errc::UpstreamEncoding;
+                co_return r;  // the connection is dropped with `a`
+            }
             r.response = parser.release();
             if (r.response.keep_alive() && req.keep_alive()) {
                 impl->give_back(key, std::move(a.conn));
@@ -234,6 +239,11 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
             if (!detail::answers_request(req, s->head())) {
                 o.failure = Failure::Protocol;
                 o.ec = Errc::UpstreamAnswerMismatch;
+                co_return o;  // the connection is dropped with `s`
+            }
+            if (!detail::plain_coding(s->head())) {
+                o.failure = Failure::Protocol;
+                o.ec = Errc::UpstreamEncoding;
                 co_return o;  // the connection is dropped with `s`
             }
             o.stream = std::move(s);

@@ -69,6 +69,10 @@ bool final_status(unsigned status) noexcept;
 // does). Such an answer was meant for an earlier request on the same connection: an upstream
 // that wrote more than one answer to one request. The connection is closed, the exchange fails.
 bool answers_request(const Request& req, const http::response_header<>& head) noexcept;
+// False for an answer the router cannot relay as it is: a Content-Encoding other than identity
+// (the router sends no Accept-Encoding, and drops the header when relaying), or a
+// Transfer-Encoding other than one "chunked" (Beast would undo only the chunking).
+bool plain_coding(const http::response_header<>& head) noexcept;
 Failure classify_write(const error_code& ec) noexcept;
 Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;
 

@@ -83,6 +83,37 @@ TEST_F(FailureTest, Prefill5xxRetriesOnTheOtherPrefill) {
     EXPECT_TRUE(no_violations(pd));
 }
 
+TEST_F(FailureTest, PrefillAnswerThatIsNotJsonIsRetriedAndMarksThatPrefillDown) {
+    auto& pd = start(PdOptions{}.p(2).sim(kFastSim).router(fast_router()));
+    sim_fault(*pd.prefill[0], {{"status", 200}, {"body", "<html>oops</html>"}, {"count", -1}});
+    // Every request succeeds: the one that picks the broken P first is retried on the other.
+    for (int i = 0; i < 6; ++i) {
+        json body = completion_body("not json " + std::to_string(i), 3, i % 2 == 1);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body)) << i;
+    }
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_retries_total", {{"leg", "prefill"}}).value_or(0), 1.0) << m;
+    EXPECT_GE(
+        metric(m, "pdrouter_upstream_errors_total", {{"leg", "prefill"}, {"kind", "protocol"}})
+            .value_or(0),
+        1.0)
+        << m;
+    // Three unparsable answers in a row mark it down, like three 5xx.
+    const std::string p0 = pd.prefill[0]->address();
+    for (int i = 0; i < 6 && counter(sim_state(*pd.prefill[0]), "faults_applied") < 3; ++i) {
+        send_generation(*pd.router, completion_body("more " + std::to_string(i), 3, false));
+    }
+    EXPECT_GE(counter(sim_state(*pd.prefill[0]), "faults_applied"), 3);
+    // (Its health probe may already have brought it back: /health is fine, so the log is
+    // checked, not the gauge.)
+    const std::string log = pd.router->proc.log();
+    EXPECT_NE(log.find("prefill instance " + p0 +
+                       " is down: sent an answer (HTTP 200) that is "
+                       "not a JSON object"),
+              std::string::npos)
+        << log;
+}
+
 TEST_F(FailureTest, Prefill5xxWithOnePrefillIs502AndDecodeNotCalled) {
     auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.prefill[0], {{"status", 503}, {"count", -1}});

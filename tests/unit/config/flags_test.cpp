@@ -74,6 +74,8 @@ TEST(ConfigFlags, EveryValueFlag) {
         "15",
         "--client-idle-timeout-ms",
         "16",
+        "--client-write-timeout-ms",
+        "22",
         "--upstream-idle-timeout-ms",
         "21",
         "--shutdown-grace-ms",
@@ -120,6 +122,7 @@ TEST(ConfigFlags, EveryValueFlag) {
     EXPECT_EQ(c.decode_idle_timeout.count(), 14);
     EXPECT_EQ(c.request_read_timeout.count(), 15);
     EXPECT_EQ(c.client_idle_timeout.count(), 16);
+    EXPECT_EQ(c.client_write_timeout.count(), 22);
     EXPECT_EQ(c.upstream_idle_timeout.count(), 21);
     EXPECT_EQ(c.shutdown_grace.count(), 0);
     EXPECT_EQ(c.kv_lease_timeout.count(), 1700);

@@ -62,6 +62,18 @@ TEST(Routes, Table) {
     }
 }
 
+TEST(Routes, AbsoluteFormTargetsRouteByTheirPath) {
+    auto m = match_route(http::verb::post, "http://127.0.0.1:8000/v1/completions");
+    EXPECT_EQ(m.kind, RouteMatch::Kind::Found);
+    EXPECT_EQ(m.id, RouteId::Completions);
+    EXPECT_EQ(m.path, "/v1/completions");
+    EXPECT_EQ(match_route(http::verb::get, "HTTP://h/status?x=1").path, "/status");
+    EXPECT_EQ(match_route(http::verb::get, "https://h:1/health").id, RouteId::Health);
+    EXPECT_EQ(match_route(http::verb::get, "http://h").path, "/");
+    EXPECT_EQ(match_route(http::verb::get, "http://h?q").path, "/");
+    EXPECT_EQ(match_route(http::verb::get, "http:/status").kind, RouteMatch::Kind::NotFound);
+}
+
 TEST(Routes, PathDropsTheQueryString) {
     EXPECT_EQ(match_route(http::verb::get, "/status?verbose=1").path, "/status");
     EXPECT_EQ(match_route(http::verb::get, "/nope?x").path, "/nope");

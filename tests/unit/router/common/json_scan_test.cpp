@@ -225,14 +225,17 @@ TEST(JsonScan, LimitsOnDepthAndMembers) {
     EXPECT_TRUE(v.members().empty());
 }
 
-TEST(JsonScan, IntegersAsNlohmannStoresThem) {
+TEST(JsonScan, IntegersWithinInt64) {
     std::int64_t v = 0;
     EXPECT_TRUE(json_integer("0", v));
     EXPECT_EQ(v, 0);
     EXPECT_TRUE(json_integer("-9223372036854775808", v));
     EXPECT_EQ(v, INT64_MIN);
-    EXPECT_TRUE(json_integer("18446744073709551615", v));  // uint64: clamped
+    EXPECT_TRUE(json_integer("9223372036854775807", v));
     EXPECT_EQ(v, INT64_MAX);
+    // uint64 beyond int64: an engine reading a signed count would get a negative number
+    EXPECT_FALSE(json_integer("9223372036854775808", v));
+    EXPECT_FALSE(json_integer("18446744073709551615", v));
     EXPECT_FALSE(json_integer("18446744073709551616", v));  // a float for nlohmann
     EXPECT_FALSE(json_integer("-9223372036854775809", v));
     EXPECT_FALSE(json_integer("5.0", v));

@@ -33,6 +33,30 @@ TEST(SseEventsEnd, FindsTheLastBlankLineOfAnyLineEnd) {
     EXPECT_FALSE(ends_an_sse_event("x\n"));
 }
 
+TEST(SseEventsEnd, MixedLineEndsEndAnEvent) {
+    // LF lines with a CRLF blank line, CRLF lines with an LF blank line, CR with CRLF ...
+    EXPECT_EQ(sse_events_end("data: a\n\r\ndata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\r\n\ndata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\r\r\ndata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\r\n\rdata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\n\rdata: b"), 9u);
+    for (std::string_view e : {"x\n\r\n", "x\r\n\n", "x\r\r\n", "x\r\n\r", "x\n\r"}) {
+        EXPECT_TRUE(ends_an_sse_event(e)) << e;
+    }
+    // One line end, CRLF included, is not a blank line.
+    EXPECT_FALSE(ends_an_sse_event("x\r\n"));
+    EXPECT_FALSE(ends_an_sse_event("x\r"));
+    EXPECT_EQ(sse_events_end("data: a\r\ndata: b\r\n"), 0u);
+}
+
+TEST(SseCutter, EventsWithMixedLineEndsPassAsTheyCome) {
+    SseCutter c;
+    auto sent = feed(c, {"data: 1\n\r\n", "data: 2\n\r\ndata: 3", "\n\r\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: 1\n\r\n", "data: 2\n\r\n", "data: 3\n\r\n"}));
+    EXPECT_EQ(c.held(), 0u);
+    EXPECT_TRUE(c.at_boundary());
+}
+
 TEST(SseCutter, WholeEventsPassAtOnce) {
     SseCutter c;
     auto sent = feed(c, {"data: 1\n\n", "data: 2\n\ndata: 3\n\n"});
@@ -54,8 +78,10 @@ TEST(SseCutter, AnUnfinishedEventWaitsForItsEnd) {
 
 TEST(SseCutter, CrlfBoundarySplitOverPieces) {
     SseCutter c;
+    // A CR after a line end already ends the event (the LF that may follow is part of that
+    // CRLF, which a client skips): the event goes out at once, the LF with the next piece.
     auto sent = feed(c, {"data: a\r\n\r", "\ndata: b\r\n", "\r\n"});
-    EXPECT_EQ(sent, (std::vector<std::string>{"", "data: a\r\n\r\n", "data: b\r\n\r\n"}));
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: a\r\n\r", "", "\ndata: b\r\n\r\n"}));
     EXPECT_TRUE(c.at_boundary());
 }
 

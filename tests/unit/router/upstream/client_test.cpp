@@ -138,9 +138,10 @@ TEST_F(ClientTest, BodyOverLimitIsProtocolFailure) {
     }());
 }
 
-// An upstream that answers with an interim (1xx) or out-of-range status first: a protocol
-// failure for both request() and open(), never an answer to relay (the router sends nothing
-// that asks for an interim answer).
+// An upstream that answers with an interim (1xx) or out-of-range status first, or with a
+// content or transfer coding: a protocol failure for both request() and open(), never an answer
+// to relay (the router sends nothing that asks for an interim answer or a coding). The last
+// answer (identity coding) is fine.
 TEST_F(ClientTest, InterimOrInvalidStatusIsProtocolFailure) {
     Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
     const unsigned short port = acceptor.local_endpoint().port();
@@ -150,7 +151,12 @@ TEST_F(ClientTest, InterimOrInvalidStatusIsProtocolFailure) {
         "HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok",
         "HTTP/1.1 204 No Content\r\n\r\n",
         "HTTP/1.1 304 Not Modified\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        // codings the router would pass on undone (it asks for none)
+        "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\nok",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "2\r\nok\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Encoding: Identity\r\nContent-Length: 2\r\n\r\nok",
     };
     std::size_t next = 0;
     auto serve = [&]() -> awaitable<void> {

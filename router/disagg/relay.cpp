@@ -77,34 +77,39 @@ bool ended_by_close(const upstream::ResponseStream& up) {
            h.find(http::field::content_length) == h.end();
 }
 
-// True when the last event in `sent` (whole events) is an error event: one of its data lines
-// holds a JSON object that starts with "error" (`data: {"error": ...}`).
-bool last_event_is_error(std::string_view sent) {
+// The data lines of the last event in `sent` (whole events, any line ends), each without its
+// "data:" and one space; true as soon as `pred` holds for one.
+template <class Pred>
+bool last_event_has_data(std::string_view sent, Pred pred) {
     std::size_t end = sent.size();
     while (end > 0 && (sent[end - 1] == '\n' || sent[end - 1] == '\r'))
         --end;
     const std::string_view body = sent.substr(0, end);
-    const std::size_t lf = body.rfind("\n\n");
-    const std::size_t crlf = body.rfind("\r\n\r\n");
-    std::size_t start = 0;
-    if (lf != std::string_view::npos)
-        start = lf + 2;
-    if (crlf != std::string_view::npos)
-        start = std::max(start, crlf + 4);
-    std::string_view event = body.substr(start);
+    std::string_view event = body.substr(sse_events_end(body));
     while (!event.empty()) {
-        const std::size_t nl = event.find('\n');
-        std::string_view line = event.substr(0, nl);
-        event = nl == std::string_view::npos ? std::string_view{} : event.substr(nl + 1);
+        const std::size_t eol = event.find_first_of("\r\n");
+        std::string_view line = event.substr(0, eol);
+        event = eol == std::string_view::npos ? std::string_view{} : event.substr(eol + 1);
         if (!line.starts_with("data:"))
             continue;
         line.remove_prefix(5);
         if (line.starts_with(' '))
             line.remove_prefix(1);
-        if (line.starts_with("{\"error\""))
+        if (pred(line))
             return true;
     }
     return false;
+}
+
+// D's own error event: a data line holding a JSON object that starts with "error".
+bool last_event_is_error(std::string_view sent) {
+    return last_event_has_data(sent,
+                               [](std::string_view d) { return d.starts_with("{\"error\""); });
+}
+
+// The OpenAI stream's end: `data: [DONE]`.
+bool last_event_is_done(std::string_view sent) {
+    return last_event_has_data(sent, [](std::string_view d) { return d == "[DONE]"; });
 }
 
 // Ends a started stream after a decode failure: drops the unfinished event the cutter holds,
@@ -170,12 +175,24 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     bool first = true;
     SseCutter cutter;   // whole events only: a failure never leaves a truncated one behind
     bool told = false;  // the last whole event relayed was D's own error event
+    bool done = false;  // the last whole event relayed was [DONE]: the client has it all
     for (;;) {
         piece.clear();
         upstream::Failure f = co_await up.read_some(piece);
         if (f == upstream::Failure::Canceled || ex.client_gone()) {
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
             co_return RelayEnd::ClientGone;
+        }
+        if (f != upstream::Failure::None && done && cutter.held() == 0) {
+            // Only the end of the body failed: the answer is whole, so it ends cleanly (an
+            // error event after [DONE] would contradict it). D's failure is still counted.
+            deps.metrics.upstream_error(Leg::Decode, error_kind_for(f));
+            PDR_WARN(kLogComponent,
+                     decode.name + " failed after [DONE] (" + std::string(upstream::to_string(f)) +
+                         "); the answer was whole, the stream is ended cleanly",
+                     req.request_id);
+            co_await ex.end_stream();
+            co_return RelayEnd::Complete;
         }
         if (f != upstream::Failure::None) {
             count_failure(deps, req, decode, f, true);
@@ -202,8 +219,10 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         // for the rest of that event.
         if (!piece.empty() || (head_held && !up.done() && !cut_off)) {
             head_held = false;
-            if (cutter.at_boundary() && !piece.empty())
+            if (cutter.at_boundary() && !piece.empty()) {
                 told = last_event_is_error(piece);
+                done = !told && last_event_is_done(piece);
+            }
             // The last piece and the end of the body go out in one write.
             const bool last = up.done() && !cut_off;
             error_code ec;

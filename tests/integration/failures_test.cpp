@@ -400,6 +400,24 @@ TEST_F(FailureTest, DecodeOwnErrorEventIsTheOnlyOne) {
         << r.body;
 }
 
+TEST_F(FailureTest, DecodeThatBreaksAfterDoneEndsTheStreamCleanly) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    // 3 tokens + [DONE] = 4 events; D closes right after [DONE], without ending the body.
+    sim_fault(*pd.decode[0], {{"close_after_chunks", 4}});
+    json body = completion_body("break after done", 3, true);
+    auto r = send_generation(*pd.router, body);
+    EXPECT_TRUE(answer_ok(r, body));  // a complete 200 with the whole text
+    EXPECT_TRUE(error_events(r.body).empty()) << r.body;
+    EXPECT_NE(r.body.find("[DONE]"), std::string::npos) << r.body;
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "faults_applied"), 1);
+    auto m = metrics_text(*pd.router);
+    EXPECT_GE(metric(m, "pdrouter_upstream_errors_total", {{"leg", "decode"}, {"kind", "read"}})
+                  .value_or(0),
+              1.0)
+        << m;
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
 TEST_F(FailureTest, DecodeFailsInsideAnEventErrorEventStandsAlone) {
     auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.decode[0], {{"close_after_chunks", 3}, {"cut_last_event", true}});

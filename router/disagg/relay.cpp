@@ -77,10 +77,12 @@ bool ended_by_close(const upstream::ResponseStream& up) {
            h.find(http::field::content_length) == h.end();
 }
 
-// The data lines of the last event in `sent` (whole events, any line ends), each without its
-// "data:" and one space; true as soon as `pred` holds for one.
-template <class Pred>
-bool last_event_has_data(std::string_view sent, Pred pred) {
+// What the last event in `sent` (whole events, any line ends) is, from its data lines (each
+// without "data:" and one space): D's own error event (a JSON object that starts with "error"),
+// the OpenAI stream's end (`[DONE]`), or neither.
+enum class LastEvent { Other, Error, Done };
+
+LastEvent last_event(std::string_view sent) {
     std::size_t end = sent.size();
     while (end > 0 && (sent[end - 1] == '\n' || sent[end - 1] == '\r'))
         --end;
@@ -95,21 +97,12 @@ bool last_event_has_data(std::string_view sent, Pred pred) {
         line.remove_prefix(5);
         if (line.starts_with(' '))
             line.remove_prefix(1);
-        if (pred(line))
-            return true;
+        if (line.starts_with("{\"error\""))
+            return LastEvent::Error;
+        if (line == "[DONE]")
+            return LastEvent::Done;
     }
-    return false;
-}
-
-// D's own error event: a data line holding a JSON object that starts with "error".
-bool last_event_is_error(std::string_view sent) {
-    return last_event_has_data(sent,
-                               [](std::string_view d) { return d.starts_with("{\"error\""); });
-}
-
-// The OpenAI stream's end: `data: [DONE]`.
-bool last_event_is_done(std::string_view sent) {
-    return last_event_has_data(sent, [](std::string_view d) { return d == "[DONE]"; });
+    return LastEvent::Other;
 }
 
 // Ends a started stream after a decode failure: drops the unfinished event the cutter holds,
@@ -220,8 +213,9 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         if (!piece.empty() || (head_held && !up.done() && !cut_off)) {
             head_held = false;
             if (cutter.at_boundary() && !piece.empty()) {
-                told = last_event_is_error(piece);
-                done = !told && last_event_is_done(piece);
+                const LastEvent kind = last_event(piece);
+                told = kind == LastEvent::Error;
+                done = kind == LastEvent::Done;
             }
             // The last piece and the end of the body go out in one write.
             const bool last = up.done() && !cut_off;

@@ -25,14 +25,27 @@ bool ends_an_sse_event(std::string_view bytes) noexcept {
     return false;
 }
 
+// One pass from the end: the last line end, then whether the character before it ends a line
+// too. (Not rfind per pattern: that compares at every position, for every pattern.)
 std::size_t sse_events_end(std::string_view bytes) noexcept {
-    std::size_t end = 0;
-    for (std::string_view blank : kBlankLines) {
-        if (const std::size_t at = bytes.rfind(blank); at != std::string_view::npos) {
-            end = std::max(end, at + blank.size());
+    auto line_end = [](char c) { return c == '\n' || c == '\r'; };
+    std::size_t i = bytes.size();
+    while (i > 0) {
+        std::size_t p = i - 1;
+        while (!line_end(bytes[p])) {
+            if (p == 0) {
+                return 0;
+            }
+            --p;
         }
+        // The line end that ends at p + 1 starts at p, or at p - 1 when it is a CRLF.
+        const std::size_t start = bytes[p] == '\n' && p > 0 && bytes[p - 1] == '\r' ? p - 1 : p;
+        if (start > 0 && line_end(bytes[start - 1])) {
+            return p + 1;
+        }
+        i = start;
     }
-    return end;
+    return 0;
 }
 
 void SseCutter::take(std::string& piece) {

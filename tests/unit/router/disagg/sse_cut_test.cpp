@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,38 @@ TEST(SseEventsEnd, MixedLineEndsEndAnEvent) {
     EXPECT_FALSE(ends_an_sse_event("x\r\n"));
     EXPECT_FALSE(ends_an_sse_event("x\r"));
     EXPECT_EQ(sse_events_end("data: a\r\ndata: b\r\n"), 0u);
+}
+
+// The one-pass scan against the definition: the end of the last "line end, line end" pair, over
+// every string of up to 9 characters from {a, LF, CR} (line ends: CRLF, LF, CR).
+TEST(SseEventsEnd, OnePassScanMatchesTheDefinitionExhaustively) {
+    auto reference = [](std::string_view b) {
+        std::size_t end = 0;
+        for (std::string_view blank :
+             {"\n\n", "\n\r", "\r\r", "\n\r\n", "\r\r\n", "\r\n\n", "\r\n\r", "\r\n\r\n"}) {
+            if (const std::size_t at = b.rfind(blank); at != std::string_view::npos) {
+                end = std::max(end, at + blank.size());
+            }
+        }
+        return end;
+    };
+    const char alphabet[] = {'a', '\n', '\r'};
+    std::size_t checked = 0;
+    for (std::size_t len = 0; len <= 9; ++len) {
+        std::size_t combos = 1;
+        for (std::size_t i = 0; i < len; ++i) {
+            combos *= 3;
+        }
+        for (std::size_t code = 0; code < combos; ++code) {
+            std::string b;
+            for (std::size_t i = 0, c = code; i < len; ++i, c /= 3) {
+                b += alphabet[c % 3];
+            }
+            ASSERT_EQ(sse_events_end(b), reference(b)) << testing::PrintToString(b);
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 29524u);
 }
 
 TEST(SseCutter, EventsWithMixedLineEndsPassAsTheyCome) {

@@ -176,7 +176,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
             co_return RelayEnd::ClientGone;
         }
-        if (f != upstream::Failure::None && done && cutter.held() == 0) {
+        if (f != upstream::Failure::None && done && cutter.held() == 0 && cutter.at_boundary()) {
             // Only the end of the body failed: the answer is whole, so it ends cleanly (an
             // error event after [DONE] would contradict it). D's failure is still counted.
             deps.metrics.upstream_error(Leg::Decode, error_kind_for(f));
@@ -216,6 +216,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
                 const LastEvent kind = last_event(piece);
                 told = kind == LastEvent::Error;
                 done = kind == LastEvent::Done;
+            } else if (!piece.empty()) {
+                told = done = false;  // part of a later (over-long) event went out after them
             }
             // The last piece and the end of the body go out in one write.
             const bool last = up.done() && !cut_off;

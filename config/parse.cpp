@@ -164,6 +164,19 @@ void add_instance(const Source& src, const RawSetting& s, const InstanceAddress&
 
 bool is_ipv6_literal(const std::string& host);
 
+// "[::1]" is "::1"; other hosts as they are.
+std::string without_brackets(std::string host) {
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+    return host;
+}
+
+// HOST:PORT as parse_instance_address reads it (an IPv6 literal in brackets).
+std::string host_port_text(const std::string& host, std::string_view port) {
+    return (host.find(':') != std::string::npos ? "[" + host + "]:" : host + ":") +
+           std::string(port);
+}
+
 // Where each role's alias keys were last given (a source, as Source::where names it): a
 // source that gives only one of the pair must not silently pair it with the default of the
 // other while a weaker source gave that other one.
@@ -207,11 +220,9 @@ void zip_aliases(const Source& src, detail::Role role, RoleLists& lists, AliasOr
             bad_value(src, *lists.ports, ports[i], "expected an integer 1..65535");
         }
         InstanceAddress a;
-        std::string host = hosts[i];
+        const std::string host = without_brackets(hosts[i]);
         std::string error;
         const RawSetting& origin = lists.hosts ? *lists.hosts : *lists.ports;
-        if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-            host = host.substr(1, host.size() - 2);  // [::1] is ::1 here
         if (host.find("://") != std::string::npos || host.find('/') != std::string::npos ||
             host.find('[') != std::string::npos || host.find(']') != std::string::npos ||
             (host.find(':') != std::string::npos && !is_ipv6_literal(host))) {
@@ -220,8 +231,7 @@ void zip_aliases(const Source& src, detail::Role role, RoleLists& lists, AliasOr
                                   "port: the port goes in --") +
                           who + "-ports)");
         }
-        std::string text = host.find(':') != std::string::npos ? "[" + host + "]:" + ports[i]
-                                                               : host + ":" + ports[i];
+        const std::string text = host_port_text(host, ports[i]);
         if (!parse_instance_address(text, a, error))
             bad_value(src, origin, host, error);
         add_instance(src, origin, a, lists);
@@ -331,13 +341,11 @@ bool is_ipv6_literal(const std::string& host) {
 // --host: an IPv4 or IPv6 address (brackets allowed and dropped) or a host name; --port-file:
 // a file that can be written once listening (checked now, before anything starts).
 void check_host_and_port_file(Config& cfg) {
-    std::string host = cfg.host;
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-        host = host.substr(1, host.size() - 2);
+    const std::string host = without_brackets(cfg.host);
     InstanceAddress a;
     std::string error;
-    const std::string text = host.find(':') != std::string::npos ? "[" + host + "]:1" : host + ":1";
-    if (host.find_first_of("[]/") != std::string::npos || !parse_instance_address(text, a, error)) {
+    if (host.find_first_of("[]/") != std::string::npos ||
+        !parse_instance_address(host_port_text(host, "1"), a, error)) {
         fail("pdrouter: invalid value '" + cfg.host + "' for --host: expected an IP address or a " +
              "host name" + (error.empty() ? std::string() : " (" + error + ")"));
     }

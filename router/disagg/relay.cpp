@@ -176,7 +176,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
             co_return RelayEnd::ClientGone;
         }
-        if (f != upstream::Failure::None && done && cutter.held() == 0 && cutter.at_boundary()) {
+        if (f != upstream::Failure::None && done && cutter.held() == 0) {
             // Only the end of the body failed: the answer is whole, so it ends cleanly (an
             // error event after [DONE] would contradict it). D's failure is still counted.
             deps.metrics.upstream_error(Leg::Decode, error_kind_for(f));

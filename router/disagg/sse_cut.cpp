@@ -1,30 +1,9 @@
 #include "router/disagg/sse_cut.hpp"
 
-#include <algorithm>
-
 namespace pdr::disagg {
-
-namespace {
 
 // A blank line ends an event: a line end right after a line end, where a line end is CRLF, LF
 // or CR (any mix: "\n\r\n" is LF then CRLF). CR then LF is always one CRLF, never two ends.
-constexpr std::string_view kBlankLines[] = {"\n\n",   "\n\r",   "\r\r",   "\n\r\n",
-                                            "\r\r\n", "\r\n\n", "\r\n\r", "\r\n\r\n"};
-
-}  // namespace
-
-bool ends_an_sse_event(std::string_view bytes) noexcept {
-    if (bytes.empty()) {
-        return true;
-    }
-    for (std::string_view blank : kBlankLines) {
-        if (bytes.ends_with(blank)) {
-            return true;
-        }
-    }
-    return false;
-}
-
 // One pass from the end: the last line end, then whether the character before it ends a line
 // too. (Not rfind per pattern: that compares at every position, for every pattern.)
 std::size_t sse_events_end(std::string_view bytes) noexcept {
@@ -46,6 +25,10 @@ std::size_t sse_events_end(std::string_view bytes) noexcept {
         i = start;
     }
     return 0;
+}
+
+bool ends_an_sse_event(std::string_view bytes) noexcept {
+    return bytes.empty() || sse_events_end(bytes) == bytes.size();  // at once when it does
 }
 
 void SseCutter::take(std::string& piece) {

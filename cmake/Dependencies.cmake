@@ -2,7 +2,6 @@
 find_package(Threads REQUIRED)
 find_package(Boost 1.81 REQUIRED CONFIG)
 find_package(nlohmann_json 3.11 REQUIRED)
-find_package(cppzmq 4.9 REQUIRED)
 find_package(CURL REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
@@ -18,9 +17,6 @@ endif()
 if(PDR_BUILD_TESTS)
   find_package(GTest 1.12 REQUIRED)
   include(GoogleTest)
-endif()
-if(PDR_BUILD_BENCH)
-  find_package(benchmark REQUIRED)
 endif()
 
 # Boost.Asio/Beast as a target with our defines; imported includes are SYSTEM so their

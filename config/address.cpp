@@ -15,11 +15,13 @@ char lower(char c) {
 }
 
 bool starts_with_nocase(std::string_view s, std::string_view prefix) {
-    if (s.size() < prefix.size())
+    if (s.size() < prefix.size()) {
         return false;
+    }
     for (std::size_t i = 0; i < prefix.size(); ++i) {
-        if (lower(s[i]) != prefix[i])
+        if (lower(s[i]) != prefix[i]) {
             return false;
+        }
     }
     return true;
 }
@@ -28,23 +30,28 @@ bool starts_with_nocase(std::string_view s, std::string_view prefix) {
 // (one trailing dot allowed), dot-separated labels of 1 to 63 letters, digits, '-' or '_', none
 // starting or ending with '-'. Numeric IPv4 spellings pass too; see numeric_last_label.
 bool valid_host_syntax(std::string_view h) {
-    if (!h.empty() && h.back() == '.')
+    if (!h.empty() && h.back() == '.') {
         h.remove_suffix(1);
-    if (h.empty() || h.size() > 253)
+    }
+    if (h.empty() || h.size() > 253) {
         return false;
+    }
     std::size_t label = 0;
     for (std::size_t i = 0; i <= h.size(); ++i) {
         if (i == h.size() || h[i] == '.') {
-            if (label == 0 || label > 63 || h[i - 1] == '-')
+            if (label == 0 || label > 63 || h[i - 1] == '-') {
                 return false;
+            }
             label = 0;
             continue;
         }
         const char c = h[i];
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) {
             return false;
-        if (label == 0 && c == '-')
+        }
+        if (label == 0 && c == '-') {
             return false;
+        }
         ++label;
     }
     return true;
@@ -53,13 +60,15 @@ bool valid_host_syntax(std::string_view h) {
 // A DNS name's last label is never all digits (RFC 1123 2.1): such a host can only be meant as
 // a numeric IPv4 address ("256.1.1.1", "1.2.3.4.5" are typos, not names to look up).
 bool numeric_last_label(std::string_view h) {
-    if (!h.empty() && h.back() == '.')
+    if (!h.empty() && h.back() == '.') {
         h.remove_suffix(1);
+    }
     const auto dot = h.rfind('.');
     const std::string_view last = dot == std::string_view::npos ? h : h.substr(dot + 1);
     for (char c : last) {
-        if (!std::isdigit(static_cast<unsigned char>(c)))
+        if (!std::isdigit(static_cast<unsigned char>(c))) {
             return false;
+        }
     }
     return !last.empty();
 }
@@ -68,27 +77,33 @@ bool numeric_last_label(std::string_view h) {
 // "0:0:0:0:0:0:0:1"), its zone id (after '%', not empty) kept; false if it is not one.
 bool canonical_v6(std::string_view h, std::string& out) {
     const auto pct = h.find('%');
-    if (pct != std::string_view::npos && pct + 1 >= h.size())
+    if (pct != std::string_view::npos && pct + 1 >= h.size()) {
         return false;
+    }
     if (pct != std::string_view::npos) {
         // A zone is an interface name or index: letters, digits, '.', '-', '_' (IFNAMSIZ).
         const std::string_view zone = h.substr(pct + 1);
-        if (zone.size() > 15)
+        if (zone.size() > 15) {
             return false;
+        }
         for (char c : zone) {
-            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                  c == '_')) {
                 return false;
+            }
         }
     }
     const std::string addr(h.substr(0, pct));
     in6_addr a{};
     char text[INET6_ADDRSTRLEN];
     if (::inet_pton(AF_INET6, addr.c_str(), &a) != 1 ||
-        ::inet_ntop(AF_INET6, &a, text, sizeof text) == nullptr)
+        ::inet_ntop(AF_INET6, &a, text, sizeof text) == nullptr) {
         return false;
+    }
     out = text;
-    if (pct != std::string_view::npos)
+    if (pct != std::string_view::npos) {
         out += h.substr(pct);
+    }
     return true;
 }
 
@@ -97,14 +112,16 @@ bool canonical_v6(std::string_view h, std::string& out) {
 // spelling; false for a DNS name. Only hosts that start with a digit are tried: a DNS label never
 // reads as a number to getaddrinfo unless inet_aton takes it, which is what is checked here.
 bool canonical_v4(std::string_view h, std::string& out) {
-    if (h.empty() || !std::isdigit(static_cast<unsigned char>(h.front())))
+    if (h.empty() || !std::isdigit(static_cast<unsigned char>(h.front()))) {
         return false;
+    }
     const std::string addr(h);
     in_addr a{};
     char text[INET_ADDRSTRLEN];
     if (::inet_aton(addr.c_str(), &a) == 0 ||
-        ::inet_ntop(AF_INET, &a, text, sizeof text) == nullptr)
+        ::inet_ntop(AF_INET, &a, text, sizeof text) == nullptr) {
         return false;
+    }
     out = text;
     return true;
 }
@@ -134,10 +151,12 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
         error = "https:// is not supported (upstreams are plain HTTP)";
         return false;
     }
-    if (starts_with_nocase(rest, "http://"))
+    if (starts_with_nocase(rest, "http://")) {
         rest.remove_prefix(7);
-    if (!rest.empty() && rest.back() == '/')
+    }
+    if (!rest.empty() && rest.back() == '/') {
         rest.remove_suffix(1);
+    }
     if (rest.find('/') != std::string_view::npos) {
         error = "a path is not allowed" + std::string(kExpect);
         return false;
@@ -182,8 +201,9 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
             error = "invalid host name '" + std::string(host) + "'";
             return false;
         }
-        if (host.back() == '.')
+        if (host.back() == '.') {
             host.remove_suffix(1);  // "engine.example." is "engine.example"
+        }
         if (canonical_v4(host, v6)) {
             host = v6;  // one name per address: 127.1 and 127.0.0.1 are the same instance
         } else if (numeric_last_label(host)) {
@@ -200,14 +220,23 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
     }
     out.host.clear();
     const auto zone = host.find('%');  // an interface name keeps its case
-    for (std::size_t i = 0; i < host.size(); ++i)
+    for (std::size_t i = 0; i < host.size(); ++i) {
         out.host += i < zone ? lower(host[i]) : host[i];  // names and IPv6 hex: any case
+    }
     out.port = static_cast<unsigned short>(value);
     return true;
 }
 
 std::string_view to_string(OnMissingKvParams v) noexcept {
     return v == OnMissingKvParams::Error ? "error" : "recompute";
+}
+
+std::string_view to_string(KvMode v) noexcept {
+    switch (v) {
+        case KvMode::Pull:
+            return "pull";
+    }
+    return "pull";
 }
 
 }  // namespace pdr::config

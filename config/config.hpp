@@ -9,10 +9,10 @@
 #include <string_view>
 #include <vector>
 
-#include "router/common/log.hpp"
+#include "config/log_level.hpp"
 
 namespace pdr {
-using Duration = std::chrono::milliseconds;  // same alias as router/common/io.hpp
+using Duration = std::chrono::milliseconds;  // same alias as net/common/io.hpp
 }
 
 namespace pdr::config {
@@ -32,6 +32,11 @@ struct InstanceAddress {
 bool parse_instance_address(std::string_view s, InstanceAddress& out, std::string& error);
 
 enum class OnMissingKvParams { Error, Recompute };
+
+// How the KV cache gets from P to D (docs/protocols.md), and so which flow serves a request.
+// pull: vLLM NixlConnector (D reads P's blocks with the handle P answered). The LMCache and push
+// modes join this enum with their flows.
+enum class KvMode { Pull };
 
 struct Config {
     std::string host = "0.0.0.0";
@@ -62,6 +67,7 @@ struct Config {
     std::size_t max_header_bytes = 16u << 10;
     std::size_t max_concurrent_requests = 1024;
     std::size_t max_client_connections = 10000;
+    KvMode kv_mode = KvMode::Pull;
     OnMissingKvParams on_missing_kv_params = OnMissingKvParams::Error;
     int prefill_retries = 1;  // extra attempts on another P after 5xx/connect/timeout
     int decode_retries = 1;   // extra attempts on another D after a connect failure
@@ -91,5 +97,6 @@ std::string version_text();  // "pdrouter <version>\n"
 std::string_view version();  // "<major>.<minor>.<patch>" from the CMake project version
 
 std::string_view to_string(OnMissingKvParams v) noexcept;
+std::string_view to_string(KvMode v) noexcept;
 
 }  // namespace pdr::config

@@ -19,11 +19,13 @@ constexpr std::uintmax_t kMaxConfigFileBytes = 1024 * 1024;
 
 std::string one_line(std::string s) {
     for (char& c : s) {
-        if (c == '\n' || c == '\r')
+        if (c == '\n' || c == '\r') {
             c = ' ';
+        }
     }
-    while (!s.empty() && s.back() == ' ')
+    while (!s.empty() && s.back() == ' ') {
         s.pop_back();
+    }
     return s;
 }
 
@@ -32,10 +34,12 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }
 
 bool looks_like_json(const std::string& path, const std::string& text) {
-    if (ends_with(path, ".json"))
+    if (ends_with(path, ".json")) {
         return true;
-    if (ends_with(path, ".yaml") || ends_with(path, ".yml"))
+    }
+    if (ends_with(path, ".yaml") || ends_with(path, ".yml")) {
         return false;
+    }
     auto pos = text.find_first_not_of(" \t\r\n");
     return pos != std::string::npos && text[pos] == '{';
 }
@@ -44,8 +48,9 @@ bool looks_like_json(const std::string& path, const std::string& text) {
 const Option* option_for_key(const std::string& key) {
     std::string name = key;
     for (char& c : name) {
-        if (c == '_')
+        if (c == '_') {
             c = '-';
+        }
     }
     const Option* o = find_option(name);
     return o != nullptr && o->in_file ? o : nullptr;
@@ -110,8 +115,9 @@ bool load_json(const std::string& text, Collector& c) {
         doc = nlohmann::json::parse(text, on_event);
     } catch (const nlohmann::json::exception& e) {
         std::string what = e.what();
-        if (auto p = what.find("] "); p != std::string::npos)
+        if (auto p = what.find("] "); p != std::string::npos) {
             what = what.substr(p + 2);
+        }
         c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(what);
         return false;
     }
@@ -125,11 +131,13 @@ bool load_json(const std::string& text, Collector& c) {
     }
     for (const auto& [key, v] : doc.items()) {
         RawSetting* s = c.begin(key);
-        if (s == nullptr)
+        if (s == nullptr) {
             return false;
+        }
         if (v.is_array()) {
-            if (!is_list(s->option->kind))
+            if (!is_list(s->option->kind)) {
                 return c.fail(key, "expected a single value, not a list");
+            }
             for (const auto& item : v) {
                 std::string text_value;
                 if (!json_scalar(item, text_value)) {
@@ -159,14 +167,16 @@ bool load_yaml(const std::string& text, Collector& c) {
                       " YAML documents; one mapping of keys to values is expected";
             return false;
         }
-        if (!docs.empty())
+        if (!docs.empty()) {
             doc = docs.front();
+        }
     } catch (const YAML::Exception& e) {
         c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(e.what());
         return false;
     }
-    if (doc.IsNull())
+    if (doc.IsNull()) {
         return true;  // an empty file sets nothing
+    }
     if (!doc.IsMap()) {
         c.error = "pdrouter: config file '" + c.path + "' must hold one mapping of keys to values";
         return false;
@@ -178,15 +188,18 @@ bool load_yaml(const std::string& text, Collector& c) {
         }
         std::string key = kv.first.Scalar();
         RawSetting* s = c.begin(key);
-        if (s == nullptr)
+        if (s == nullptr) {
             return false;
+        }
         const YAML::Node& v = kv.second;
         if (v.IsSequence()) {
-            if (!is_list(s->option->kind))
+            if (!is_list(s->option->kind)) {
                 return c.fail(key, "expected a single value, not a list");
+            }
             for (const auto& item : v) {
-                if (!item.IsScalar())
+                if (!item.IsScalar()) {
                     return c.fail(key, "list items must be strings or numbers");
+                }
                 s->values.push_back(item.Scalar());
             }
         } else if (v.IsScalar()) {
@@ -225,11 +238,13 @@ std::size_t bad_utf8_at(std::string_view s) {
             return i;
         }
         for (std::size_t k = 1; k <= n; ++k) {
-            if (i + k >= s.size())
+            if (i + k >= s.size()) {
                 return i;
+            }
             const auto c = static_cast<unsigned char>(s[i + k]);
-            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF))
+            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) {
                 return i;
+            }
         }
         i += n + 1;
     }

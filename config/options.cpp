@@ -91,9 +91,11 @@ const std::array kOptions = {
     Option{.name = "max-client-connections", .kind = Kind::Number, .meta = "N",
            .help = "open client connections; more get 503 and are closed (default 10000)",
            .size = &Config::max_client_connections, .min = 1, .max = 1000000},
-    Option{.name = "on-missing-kv-params", .kind = Kind::OnMissingKv, .meta = "error|recompute",
-           .help = "when P answers without kv_transfer_params (default error)",
+    Option{.name = "kv-mode", .kind = Kind::KvMode, .meta = "pull",
+           .help = "how KV moves from prefill to decode: pull (vLLM NixlConnector; default pull)",
            .group = "Behaviour"},
+    Option{.name = "on-missing-kv-params", .kind = Kind::OnMissingKv, .meta = "error|recompute",
+           .help = "when P answers without kv_transfer_params (default error)"},
     Option{.name = "prefill-retries", .kind = Kind::Number, .meta = "N",
            .help = "extra prefill attempts on another P, 0..10 (default 1)",
            .count = &Config::prefill_retries, .min = 0, .max = 10},
@@ -152,8 +154,9 @@ std::span<const Option> options() {
 
 const Option* find_option(std::string_view name) {
     for (const auto& o : kOptions) {
-        if (o.name == name)
+        if (o.name == name) {
             return &o;
+        }
     }
     return nullptr;
 }
@@ -187,8 +190,9 @@ std::string help_text() {
             out += ":\n";
         }
         std::string left = "  --" + std::string(o.name);
-        if (!o.meta.empty())
+        if (!o.meta.empty()) {
             left += " " + std::string(o.meta);
+        }
         if (left.size() < 34) {
             left.resize(34, ' ');
         } else {

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "config/role.hpp"
 
 #include "config/config.hpp"
 
@@ -23,12 +24,13 @@ enum class Kind {
     LogLevel,
     LogFormat,
     OnMissingKv,
+    KvMode,
     ConfigFile,  // --config (command line only)
     Help,        // command line only
     Version,     // command line only
 };
 
-enum class Role { Prefill = 0, Decode = 1 };
+using ::pdr::Role;
 
 struct Option {
     std::string_view name;  // long flag without the dashes, e.g. "connect-timeout-ms"

@@ -48,8 +48,9 @@ struct Failure {
 }
 
 bool parse_uint(std::string_view s, std::uint64_t& out) {
-    if (s.empty())
+    if (s.empty()) {
         return false;
+    }
     auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return ec == std::errc() && ptr == s.data() + s.size();
 }
@@ -57,8 +58,9 @@ bool parse_uint(std::string_view s, std::uint64_t& out) {
 std::string lowercase(std::string_view s) {
     std::string out(s);
     for (char& c : out) {
-        if (c >= 'A' && c <= 'Z')
+        if (c >= 'A' && c <= 'Z') {
             c = static_cast<char>(c - 'A' + 'a');
+        }
     }
     return out;
 }
@@ -76,10 +78,12 @@ bool parse_bool(std::string_view s, bool& out) {
 }
 
 std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
         s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+    }
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
         s.remove_suffix(1);
+    }
     return s;
 }
 
@@ -92,15 +96,17 @@ std::vector<std::string> split_items(const Source& src, const RawSetting& s) {
         while (true) {
             auto comma = rest.find(',');
             std::string_view item = trim(rest.substr(0, comma));
-            if (item.empty())
+            if (item.empty()) {
                 bad_value(src, s, v, "empty list item");
+            }
             while (!item.empty()) {
                 const auto gap = item.find_first_of(" \t");
                 items.emplace_back(item.substr(0, gap));
                 item = gap == std::string_view::npos ? std::string_view() : trim(item.substr(gap));
             }
-            if (comma == std::string_view::npos)
+            if (comma == std::string_view::npos) {
                 break;
+            }
             rest.remove_prefix(comma + 1);
         }
     }
@@ -131,14 +137,18 @@ void set_number(const Source& src, const RawSetting& s, Config& cfg) {
             src, s, v,
             "expected an integer " + std::to_string(o.min) + ".." + std::to_string(o.max) + unit);
     }
-    if (o.port != nullptr)
+    if (o.port != nullptr) {
         cfg.*o.port = static_cast<unsigned short>(n);
-    if (o.millis != nullptr)
+    }
+    if (o.millis != nullptr) {
         cfg.*o.millis = Duration(static_cast<Duration::rep>(n));
-    if (o.size != nullptr)
+    }
+    if (o.size != nullptr) {
         cfg.*o.size = static_cast<std::size_t>(n);
-    if (o.count != nullptr)
+    }
+    if (o.count != nullptr) {
         cfg.*o.count = static_cast<int>(n);
+    }
 }
 
 // Per source and role: instances from --prefill/--decode and the toy-proxy aliases.
@@ -166,8 +176,9 @@ bool is_ipv6_literal(const std::string& host);
 
 // "[::1]" is "::1"; other hosts as they are.
 std::string without_brackets(std::string host) {
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
         host = host.substr(1, host.size() - 2);
+    }
     return host;
 }
 
@@ -194,12 +205,15 @@ void zip_aliases(const Source& src, detail::Role role, RoleLists& lists, AliasOr
         fail("pdrouter: " + src.where(*lists.ports) + " is given without its hosts, which " +
              origins.hosts[r] + " gives: give hosts and ports in the same place");
     }
-    if (lists.hosts != nullptr)
+    if (lists.hosts != nullptr) {
         origins.hosts[r] = src.where(*lists.hosts);
-    if (lists.ports != nullptr)
+    }
+    if (lists.ports != nullptr) {
         origins.ports[r] = src.where(*lists.ports);
-    if (lists.hosts == nullptr && lists.ports == nullptr)
+    }
+    if (lists.hosts == nullptr && lists.ports == nullptr) {
         return;
+    }
     lists.set = true;
     std::vector<std::string> hosts =
         lists.hosts ? lists.host_items : std::vector<std::string>{"localhost"};
@@ -232,8 +246,9 @@ void zip_aliases(const Source& src, detail::Role role, RoleLists& lists, AliasOr
                           who + "-ports)");
         }
         const std::string text = host_port_text(host, ports[i]);
-        if (!parse_instance_address(text, a, error))
+        if (!parse_instance_address(text, a, error)) {
             bad_value(src, origin, host, error);
+        }
         add_instance(src, origin, a, lists);
     }
 }
@@ -251,8 +266,9 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 break;
             case Kind::NonEmptyText:
                 check_text(src, s, value);
-                if (value.empty())
+                if (value.empty()) {
                     bad_value(src, s, value, "expected a non-empty string");
+                }
                 cfg.*o.text = value;
                 break;
             case Kind::Number:
@@ -261,8 +277,9 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
             case Kind::SetTrue:
             case Kind::SetFalse: {
                 bool b = false;
-                if (!parse_bool(value, b))
+                if (!parse_bool(value, b)) {
                     bad_value(src, s, value, "expected true or false (also yes/no, on/off, 1/0)");
+                }
                 cfg.*o.flag = o.kind == Kind::SetTrue ? b : !b;
                 break;
             }
@@ -272,8 +289,9 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 for (const auto& item : split_items(src, s)) {
                     InstanceAddress a;
                     std::string error;
-                    if (!parse_instance_address(item, a, error))
+                    if (!parse_instance_address(item, a, error)) {
                         bad_value(src, s, item, error);
+                    }
                     add_instance(src, s, a, lists);
                 }
                 break;
@@ -284,8 +302,9 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 bool hosts = o.kind == Kind::AliasHosts;
                 (hosts ? lists.hosts : lists.ports) = &s;
                 auto& items = hosts ? lists.host_items : lists.port_items;
-                for (auto& item : split_items(src, s))
+                for (auto& item : split_items(src, s)) {
                     items.push_back(std::move(item));
+                }
                 break;
             }
             case Kind::LogLevel: {
@@ -320,6 +339,17 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                     v == "error" ? OnMissingKvParams::Error : OnMissingKvParams::Recompute;
                 break;
             }
+            case Kind::KvMode: {
+                std::string v = lowercase(value);
+                if (v != "pull") {
+                    bad_value(src, s, value,
+                              v == "push" || v == "lmcache"
+                                  ? "expected pull (the " + v + " mode is not in this version yet)"
+                                  : std::string("expected pull"));
+                }
+                cfg.kv_mode = config::KvMode::Pull;
+                break;
+            }
             case Kind::ConfigFile:
             case Kind::Help:
             case Kind::Version:
@@ -328,8 +358,9 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
     }
     for (int r = 0; r < 2; ++r) {
         zip_aliases(src, static_cast<detail::Role>(r), roles[r], origins);
-        if (roles[r].set)
+        if (roles[r].set) {
             (r == 0 ? cfg.prefill : cfg.decode) = std::move(roles[r].list);
+        }
     }
 }
 
@@ -378,8 +409,9 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
         std::vector<RawSetting> flags;
         for (int i = 1; i < argc; ++i) {
             std::string_view arg = argv[i];
-            if (arg == "-h")
+            if (arg == "-h") {
                 arg = "--help";
+            }
             if (arg == "--" || !starts_with_dash(argv[i])) {
                 fail("pdrouter: unexpected argument '" + std::string(arg) + "' (see --help)");
             }
@@ -390,8 +422,9 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
             auto eq = body.find('=');
             std::string name(body.substr(0, eq));
             const Option* o = detail::find_option(name);
-            if (o == nullptr)
+            if (o == nullptr) {
                 fail("pdrouter: unknown option '--" + name + "' (see --help)");
+            }
             RawSetting s{o, name, {}};
             if (eq != std::string_view::npos) {
                 if (o->kind == Kind::Help || o->kind == Kind::Version) {
@@ -401,13 +434,15 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
             } else if (is_switch(o->kind)) {
                 s.values.emplace_back("true");
             } else if (detail::is_list(o->kind)) {
-                while (i + 1 < argc && !starts_with_dash(argv[i + 1]))
+                while (i + 1 < argc && !starts_with_dash(argv[i + 1])) {
                     s.values.emplace_back(argv[++i]);
+                }
             } else if (i + 1 < argc && !std::string_view(argv[i + 1]).starts_with("--")) {
                 s.values.emplace_back(argv[++i]);
             }
-            if (s.values.empty())
+            if (s.values.empty()) {
                 fail("pdrouter: missing value for --" + name);
+            }
             if (o->kind == Kind::Help) {
                 outcome.action = ParseOutcome::Action::Exit;
                 outcome.output = help_text();
@@ -419,8 +454,9 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
                 return outcome;
             }
             if (o->kind == Kind::ConfigFile) {
-                if (s.values.front().empty())
+                if (s.values.front().empty()) {
                     fail("pdrouter: missing value for --config");
+                }
                 outcome.config.config_file = s.values.front();
                 continue;
             }
@@ -434,16 +470,18 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
                                                             {"OPENAI_API_KEY", "upstream-api-key"}};
         for (const auto& [var, option] : kEnv) {
             const char* v = getenv_fn ? getenv_fn(var) : nullptr;
-            if (v != nullptr && *v != '\0')
+            if (v != nullptr && *v != '\0') {
                 env.push_back({detail::find_option(option), var, {v}});
+            }
         }
         AliasOrigins origins;
         apply(Source{Source::Type::Env, {}}, env, cfg, origins);
         if (!cfg.config_file.empty()) {
             std::vector<RawSetting> file;
             std::string error;
-            if (!detail::load_config_file(cfg.config_file, file, error))
+            if (!detail::load_config_file(cfg.config_file, file, error)) {
                 fail(error);
+            }
             apply(Source{Source::Type::File, cfg.config_file}, file, cfg, origins);
         }
         apply(Source{Source::Type::Flags, {}}, flags, cfg, origins);

@@ -1,9 +1,9 @@
 // pdrouter: parse the configuration, configure logging, optionally start the --demo engines,
 // and run the router (router/api/run.hpp) until SIGINT/SIGTERM.
 #include "config/config.hpp"
+#include "net/common/log.hpp"
 #include "router/api/run.hpp"
-#include "router/common/log.hpp"
-#include "router/demo.hpp"
+#include "router/demo/demo.hpp"
 
 #include <iostream>
 

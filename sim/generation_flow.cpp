@@ -1,8 +1,8 @@
 // Completions and chat for both roles: faults, the prefill leg (one token + KV handle), the
 // decode leg (read the KV named by the handle, then generate), streaming and non-stream answers.
-#include "router/common/json_limits.hpp"
-#include "router/common/log.hpp"
-#include "router/common/uuid.hpp"
+#include "net/common/json_limits.hpp"
+#include "net/common/log.hpp"
+#include "net/common/uuid.hpp"
 #include "sim/generation.hpp"
 #include "sim/sim_impl.hpp"
 

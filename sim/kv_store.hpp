@@ -3,7 +3,7 @@
 // kept per request id until a decode reads them, a release arrives, or their lease expires.
 // Time is passed in, so the bookkeeping is testable without waiting. Not thread-safe (pdsim runs
 // it on one strand). Counters count requests (handles), not blocks.
-#include "router/common/io.hpp"
+#include "net/common/io.hpp"
 
 #include <cstddef>
 #include <cstdint>

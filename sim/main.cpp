@@ -1,5 +1,5 @@
 // pdsim: an emulated vLLM engine (see docs/pdsim.md).
-#include "router/common/log.hpp"
+#include "net/common/log.hpp"
 #include "sim/sim_server.hpp"
 
 #include <exception>

@@ -1,7 +1,7 @@
 #include "sim/openai.hpp"
-#include "router/common/json_limits.hpp"
+#include "net/common/json_limits.hpp"
 
-#include "router/common/uuid.hpp"
+#include "net/common/uuid.hpp"
 #include "sim/generation.hpp"
 
 #include <chrono>

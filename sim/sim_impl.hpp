@@ -1,8 +1,8 @@
 #pragma once
 // Internals of SimServer shared by sim_server.cpp (routing, small endpoints) and
 // generation_flow.cpp (completions/chat). Not a public header.
-#include "router/server/http_server.hpp"
-#include "router/upstream/client.hpp"
+#include "net/server/http_server.hpp"
+#include "net/upstream/client.hpp"
 #include "sim/faults.hpp"
 #include "sim/kv_handle.hpp"
 #include "sim/openai.hpp"

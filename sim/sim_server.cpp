@@ -1,5 +1,5 @@
-#include "router/common/json_limits.hpp"
-#include "router/common/log.hpp"
+#include "net/common/json_limits.hpp"
+#include "net/common/log.hpp"
 #include "sim/generation.hpp"
 #include "sim/sim_impl.hpp"
 

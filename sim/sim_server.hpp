@@ -3,7 +3,8 @@
 // deterministic text, vLLM NixlConnector-style KV handles (pull mode), emulated KV blocks with
 // leases, a debug API (state, request log, fault injection) and Prometheus metrics.
 // Endpoints and behaviour: docs/pdsim.md.
-#include "router/common/io.hpp"
+#include "config/role.hpp"
+#include "net/common/io.hpp"
 
 #include <cstddef>
 #include <memory>
@@ -11,7 +12,7 @@
 
 namespace pdr::sim {
 
-enum class Role { Prefill, Decode };
+using ::pdr::Role;
 
 struct SimConfig {
     Role role = Role::Decode;

@@ -1,5 +1,5 @@
 #include "sim/state.hpp"
-#include "router/common/json_limits.hpp"
+#include "net/common/json_limits.hpp"
 
 #include <cstdio>
 

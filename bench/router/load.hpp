@@ -2,7 +2,7 @@
 // Closed-loop HTTP load for the router benchmark: `concurrency` workers on one io_context, each
 // sending the same request back to back over pooled keep-alive connections, bounded by a
 // request count and a wall-clock limit.
-#include "router/upstream/client.hpp"
+#include "net/upstream/client.hpp"
 
 #include <cstddef>
 #include <string>

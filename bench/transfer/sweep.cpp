@@ -13,9 +13,11 @@ using Sec = std::chrono::duration<double>;
 constexpr std::chrono::milliseconds kWait{30000};
 
 std::uint32_t stride_for(std::uint32_t n) {
-    for (std::uint32_t k = n / 2 + 1; k < n; ++k)
-        if (std::gcd(k, n) == 1 && k != 1)
+    for (std::uint32_t k = n / 2 + 1; k < n; ++k) {
+        if (std::gcd(k, n) == 1 && k != 1) {
             return k;
+        }
+    }
     return 0;
 }
 
@@ -39,8 +41,9 @@ void make_ids(const std::string& pattern, std::uint32_t n, std::vector<BlockId>&
     }
     // remote[j] for local j: a stride permutation (no +1 neighbours), or reversal for n <= 3.
     std::uint32_t k = n >= 4 ? stride_for(n) : 0;
-    for (std::uint32_t j = 0; j < n; ++j)
+    for (std::uint32_t j = 0; j < n; ++j) {
         remote[j] = k ? static_cast<BlockId>((std::uint64_t(j) * k) % n) : n - 1 - j;
+    }
     // Shuffle the pair order so the caller's order is not sorted either.
     std::mt19937 rng(12345);
     for (std::uint32_t i = n; i > 1; --i) {
@@ -58,23 +61,26 @@ Sweep::Sweep(Agent& agent, PeerHandle peer, const Options& o, std::vector<Layout
       busy_poll_(o.progress == "poll") {}
 
 Status Sweep::wait(TransferHandle h) {
-    if (!busy_poll_)
+    if (!busy_poll_) {
         return agent_.wait(h, kWait);
+    }
     // The caller drives progress itself and never sleeps (ucx_perftest's loop). Bounded: the
     // clock is read every 1024 rounds (not at all for a transfer that is already done) and the
     // loop ends kWait after the first read (the request's deadline ends the transfer sooner).
     Clock::time_point until{};
     for (std::uint32_t round = 1;; ++round) {
         Status s = agent_.poll(h);
-        if (s != Status::InProgress)
+        if (s != Status::InProgress) {
             return s;
+        }
         agent_.progress();
         if (round % 1024 == 0) {
             const auto now = Clock::now();
-            if (until == Clock::time_point{})
+            if (until == Clock::time_point{}) {
                 until = now + kWait;
-            else if (now >= until)
+            } else if (now >= until) {
                 return agent_.poll(h);
+            }
         }
     }
 }
@@ -108,8 +114,9 @@ bool Sweep::verify(std::string& error) {
     std::vector<BlockId> back{16, 17, 18, 19, 20, 21, 22, 23};
     for (BlockId id : src) {
         auto b = agent_.block(layouts_[si], id);
-        for (std::size_t i = 0; i < b.size(); ++i)
+        for (std::size_t i = 0; i < b.size(); ++i) {
             b[i] = std::byte(std::uint8_t(i * 31 + id));
+        }
     }
     double us = 0;
     auto w = post(true, si, src, dst, us);
@@ -188,8 +195,9 @@ Cell Sweep::run_cell(const std::string& op, const std::string& pattern, std::siz
             ring[(head + in_flight++) % depth] = *r;
             more = c.iters + in_flight < o_.max_iters;
         }
-        if (in_flight == 0)
+        if (in_flight == 0) {
             break;
+        }
         TransferHandle h = ring[head];
         head = head + 1 == depth ? 0 : head + 1;
         --in_flight;
@@ -197,21 +205,24 @@ Cell Sweep::run_cell(const std::string& op, const std::string& pattern, std::siz
         if (s != Status::Ok) {
             auto res = agent_.result(h);
             c.error = std::string(to_string(s)) + (res ? ": " + res->message : "");
-            for (std::size_t i = 0; i < in_flight; ++i)
+            for (std::size_t i = 0; i < in_flight; ++i) {
                 wait(ring[(head + i) % depth]);
+            }
             return c;
         }
         if (c.iters == 0) {
-            if (auto res = agent_.result(h))
+            if (auto res = agent_.result(h)) {
                 c.descriptors = res->descriptors;
+            }
         }
         ++c.iters;
     }
     c.seconds = Sec(Clock::now() - t0).count();
     const LatencyStat after = agent_.stats().post;
-    if (after.count > before.count)
+    if (after.count > before.count) {
         c.post_us =
             double(after.total_ns - before.total_ns) / double(after.count - before.count) / 1000.0;
+    }
     return c;
 }
 

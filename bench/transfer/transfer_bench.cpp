@@ -29,21 +29,26 @@ std::uint64_t parse_size(const std::string& s) {
     char* end = nullptr;
     double v = std::strtod(s.c_str(), &end);
     std::string unit = end ? end : "";
-    if (unit == "K" || unit == "KiB" || unit == "k")
+    if (unit == "K" || unit == "KiB" || unit == "k") {
         v *= 1024;
-    if (unit == "M" || unit == "MiB" || unit == "m")
+    }
+    if (unit == "M" || unit == "MiB" || unit == "m") {
         v *= 1024.0 * 1024;
-    if (unit == "G" || unit == "GiB" || unit == "g")
+    }
+    if (unit == "G" || unit == "GiB" || unit == "g") {
         v *= 1024.0 * 1024 * 1024;
+    }
     return static_cast<std::uint64_t>(v);
 }
 
 std::vector<std::string> split(const std::string& s) {
     std::vector<std::string> out;
     std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty())
+    for (std::string item; std::getline(ss, item, ',');) {
+        if (!item.empty()) {
             out.push_back(item);
+        }
+    }
     return out;
 }
 
@@ -60,80 +65,94 @@ Options parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto val = [&]() -> std::string {
-            if (i + 1 >= argc)
+            if (i + 1 >= argc) {
                 usage(("missing value for " + a).c_str());
+            }
             return argv[++i];
         };
-        if (a == "--tls")
+        if (a == "--tls") {
             o.tls = val();
-        else if (a == "--sizes") {
+        } else if (a == "--sizes") {
             o.sizes.clear();
-            for (auto& s : split(val()))
+            for (auto& s : split(val())) {
                 o.sizes.push_back(parse_size(s));
+            }
         } else if (a == "--blocks") {
             o.blocks.clear();
-            for (auto& s : split(val()))
+            for (auto& s : split(val())) {
                 o.blocks.push_back(std::stoul(s));
-        } else if (a == "--patterns")
+            }
+        } else if (a == "--patterns") {
             o.patterns = split(val());
-        else if (a == "--ops")
+        } else if (a == "--ops") {
             o.ops = split(val());
-        else if (a == "--region-mib")
+        } else if (a == "--region-mib") {
             o.region_bytes = parse_size(val() + "M");
-        else if (a == "--depth")
+        } else if (a == "--depth") {
             o.depth = std::stoul(val());
-        else if (a == "--time-ms")
+        } else if (a == "--time-ms") {
             o.time_ms = std::stoul(val());
-        else if (a == "--min-iters")
+        } else if (a == "--min-iters") {
             o.min_iters = std::stoul(val());
-        else if (a == "--max-iters")
+        } else if (a == "--max-iters") {
             o.max_iters = std::stoul(val());
-        else if (a == "--post-iters")
+        } else if (a == "--post-iters") {
             o.post_iters = std::stoul(val());
-        else if (a == "--no-post")
+        } else if (a == "--no-post") {
             o.do_post = false;
-        else if (a == "--no-verify")
+        } else if (a == "--no-verify") {
             o.do_verify = false;
-        else if (a == "--register")
+        } else if (a == "--register") {
             o.register_memory = true;
-        else if (a == "--eventfd")
+        } else if (a == "--eventfd") {
             o.progress = "eventfd";
-        else if (a == "--progress")
+        } else if (a == "--progress") {
             o.progress = val();
-        else if (a == "--no-latency-stats")
+        } else if (a == "--no-latency-stats") {
             o.latency_stats = false;
-        else if (a == "--error-mode")
+        } else if (a == "--error-mode") {
             o.error_mode = val();
-        else if (a == "--write-protocol")
+        } else if (a == "--write-protocol") {
             o.write_protocol = val();
-        else if (a == "--target-progress")
+        } else if (a == "--target-progress") {
             o.target_progress = val();
-        else if (a == "--inline-kib")
+        } else if (a == "--inline-kib") {
             o.inline_kib = std::stol(val());
-        else if (a == "--csv")
+        } else if (a == "--csv") {
             o.csv = true;
-        else
+        } else {
             usage(("unknown option " + a).c_str());
+        }
     }
-    if (o.tls != "tcp" && o.tls != "shm" && o.tls != "loopback")
+    if (o.tls != "tcp" && o.tls != "shm" && o.tls != "loopback") {
         usage("--tls tcp|shm|loopback");
-    if (o.progress != "thread" && o.progress != "eventfd" && o.progress != "poll")
+    }
+    if (o.progress != "thread" && o.progress != "eventfd" && o.progress != "poll") {
         usage("--progress thread|eventfd|poll");
-    if (o.error_mode != "auto" && o.error_mode != "peer" && o.error_mode != "none")
+    }
+    if (o.error_mode != "auto" && o.error_mode != "peer" && o.error_mode != "none") {
         usage("--error-mode auto|peer|none");
-    if (o.write_protocol != "auto" && o.write_protocol != "rma" && o.write_protocol != "am")
+    }
+    if (o.write_protocol != "auto" && o.write_protocol != "rma" && o.write_protocol != "am") {
         usage("--write-protocol auto|rma|am");
-    if (o.target_progress != "thread" && o.target_progress != "poll")
+    }
+    if (o.target_progress != "thread" && o.target_progress != "poll") {
         usage("--target-progress thread|poll");
-    if (o.tls == "loopback" && o.target_progress != "thread")
+    }
+    if (o.tls == "loopback" && o.target_progress != "thread") {
         usage("--target-progress poll needs a target process (tcp or shm)");
-    if (o.sizes.empty() || o.blocks.empty())
+    }
+    if (o.sizes.empty() || o.blocks.empty()) {
         usage("empty --sizes or --blocks");
-    for (auto s : o.sizes)
-        if (s < 4096 || s > o.region_bytes)
+    }
+    for (auto s : o.sizes) {
+        if (s < 4096 || s > o.region_bytes) {
             usage("block size outside 4 KiB..region");
-    if (o.region_bytes < (96u << 10))
+        }
+    }
+    if (o.region_bytes < (96u << 10)) {
         usage("--region-mib too small");
+    }
     return o;
 }
 
@@ -154,17 +173,22 @@ bool make_side(const Options& o, const char* name, bool initiator, Side& s) {
     } else {
         cfg.transports = "posix,self";
     }
-    if (initiator ? o.progress != "thread" : o.target_progress == "poll")
+    if (initiator ? o.progress != "thread" : o.target_progress == "poll") {
         cfg.progress = ProgressMode::EventFd;
-    if (initiator)
+    }
+    if (initiator) {
         cfg.latency_stats = o.latency_stats;
-    if (o.error_mode != "auto")
+    }
+    if (o.error_mode != "auto") {
         cfg.error_mode = o.error_mode == "peer" ? ErrorMode::Peer : ErrorMode::None;
-    if (o.write_protocol != "auto")
+    }
+    if (o.write_protocol != "auto") {
         cfg.write_protocol = o.write_protocol == "rma" ? WriteProtocol::Rma : WriteProtocol::Am;
-    if (o.inline_kib >= 0)
+    }
+    if (o.inline_kib >= 0) {
         cfg.inline_post_bytes = cfg.inline_post_bytes_peer_mode =
             static_cast<std::uint64_t>(o.inline_kib) << 10;
+    }
     cfg.max_transfer_bytes = o.region_bytes;
     auto a = Agent::create(cfg);
     if (!a) {
@@ -205,13 +229,15 @@ bool send_blob(int fd, const std::vector<std::byte>& b) {
 
 bool recv_blob(int fd, std::vector<std::byte>& b) {
     std::uint32_t n = 0;
-    if (::read(fd, &n, 4) != 4 || n > (16u << 20))
+    if (::read(fd, &n, 4) != 4 || n > (16u << 20)) {
         return false;
+    }
     b.resize(n);
     for (std::size_t got = 0; got < n;) {
         ssize_t r = ::read(fd, b.data() + got, n - got);
-        if (r <= 0)
+        if (r <= 0) {
             return false;
+        }
         got += static_cast<std::size_t>(r);
     }
     return true;
@@ -220,21 +246,25 @@ bool recv_blob(int fd, std::vector<std::byte>& b) {
 // Sends our descriptor, adds the other side's; returns its handle (0 on failure).
 PeerHandle exchange(Side& s, int fd) {
     std::vector<std::byte> theirs;
-    if (!send_blob(fd, s.agent->descriptor()) || !recv_blob(fd, theirs))
+    if (!send_blob(fd, s.agent->descriptor()) || !recv_blob(fd, theirs)) {
         return kNoPeer;
+    }
     auto p = s.agent->add_peer(theirs);
-    if (!p)
+    if (!p) {
         std::fprintf(stderr, "add_peer: %s\n", p.message().c_str());
+    }
     return p ? *p : kNoPeer;
 }
 
 int run_target(const Options& o, int fd) {
     ::alarm(900);  // never outlive a stuck initiator by much
     Side s;
-    if (!make_side(o, "bench-target", false, s))
+    if (!make_side(o, "bench-target", false, s)) {
         return 1;
-    if (exchange(s, fd) == kNoPeer)
+    }
+    if (exchange(s, fd) == kNoPeer) {
         return 1;
+    }
     char c = 0;
     if (o.target_progress == "poll") {
         // Busy-poll progress() until the initiator closes the socketpair (EOF); the fd is
@@ -243,8 +273,9 @@ int run_target(const Options& o, int fd) {
             s.agent->progress();
             if (round % 256 == 0) {
                 pollfd p{fd, POLLIN, 0};
-                if (::poll(&p, 1, 0) != 0)
+                if (::poll(&p, 1, 0) != 0) {
                     return 0;
+                }
             }
         }
     }
@@ -254,8 +285,9 @@ int run_target(const Options& o, int fd) {
 }
 
 int run_initiator(const Options& o, Side& s, PeerHandle peer) {
-    if (peer == kNoPeer)
+    if (peer == kNoPeer) {
         return 1;
+    }
     Sweep sweep(*s.agent, peer, o, s.layouts);
     if (o.do_verify) {
         std::string err;
@@ -263,25 +295,31 @@ int run_initiator(const Options& o, Side& s, PeerHandle peer) {
             std::fprintf(stderr, "verify: %s\n", err.c_str());
             return 1;
         }
-        if (!o.csv)
+        if (!o.csv) {
             std::printf("# verify: write + read back of 8 blocks OK\n");
+        }
     }
-    if (auto info = s.agent->peer_info(peer))
+    if (auto info = s.agent->peer_info(peer)) {
         std::printf("# peer %s: same_host=%d peer_error_mode=%d (UCP_ERR_HANDLING_MODE_%s)\n",
                     info->name.c_str(), int(info->same_host), int(info->peer_error_mode),
                     info->peer_error_mode ? "PEER" : "NONE");
+    }
     int failures = 0;
     print_header(o);
-    for (const auto& op : o.ops)
-        for (const auto& pattern : o.patterns)
-            for (std::size_t si = 0; si < o.sizes.size(); ++si)
+    for (const auto& op : o.ops) {
+        for (const auto& pattern : o.patterns) {
+            for (std::size_t si = 0; si < o.sizes.size(); ++si) {
                 for (auto n : o.blocks) {
-                    if (n == 0 || o.sizes[si] * n > o.region_bytes)
+                    if (n == 0 || o.sizes[si] * n > o.region_bytes) {
                         continue;
+                    }
                     Cell c = sweep.run_cell(op, pattern, si, n);
                     failures += !c.error.empty();
                     print_cell(o, c);
                 }
+            }
+        }
+    }
     if (o.do_post) {
         for (const char* pattern : {"scatter", "contig"}) {
             std::string err;
@@ -316,12 +354,14 @@ int main(int argc, char** argv) {
     Options o = parse(argc, argv);
     if (o.tls == "loopback") {  // both agents in this process
         Side a, b;
-        if (!make_side(o, "bench-initiator", true, a) || !make_side(o, "bench-target", false, b))
+        if (!make_side(o, "bench-initiator", true, a) || !make_side(o, "bench-target", false, b)) {
             return 1;
+        }
         auto pb = a.agent->add_peer(b.agent->descriptor());
         auto pa = b.agent->add_peer(a.agent->descriptor());
-        if (!pa || !pb)
+        if (!pa || !pb) {
             return 1;
+        }
         return run_initiator(o, a, *pb);
     }
     if (!pdx::ucx_available()) {
@@ -329,12 +369,14 @@ int main(int argc, char** argv) {
         return 1;
     }
     int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
         return 1;
+    }
     std::fflush(stdout);
     pid_t child = ::fork();
-    if (child < 0)
+    if (child < 0) {
         return 1;
+    }
     if (child == 0) {
         ::close(sv[0]);
         _exit(run_target(o, sv[1]));
@@ -343,8 +385,9 @@ int main(int argc, char** argv) {
     int rc = 1;
     {
         Side s;
-        if (make_side(o, "bench-initiator", true, s))
+        if (make_side(o, "bench-initiator", true, s)) {
             rc = run_initiator(o, s, exchange(s, sv[0]));
+        }
     }
     ::close(sv[0]);  // EOF tells the target to exit
     int status = 0;

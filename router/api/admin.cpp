@@ -1,7 +1,7 @@
 #include "router/api/admin.hpp"
 
+#include "net/common/log.hpp"
 #include "router/api/validate.hpp"
-#include "router/common/log.hpp"
 #include "router/disagg/flow.hpp"
 
 #include <algorithm>

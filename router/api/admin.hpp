@@ -3,9 +3,9 @@
 // Auth: `X-API-Key: <key>` or `Authorization: Bearer <key>`, compared in constant time with the
 // configured admin key. No key configured → admin routes disabled (403); missing → 401;
 // wrong → 403.
+#include "net/server/http_server.hpp"
 #include "router/instances/registry.hpp"
 #include "router/metrics/router_metrics.hpp"
-#include "router/server/http_server.hpp"
 
 #include <string_view>
 

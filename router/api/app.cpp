@@ -1,7 +1,7 @@
 #include "router/api/app.hpp"
 
+#include "net/common/log.hpp"
 #include "router/api/admin.hpp"
-#include "router/common/log.hpp"
 
 namespace pdr::api {
 

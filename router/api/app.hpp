@@ -3,6 +3,8 @@
 // → HTTP server, and dispatches every request to its route handler. Everything runs on one
 // io_context thread (the data path); only metrics are shared with other threads.
 #include "config/config.hpp"
+#include "net/server/http_server.hpp"
+#include "net/upstream/client.hpp"
 #include "router/api/routes.hpp"
 #include "router/api/tracked_exchange.hpp"
 #include "router/disagg/flow.hpp"
@@ -10,8 +12,6 @@
 #include "router/kv/lease_keeper.hpp"
 #include "router/metrics/metrics.hpp"
 #include "router/metrics/router_metrics.hpp"
-#include "router/server/http_server.hpp"
-#include "router/upstream/client.hpp"
 
 #include <cstddef>
 #include <memory>

@@ -1,8 +1,8 @@
 // The route handlers of App other than dispatch and admin: generation, models, health, status,
 // metrics and the lease-refresh forwarder.
+#include "net/common/log.hpp"
 #include "router/api/app.hpp"
 #include "router/api/validate.hpp"
-#include "router/common/log.hpp"
 #include "router/disagg/pull_flow.hpp"
 
 #include <algorithm>
@@ -207,7 +207,7 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
     body["decode_nodes"] = names(Role::Decode);
     body["prefill_nodes_up"] = registry_.count(Role::Prefill, true);
     body["decode_nodes_up"] = registry_.count(Role::Decode, true);
-    body["mode"] = "pull";
+    body["mode"] = config::to_string(cfg_.kv_mode);
     body["model"] = cfg_.model.empty() ? disagg::Json(nullptr) : disagg::Json(cfg_.model);
     body["requests_in_flight"] = generations_in_flight_;
     body["kv_handles_held"] = lease_keeper_.held();

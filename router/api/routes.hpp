@@ -1,7 +1,7 @@
 #pragma once
 // The route table of pdrouter: method + path → route id, 404 for unknown paths, 405 (with the
 // Allow value) for known paths with another method. Pure; unit-tested as a table.
-#include "router/common/io.hpp"
+#include "net/common/io.hpp"
 #include "router/metrics/router_metrics.hpp"
 
 #include <string_view>

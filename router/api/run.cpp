@@ -1,7 +1,7 @@
 #include "router/api/run.hpp"
 
+#include "net/common/log.hpp"
 #include "router/api/app.hpp"
-#include "router/common/log.hpp"
 
 #include <csignal>
 #include <cstdio>

@@ -1,7 +1,7 @@
 #pragma once
 // An Exchange decorator used for every request: puts X-Request-Id on every response and
 // remembers the status sent (for metrics and the per-request log line).
-#include "router/server/http_server.hpp"
+#include "net/server/http_server.hpp"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 #pragma once
 // Input checks for the generation routes: content type, JSON, required fields (OpenAI-style
 // errors, no upstream call). Pure functions; unit-tested as a table.
-#include "router/common/error.hpp"
+#include "net/common/error.hpp"
 #include "router/disagg/rewrite.hpp"
 
 #include <string>

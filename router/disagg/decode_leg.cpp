@@ -1,6 +1,6 @@
 #include "router/disagg/decode_leg.hpp"
 
-#include "router/common/log.hpp"
+#include "net/common/log.hpp"
 
 #include <algorithm>
 

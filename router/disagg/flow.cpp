@@ -1,6 +1,6 @@
 #include "router/disagg/flow.hpp"
 
-#include "router/common/log.hpp"
+#include "net/common/log.hpp"
 
 namespace pdr::disagg {
 

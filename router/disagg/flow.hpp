@@ -3,14 +3,14 @@
 // (FlowRequest), the client-gone wiring (UpstreamCanceler) and the small helpers that turn
 // upstream failures into metrics, log lines and OpenAI-style answers.
 #include "config/config.hpp"
-#include "router/common/error.hpp"
-#include "router/common/io.hpp"
+#include "net/common/error.hpp"
+#include "net/common/io.hpp"
+#include "net/server/http_server.hpp"
+#include "net/upstream/client.hpp"
 #include "router/disagg/rewrite.hpp"
 #include "router/instances/registry.hpp"
 #include "router/kv/lease_keeper.hpp"
 #include "router/metrics/router_metrics.hpp"
-#include "router/server/http_server.hpp"
-#include "router/upstream/client.hpp"
 
 #include <memory>
 #include <string>

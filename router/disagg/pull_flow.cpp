@@ -1,6 +1,6 @@
 #include "router/disagg/pull_flow.hpp"
 
-#include "router/common/log.hpp"
+#include "net/common/log.hpp"
 #include "router/disagg/decode_leg.hpp"
 
 #include <algorithm>

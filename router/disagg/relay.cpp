@@ -1,7 +1,7 @@
 #include "router/disagg/relay.hpp"
 
-#include "router/common/log.hpp"
-#include "router/disagg/sse_cut.hpp"
+#include "net/common/log.hpp"
+#include "net/common/sse_cut.hpp"
 
 #include <algorithm>
 
@@ -84,23 +84,28 @@ enum class LastEvent { Other, Error, Done };
 
 LastEvent last_event(std::string_view sent) {
     std::size_t end = sent.size();
-    while (end > 0 && (sent[end - 1] == '\n' || sent[end - 1] == '\r'))
+    while (end > 0 && (sent[end - 1] == '\n' || sent[end - 1] == '\r')) {
         --end;
+    }
     const std::string_view body = sent.substr(0, end);
     std::string_view event = body.substr(sse_events_end(body));
     while (!event.empty()) {
         const std::size_t eol = event.find_first_of("\r\n");
         std::string_view line = event.substr(0, eol);
         event = eol == std::string_view::npos ? std::string_view{} : event.substr(eol + 1);
-        if (!line.starts_with("data:"))
+        if (!line.starts_with("data:")) {
             continue;
+        }
         line.remove_prefix(5);
-        if (line.starts_with(' '))
+        if (line.starts_with(' ')) {
             line.remove_prefix(1);
-        if (line.starts_with("{\"error\""))
+        }
+        if (line.starts_with("{\"error\"")) {
             return LastEvent::Error;
-        if (line == "[DONE]")
+        }
+        if (line == "[DONE]") {
             return LastEvent::Done;
+        }
     }
     return LastEvent::Other;
 }

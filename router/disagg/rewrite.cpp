@@ -1,6 +1,6 @@
 #include "router/disagg/rewrite.hpp"
 
-#include "router/common/uuid.hpp"
+#include "net/common/uuid.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -2,11 +2,11 @@
 // Pure request/response rewriting for the disaggregated flows (PROTOCOLS.md §1–2): the prefill
 // body, the decode body, the KV handle in P's answer, the request id and the headers both legs
 // carry. No I/O here, so every rule is unit-tested directly.
-#include "router/common/json_limits.hpp"
-#include "router/common/json_scan.hpp"
-#include "router/common/request_id.hpp"
-#include "router/server/http_server.hpp"
-#include "router/upstream/client.hpp"
+#include "net/common/json_limits.hpp"
+#include "net/common/json_scan.hpp"
+#include "net/common/request_id.hpp"
+#include "net/server/http_server.hpp"
+#include "net/upstream/client.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -2,8 +2,8 @@
 // model probe. Authentication is the api layer's job; these only validate and act.
 #include <nlohmann/json.hpp>
 
-#include "router/common/error.hpp"
-#include "router/common/log.hpp"
+#include "net/common/error.hpp"
+#include "net/common/log.hpp"
 #include "router/instances/registry.hpp"
 
 namespace pdr::instances {
@@ -17,12 +17,14 @@ std::string message_body(const std::string& message) {
 }
 
 std::string quoted_list(const std::vector<std::string>& models) {
-    if (models.empty())
+    if (models.empty()) {
         return "no model";
+    }
     std::string out = models.size() == 1 ? "model " : "models ";
     for (std::size_t i = 0; i < models.size(); ++i) {
-        if (i > 0)
+        if (i > 0) {
             out += ", ";
+        }
         out += "'" + models[i] + "'";
     }
     return out;
@@ -30,8 +32,9 @@ std::string quoted_list(const std::vector<std::string>& models) {
 
 bool serves(const std::vector<std::string>& models, std::string_view wanted) {
     for (const auto& m : models) {
-        if (model_matches(m, wanted))
+        if (model_matches(m, wanted)) {
             return true;
+        }
     }
     return false;
 }
@@ -80,8 +83,9 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
     auto alive = alive_;
     upstream::Endpoint ep{addr.host, addr.port};
     const auto probe = co_await probe_models(ep);
-    if (!*alive)
+    if (!*alive) {
         co_return AdminResult{503, openai_error_body(Errc::ShuttingDown, "Shutting down.")};
+    }
     if (!probe.ok) {
         PDR_WARN(kLog, "admin add of " + type + " instance " + name + " failed: " + probe.error);
         co_return admin_result("add", "probe_failed", 502,
@@ -124,8 +128,9 @@ Registry::AdminResult Registry::remove(std::string_view type_in, std::string_vie
     }
     inst->removed = true;
     inst->on_drained = [this, alive = std::weak_ptr<bool>(alive_)] {
-        if (auto a = alive.lock(); a && *a)
+        if (auto a = alive.lock(); a && *a) {
             wake_health_loop();  // the loop prunes it at once
+        }
     };
     PDR_INFO(kLog, "removed " + type + " instance " + name + " (" +
                        std::to_string(inst->in_flight) + " request(s) still in flight)");
@@ -136,15 +141,17 @@ Registry::AdminResult Registry::remove(std::string_view type_in, std::string_vie
 }
 
 awaitable<bool> Registry::probe_all_at_startup() {
-    if (cfg_.model.empty())
+    if (cfg_.model.empty()) {
         co_return true;
+    }
     bool ok = true;
     auto alive = alive_;
     for (auto role : {Role::Prefill, Role::Decode}) {
         for (const auto& inst : list(role)) {
             const auto probe = co_await probe_models(inst->endpoint);
-            if (!*alive)
+            if (!*alive) {
                 co_return false;
+            }
             const std::string who = std::string(to_string(role)) + " instance " + inst->name;
             if (!probe.ok) {
                 PDR_WARN(kLog, who + " not reachable at start-up (kept, tried until it fails): " +

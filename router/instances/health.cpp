@@ -4,7 +4,7 @@
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
-#include "router/common/log.hpp"
+#include "net/common/log.hpp"
 #include "router/instances/registry.hpp"
 
 namespace pdr::instances {
@@ -19,15 +19,17 @@ std::string_view last_component(std::string_view s) noexcept {
 
 std::string describe(const upstream::Result& r) {
     std::string out(upstream::to_string(r.failure));
-    if (r.ec)
+    if (r.ec) {
         out += " (" + r.ec.message() + ")";
+    }
     return out;
 }
 }  // namespace
 
 bool model_matches(std::string_view served, std::string_view wanted) noexcept {
-    if (served == wanted)
+    if (served == wanted) {
         return true;
+    }
     const auto a = last_component(served);
     const auto b = last_component(wanted);
     return !a.empty() && a == b;
@@ -81,11 +83,13 @@ awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep) 
     auto req = make_get("/health");
     const auto timeouts = probe_timeouts();
     auto res = co_await client_.request(ep, std::move(req), timeouts);
-    if (!res.ok())
+    if (!res.ok()) {
         co_return ProbeOutcome{false, "GET /health failed: " + describe(res)};
+    }
     const unsigned status = res.response.result_int();
-    if (status >= 200 && status < 300)
+    if (status >= 200 && status < 300) {
         co_return ProbeOutcome{true, {}};
+    }
     if (status == 404 || status == 405) {
         auto models = co_await probe_models(ep);
         co_return ProbeOutcome{models.ok, models.error};
@@ -94,28 +98,32 @@ awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep) 
 }
 
 void Registry::start() {
-    if (started_ || stopped_)
+    if (started_ || stopped_) {
         return;
+    }
     started_ = true;
     net::co_spawn(ex_, health_loop(), net::detached);
 }
 
 void Registry::stop() {
-    if (stopped_)
+    if (stopped_) {
         return;
+    }
     stopped_ = true;
     health_timer_.cancel();
     stop_timer_.cancel();
 }
 
 void Registry::wake_health_loop() {
-    if (started_ && !stopped_)
+    if (started_ && !stopped_) {
         health_timer_.cancel();
+    }
 }
 
 awaitable<void> Registry::wait_stop() {
-    if (!stopped_)
+    if (!stopped_) {
         co_await stop_timer_.async_wait();
+    }
 }
 
 awaitable<void> Registry::health_loop() {
@@ -126,8 +134,9 @@ awaitable<void> Registry::health_loop() {
         for (auto role : {Role::Prefill, Role::Decode}) {
             prune(role);
             for (const auto& inst : instances_[role == Role::Prefill ? 0 : 1]) {
-                if (inst->removed || inst->probing)
+                if (inst->removed || inst->probing) {
                     continue;
+                }
                 if (inst->next_probe <= now) {
                     inst->probing = true;
                     net::co_spawn(ex_, run_probe(inst), net::detached);
@@ -141,8 +150,9 @@ awaitable<void> Registry::health_loop() {
         client_.sweep_idle();
         health_timer_.expires_at(next);
         co_await health_timer_.async_wait();
-        if (!*alive)
+        if (!*alive) {
             co_return;
+        }
     }
 }
 
@@ -150,18 +160,21 @@ awaitable<void> Registry::run_probe(InstancePtr inst) {
     using namespace net::experimental::awaitable_operators;
     auto alive = alive_;
     auto raced = co_await (probe_health(inst->endpoint) || wait_stop());
-    if (!*alive)
+    if (!*alive) {
         co_return;
+    }
     inst->probing = false;
-    if (stopped_ || inst->removed || raced.index() != 0)
+    if (stopped_ || inst->removed || raced.index() != 0) {
         co_return;
+    }
     const auto& outcome = std::get<0>(raced);
     const auto now = Clock::now();
     if (outcome.ok) {
         // Brings a down instance back. An up one keeps its error count: an engine that answers
         // GET /health but fails every request must still reach 3 errors in a row.
-        if (!inst->up)
+        if (!inst->up) {
             report_success(*inst);
+        }
         inst->next_probe = now + cfg_.health_interval;
     } else if (inst->up) {
         inst->last_error = outcome.error;

@@ -10,14 +10,15 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include "config/role.hpp"
 
-#include "router/common/io.hpp"
+#include "net/common/io.hpp"
+#include "net/upstream/client.hpp"
 #include "router/metrics/metrics.hpp"
-#include "router/upstream/client.hpp"
 
 namespace pdr::instances {
 
-enum class Role { Prefill, Decode };
+using ::pdr::Role;
 inline constexpr std::size_t kRoleCount = 2;
 
 std::string_view to_string(Role r) noexcept;  // "prefill" / "decode"

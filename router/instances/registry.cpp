@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "router/common/log.hpp"
+#include "net/common/log.hpp"
 
 namespace pdr::instances {
 
@@ -36,14 +36,17 @@ bool parse_role(std::string_view s, Role& out) noexcept {
 }
 
 InFlight::InFlight(InstancePtr inst) : inst_(std::move(inst)) {
-    if (!inst_)
+    if (!inst_) {
         return;
+    }
     ++inst_->in_flight;
     ++inst_->requests;
-    if (inst_->in_flight_gauge != nullptr)
+    if (inst_->in_flight_gauge != nullptr) {
         inst_->in_flight_gauge->inc();
-    if (inst_->requests_counter != nullptr)
+    }
+    if (inst_->requests_counter != nullptr) {
         inst_->requests_counter->inc();
+    }
 }
 
 InFlight& InFlight::operator=(InFlight&& o) noexcept {
@@ -55,12 +58,15 @@ InFlight& InFlight::operator=(InFlight&& o) noexcept {
 }
 
 void InFlight::release() noexcept {
-    if (!inst_)
+    if (!inst_) {
         return;
-    if (inst_->in_flight > 0)
+    }
+    if (inst_->in_flight > 0) {
         --inst_->in_flight;
-    if (inst_->in_flight_gauge != nullptr)
+    }
+    if (inst_->in_flight_gauge != nullptr) {
         inst_->in_flight_gauge->dec();
+    }
     if (inst_->removed && inst_->in_flight == 0 && inst_->on_drained) {
         try {
             inst_->on_drained();
@@ -115,8 +121,9 @@ void Registry::add_configured(Role role, const config::InstanceAddress& a) {
 
 InstancePtr Registry::find(Role role, std::string_view name) const {
     for (const auto& inst : instances_[index(role)]) {
-        if (!inst->removed && inst->name == name)
+        if (!inst->removed && inst->name == name) {
             return inst;
+        }
     }
     return nullptr;
 }
@@ -137,16 +144,18 @@ void Registry::prune(Role role) {
         const bool shared = std::any_of(v.begin(), v.end(), [&](const InstancePtr& other) {
             return other->name == inst->name;
         });
-        if (!shared)
+        if (!shared) {
             metrics_.remove_instance(metrics_role(role), inst->name);
+        }
     }
 }
 
 void Registry::update_counts(Role role) {
     std::size_t up = 0, down = 0;
     for (const auto& inst : instances_[index(role)]) {
-        if (inst->removed)
+        if (inst->removed) {
             continue;
+        }
         (inst->up ? up : down) += 1;
     }
     metrics_.set_instance_counts(metrics_role(role), up, down);
@@ -156,8 +165,9 @@ InstancePtr Registry::pick(Role role, const Instance* exclude) {
     prune(role);
     auto& v = instances_[index(role)];
     const std::size_t n = v.size();
-    if (n == 0)
+    if (n == 0) {
         return nullptr;
+    }
     std::size_t& cursor = next_[index(role)];
     for (std::size_t i = 0; i < n; ++i) {
         const std::size_t at = (cursor + i) % n;
@@ -175,8 +185,9 @@ void Registry::mark_down(Instance& inst, std::string_view reason) {
     inst.down_reason = std::string(reason);
     inst.backoff = std::clamp<Duration>(cfg_.health_backoff_max, Duration{10}, Duration{1000});
     inst.next_probe = Clock::now() + inst.backoff;
-    if (inst.up_gauge != nullptr)
+    if (inst.up_gauge != nullptr) {
         inst.up_gauge->set(0);
+    }
     PDR_WARN(kLog, std::string(to_string(inst.role)) + " instance " + inst.name +
                        " is down: " + std::string(reason));
     update_counts(inst.role);
@@ -186,8 +197,9 @@ void Registry::mark_down(Instance& inst, std::string_view reason) {
 void Registry::report_failure(Instance& inst, std::string_view reason) {
     ++inst.failures;
     inst.last_error = std::string(reason);
-    if (inst.up && !inst.removed)
+    if (inst.up && !inst.removed) {
         mark_down(inst, reason);
+    }
 }
 
 void Registry::report_error(Instance& inst, std::string_view reason) {
@@ -209,13 +221,15 @@ void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::stri
 
 void Registry::report_success(Instance& inst) {
     inst.consecutive_errors = 0;
-    if (inst.up)
+    if (inst.up) {
         return;
+    }
     inst.up = true;
     inst.backoff = Duration{0};
     inst.next_probe = Clock::now() + cfg_.health_interval;
-    if (inst.up_gauge != nullptr)
+    if (inst.up_gauge != nullptr) {
         inst.up_gauge->set(1);
+    }
     PDR_INFO(kLog, std::string(to_string(inst.role)) + " instance " + inst.name + " is up again");
     update_counts(inst.role);
 }
@@ -223,8 +237,9 @@ void Registry::report_success(Instance& inst) {
 std::size_t Registry::count(Role role, bool up_only) const {
     std::size_t n = 0;
     for (const auto& inst : instances_[index(role)]) {
-        if (!inst->removed && (!up_only || inst->up))
+        if (!inst->removed && (!up_only || inst->up)) {
             ++n;
+        }
     }
     return n;
 }
@@ -232,8 +247,9 @@ std::size_t Registry::count(Role role, bool up_only) const {
 std::vector<InstancePtr> Registry::list(Role role) const {
     std::vector<InstancePtr> out;
     for (const auto& inst : instances_[index(role)]) {
-        if (!inst->removed)
+        if (!inst->removed) {
             out.push_back(inst);
+        }
     }
     return out;
 }
@@ -242,8 +258,9 @@ nlohmann::json Registry::to_json() const {
     auto out = nlohmann::json::array();
     for (const auto& v : instances_) {
         for (const auto& inst : v) {
-            if (inst->removed && inst->in_flight == 0)
+            if (inst->removed && inst->in_flight == 0) {
                 continue;
+            }
             out.push_back({{"role", to_string(inst->role)},
                            {"name", inst->name},
                            {"up", inst->up},

@@ -24,11 +24,11 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.hpp"
-#include "router/common/error.hpp"
-#include "router/common/io.hpp"
+#include "net/common/error.hpp"
+#include "net/common/io.hpp"
+#include "net/upstream/client.hpp"
 #include "router/instances/instance.hpp"
 #include "router/metrics/router_metrics.hpp"
-#include "router/upstream/client.hpp"
 
 namespace pdr::instances {
 

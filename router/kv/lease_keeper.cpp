@@ -10,7 +10,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <nlohmann/json.hpp>
 
-#include "router/common/log.hpp"
+#include "net/common/log.hpp"
 
 namespace pdr::kv {
 
@@ -46,13 +46,15 @@ Clock::time_point LeaseKeeper::Hold::lease_until() const {
 }
 
 void LeaseKeeper::Hold::first_byte() {
-    if (keeper_ != nullptr)
+    if (keeper_ != nullptr) {
         keeper_->stop_refreshing(token_);
+    }
 }
 
 void LeaseKeeper::Hold::reset() {
-    if (auto* k = std::exchange(keeper_, nullptr))
+    if (auto* k = std::exchange(keeper_, nullptr)) {
         k->release(token_);
+    }
 }
 
 LeaseKeeper::LeaseKeeper(net::any_io_executor ex, upstream::Client& client,
@@ -72,16 +74,19 @@ LeaseKeeper::~LeaseKeeper() {
 }
 
 LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::Endpoint& prefill) {
-    if (!enabled_)
+    if (!enabled_) {
         return Hold{};
+    }
     const std::uint64_t token = next_token_++;
     std::string key = prefill.authority();
     auto [git, created] = groups_.try_emplace(key);
     Group& g = git->second;
-    if (created)
+    if (created) {
         g.endpoint = prefill;
-    if (g.refreshing.empty())
+    }
+    if (g.refreshing.empty()) {
         g.due = Clock::now() + period_;
+    }
     g.refreshing.insert(token);
     ++g.holds;
     by_id_.emplace(p_request_id, token);
@@ -93,8 +98,9 @@ LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::En
 
 void LeaseKeeper::stop_refreshing(std::uint64_t token) {
     auto it = entries_.find(token);
-    if (it == entries_.end() || !it->second.refreshing)
+    if (it == entries_.end() || !it->second.refreshing) {
         return;
+    }
     it->second.refreshing = false;
     groups_.at(it->second.p_key).refreshing.erase(token);
     --refreshing_;
@@ -104,8 +110,9 @@ void LeaseKeeper::stop_refreshing(std::uint64_t token) {
 void LeaseKeeper::release(std::uint64_t token) {
     stop_refreshing(token);
     auto it = entries_.find(token);
-    if (it == entries_.end())
+    if (it == entries_.end()) {
         return;
+    }
     auto [first, last] = by_id_.equal_range(it->second.id);
     for (auto i = first; i != last; ++i) {
         if (i->second == token) {
@@ -124,8 +131,9 @@ void LeaseKeeper::release(std::uint64_t token) {
 
 void LeaseKeeper::maybe_erase_group(const std::string& key) {
     auto it = groups_.find(key);
-    if (it != groups_.end() && it->second.holds == 0 && !it->second.in_progress)
+    if (it != groups_.end() && it->second.holds == 0 && !it->second.in_progress) {
         groups_.erase(it);
+    }
 }
 
 upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids) const {
@@ -151,13 +159,15 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
                                        ids.begin() + static_cast<std::ptrdiff_t>(end));
         auto req = make_post(batch);
         auto res = co_await client_.request(ep, std::move(req), t);
-        if (res.failure == upstream::Failure::Canceled)
+        if (res.failure == upstream::Failure::Canceled) {
             co_return false;  // stop() / caller gone
+        }
         const unsigned status = res.ok() ? res.response.result_int() : 0;
         const bool ok = res.ok() && status >= 200 && status < 300;
         metrics_.lease_refresh_request(ok);
-        if (count_sent)
+        if (count_sent) {
             metrics_.lease_refresh_sent.inc(static_cast<double>(batch.size()));
+        }
         if (!ok) {
             all_ok = false;
             std::string why = res.ok() ? "HTTP " + std::to_string(status)
@@ -170,20 +180,23 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
 }
 
 awaitable<void> LeaseKeeper::wait_stop() {
-    if (!stopped_)
+    if (!stopped_) {
         co_await stop_timer_.async_wait();
+    }
 }
 
 void LeaseKeeper::start() {
-    if (started_ || stopped_ || !enabled_)
+    if (started_ || stopped_ || !enabled_) {
         return;
+    }
     started_ = true;
     net::co_spawn(ex_, refresh_loop(), net::detached);
 }
 
 void LeaseKeeper::stop() {
-    if (stopped_)
+    if (stopped_) {
         return;
+    }
     stopped_ = true;
     tick_timer_.cancel();
     stop_timer_.cancel();
@@ -195,13 +208,15 @@ awaitable<void> LeaseKeeper::refresh_loop() {
     while (!stopped_) {
         const auto now = Clock::now();
         for (auto& [key, g] : groups_) {
-            if (g.in_progress || g.refreshing.empty() || g.due > now)
+            if (g.in_progress || g.refreshing.empty() || g.due > now) {
                 continue;
+            }
             std::vector<std::string> ids;
             std::vector<std::uint64_t> tokens(g.refreshing.begin(), g.refreshing.end());
             ids.reserve(tokens.size());
-            for (auto token : tokens)
+            for (auto token : tokens) {
                 ids.push_back(entries_.at(token).id);
+            }
             std::sort(ids.begin(), ids.end());
             ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
             g.in_progress = true;
@@ -211,8 +226,9 @@ awaitable<void> LeaseKeeper::refresh_loop() {
         }
         tick_timer_.expires_after(tick);
         co_await tick_timer_.async_wait();
-        if (!*alive)
+        if (!*alive) {
             co_return;
+        }
     }
 }
 
@@ -223,20 +239,23 @@ awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::str
     const upstream::Endpoint ep = groups_.at(key).endpoint;
     const Clock::time_point sent = Clock::now();
     auto done = co_await (post_batches(ep, std::move(ids), true) || wait_stop());
-    if (!*alive)
+    if (!*alive) {
         co_return;
+    }
     const bool* all_ok = std::get_if<0>(&done);
     if (all_ok != nullptr && *all_ok) {
         // P extended these leases at the latest when it got the refresh.
         for (auto token : tokens) {
             auto e = entries_.find(token);
-            if (e != entries_.end())
+            if (e != entries_.end()) {
                 e->second.confirmed = std::max(e->second.confirmed, sent);
+            }
         }
     }
     auto it = groups_.find(key);
-    if (it == groups_.end())
+    if (it == groups_.end()) {
         co_return;
+    }
     it->second.in_progress = false;
     maybe_erase_group(key);
 }
@@ -244,10 +263,12 @@ awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::str
 awaitable<void> LeaseKeeper::forward_group(upstream::Endpoint ep, std::vector<std::string> ids,
                                            std::shared_ptr<Join> join) {
     using namespace net::experimental::awaitable_operators;
-    if (!stopped_)
+    if (!stopped_) {
         co_await (post_batches(std::move(ep), std::move(ids), false) || wait_stop());
-    if (--join->left == 0)
+    }
+    if (--join->left == 0) {
         join->timer.cancel();
+    }
 }
 
 awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std::string>& ids) {
@@ -266,15 +287,17 @@ awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std
         }
         const std::string& key = entries_.at(it->second).p_key;
         auto [pit, created] = by_p.try_emplace(key);
-        if (created)
+        if (created) {
             pit->second.first = groups_.at(key).endpoint;
+        }
         pit->second.second.push_back(id);
         ++r.forwarded;
     }
     metrics_.lease_refresh_forwarded.inc(static_cast<double>(r.forwarded));
     metrics_.lease_refresh_unknown.inc(static_cast<double>(r.unknown));
-    if (by_p.empty())
+    if (by_p.empty()) {
         co_return r;
+    }
 
     auto join = std::make_shared<Join>(ex_, by_p.size());
     for (auto& entry : by_p) {

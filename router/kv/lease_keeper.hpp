@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "router/common/io.hpp"
+#include "net/common/io.hpp"
+#include "net/upstream/client.hpp"
 #include "router/metrics/router_metrics.hpp"
-#include "router/upstream/client.hpp"
 
 namespace pdr::kv {
 

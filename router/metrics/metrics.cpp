@@ -11,21 +11,24 @@ namespace pdr::metrics {
 // ---- values --------------------------------------------------------------------------------
 
 void Counter::inc(double v) noexcept {
-    if (!(v >= 0))
+    if (!(v >= 0)) {
         return;  // also rejects NaN
+    }
     value_.fetch_add(v, std::memory_order_relaxed);
 }
 
 Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)),
       buckets_(std::make_unique<std::atomic<std::uint64_t>[]>(bounds_.size() + 1)) {
-    for (std::size_t i = 0; i <= bounds_.size(); ++i)
+    for (std::size_t i = 0; i <= bounds_.size(); ++i) {
         buckets_[i].store(0);
+    }
 }
 
 void Histogram::observe(double v) noexcept {
-    if (std::isnan(v))
+    if (std::isnan(v)) {
         return;
+    }
     // Prometheus buckets are "less than or equal": the first bound >= v.
     auto it = std::lower_bound(bounds_.begin(), bounds_.end(), v);
     auto idx = static_cast<std::size_t>(it - bounds_.begin());
@@ -98,10 +101,12 @@ std::string escape_help(std::string_view v) {
 }
 
 std::string format_value(double v) {
-    if (std::isnan(v))
+    if (std::isnan(v)) {
         return "NaN";
-    if (std::isinf(v))
+    }
+    if (std::isinf(v)) {
         return v > 0 ? "+Inf" : "-Inf";
+    }
     char buf[64];
     auto res = std::to_chars(buf, buf + sizeof buf, v);
     return std::string(buf, res.ptr);
@@ -110,27 +115,31 @@ std::string format_value(double v) {
 namespace {
 
 bool valid_metric_name(std::string_view s) {
-    if (s.empty())
+    if (s.empty()) {
         return false;
+    }
     for (std::size_t i = 0; i < s.size(); ++i) {
         char c = s[i];
         bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
         bool digit = c >= '0' && c <= '9';
-        if (!alpha && !(digit && i > 0))
+        if (!alpha && !(digit && i > 0)) {
             return false;
+        }
     }
     return true;
 }
 
 bool valid_label_name(std::string_view s) {
-    if (s.empty() || s.starts_with("__"))
+    if (s.empty() || s.starts_with("__")) {
         return false;
+    }
     for (std::size_t i = 0; i < s.size(); ++i) {
         char c = s[i];
         bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
         bool digit = c >= '0' && c <= '9';
-        if (!alpha && !(digit && i > 0))
+        if (!alpha && !(digit && i > 0)) {
             return false;
+        }
     }
     return true;
 }
@@ -138,13 +147,15 @@ bool valid_label_name(std::string_view s) {
 // `{a="x",b="y"` without the closing brace, or "" when there are no labels and no extra label.
 void append_labels(std::string& out, const Labels& labels, std::string_view extra_name = {},
                    std::string_view extra_value = {}) {
-    if (labels.empty() && extra_name.empty())
+    if (labels.empty() && extra_name.empty()) {
         return;
+    }
     out += '{';
     bool first = true;
     for (const auto& [k, v] : labels) {
-        if (!first)
+        if (!first) {
             out += ',';
+        }
         first = false;
         out += k;
         out += "=\"";
@@ -152,8 +163,9 @@ void append_labels(std::string& out, const Labels& labels, std::string_view extr
         out += '"';
     }
     if (!extra_name.empty()) {
-        if (!first)
+        if (!first) {
             out += ',';
+        }
         out += extra_name;
         out += "=\"";
         out += extra_value;
@@ -236,14 +248,16 @@ Registry::Series& Registry::get_or_create(Type type, std::string_view name, std:
                                    "' already registered with other buckets");
         }
     } else {
-        if (buckets != nullptr)
+        if (buckets != nullptr) {
             check_buckets(*buckets);
+        }
         auto f = std::make_unique<Family>();
         f->name = std::string(name);
         f->help = std::string(help);
         f->type = type;
-        if (buckets != nullptr)
+        if (buckets != nullptr) {
             f->buckets = *buckets;
+        }
         fam = f.get();
         by_name_.emplace(f->name, fam);
         families_.push_back(std::move(f));
@@ -293,11 +307,13 @@ void Registry::remove(std::string_view name, const Labels& labels) {
     }
     std::lock_guard lock(mutex_);
     auto it = by_name_.find(std::string(name));
-    if (it == by_name_.end())
+    if (it == by_name_.end()) {
         return;
+    }
     for (auto& s : it->second->series) {
-        if (s->labels == key)
+        if (s->labels == key) {
             s->hidden = true;
+        }
     }
 }
 
@@ -324,8 +340,9 @@ std::string Registry::render() const {
                 break;
         }
         for (const auto& s : fam->series) {
-            if (s->hidden)
+            if (s->hidden) {
                 continue;
+            }
             if (fam->type != Type::Histogram) {
                 double v = s->counter ? s->counter->value() : s->gauge->value();
                 out += fam->name;

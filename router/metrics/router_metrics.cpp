@@ -99,10 +99,12 @@ namespace {
 constexpr std::string_view kStatusClasses[4] = {"2xx", "3xx", "4xx", "5xx"};
 
 std::size_t status_index(int status) noexcept {
-    if (status < 300)
+    if (status < 300) {
         return 0;
-    if (status >= 500)
+    }
+    if (status >= 500) {
         return 3;
+    }
     return static_cast<std::size_t>(status / 100 - 2);
 }
 
@@ -234,10 +236,12 @@ void RouterMetrics::request_done(Route route, int status, double seconds) noexce
 }
 
 void RouterMetrics::first_byte(Route route, double seconds) noexcept {
-    if (route == Route::Completions)
+    if (route == Route::Completions) {
         ttfb_[0]->observe(seconds);
-    if (route == Route::ChatCompletions)
+    }
+    if (route == Route::ChatCompletions) {
         ttfb_[1]->observe(seconds);
+    }
 }
 
 void RouterMetrics::leg_done(Leg leg, double seconds) noexcept {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include "config/role.hpp"
 
 #include "router/metrics/metrics.hpp"
 
@@ -47,7 +48,7 @@ inline constexpr std::size_t kUpstreamErrorKindCount = 12;
 enum class DisconnectPhase { Prefill, Handover, Decode };
 inline constexpr std::size_t kDisconnectPhaseCount = 3;
 
-enum class Role { Prefill, Decode };
+using ::pdr::Role;
 inline constexpr std::size_t kRoleCount = 2;
 
 enum class FlowMode { Pull, Push, Lmcache, Direct };

@@ -23,8 +23,9 @@ awaitable<void> serve(std::shared_ptr<FakeHttpServer::State> st, std::shared_ptr
     for (;;) {
         http::request<http::string_body> req;
         auto [ec, n] = co_await http::async_read(*sock, buf, req, use_tuple);
-        if (ec || st->stopped)
+        if (ec || st->stopped) {
             break;
+        }
         RecordedRequest rec{req.method(), std::string(req.target()), req.body(),
                             std::string(req[http::field::authorization]), Clock::now()};
         st->requests.push_back(std::move(rec));
@@ -37,8 +38,9 @@ awaitable<void> serve(std::shared_ptr<FakeHttpServer::State> st, std::shared_ptr
                 Duration{10}, std::chrono::duration_cast<Duration>(answer_at - Clock::now())));
             co_await t.async_wait();
         }
-        if (st->stopped)
+        if (st->stopped) {
             break;
+        }
         http::response<http::string_body> res{static_cast<http::status>(reply.status),
                                               req.version()};
         res.set(http::field::content_type, reply.content_type);
@@ -46,8 +48,9 @@ awaitable<void> serve(std::shared_ptr<FakeHttpServer::State> st, std::shared_ptr
         res.body() = std::move(reply.body);
         res.prepare_payload();
         auto [wec, wn] = co_await http::async_write(*sock, res, use_tuple);
-        if (wec || !res.keep_alive())
+        if (wec || !res.keep_alive()) {
             break;
+        }
     }
     error_code ignored;
     sock->shutdown(tcp::socket::shutdown_both, ignored);
@@ -57,8 +60,9 @@ awaitable<void> serve(std::shared_ptr<FakeHttpServer::State> st, std::shared_ptr
 awaitable<void> accept_loop(std::shared_ptr<FakeHttpServer::State> st) {
     while (!st->stopped) {
         auto [ec, raw] = co_await st->acceptor.async_accept(use_tuple);
-        if (ec || st->stopped)
+        if (ec || st->stopped) {
             break;
+        }
         auto sock = std::make_shared<Socket>(std::move(raw));
         st->sockets.remove_if([](const std::weak_ptr<Socket>& w) { return w.expired(); });
         st->sockets.push_back(sock);
@@ -89,14 +93,16 @@ unsigned short FakeHttpServer::start() {
 }
 
 void FakeHttpServer::stop() {
-    if (state_->stopped)
+    if (state_->stopped) {
         return;
+    }
     state_->stopped = true;
     error_code ignored;
     state_->acceptor.close(ignored);
     for (auto& w : state_->sockets) {
-        if (auto s = w.lock())
+        if (auto s = w.lock()) {
             s->close(ignored);
+        }
     }
 }
 
@@ -111,8 +117,9 @@ const std::vector<RecordedRequest>& FakeHttpServer::requests() const {
 std::size_t FakeHttpServer::count(std::string_view target) const {
     std::size_t n = 0;
     for (const auto& r : state_->requests) {
-        if (r.target == target)
+        if (r.target == target) {
             ++n;
+        }
     }
     return n;
 }

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "router/common/io.hpp"
+#include "net/common/io.hpp"
 
 namespace pdr::test {
 

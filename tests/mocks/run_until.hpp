@@ -5,7 +5,7 @@
 #include <optional>
 #include <thread>
 
-#include "router/common/io.hpp"
+#include "net/common/io.hpp"
 
 namespace pdr::test {
 
@@ -14,12 +14,14 @@ template <class Pred>
 bool run_until(net::io_context& ioc, Pred pred, Duration limit) {
     const auto deadline = Clock::now() + limit;
     while (!pred()) {
-        if (Clock::now() >= deadline)
+        if (Clock::now() >= deadline) {
             return false;
+        }
         ioc.restart();
         ioc.run_for(Duration{5});
-        if (ioc.stopped())
+        if (ioc.stopped()) {
             std::this_thread::sleep_for(Duration{1});  // no work: don't spin
+        }
     }
     return true;
 }
@@ -30,8 +32,9 @@ inline void run_for(net::io_context& ioc, Duration d) {
     while (Clock::now() < deadline) {
         ioc.restart();
         ioc.run_for(Duration{5});
-        if (ioc.stopped())
+        if (ioc.stopped()) {
             std::this_thread::sleep_for(Duration{1});
+        }
     }
 }
 
@@ -49,8 +52,9 @@ std::optional<T> run_task(net::io_context& ioc, awaitable<T> task, Duration limi
     });
     run_until(
         ioc, [&] { return out->has_value() || *error; }, limit);
-    if (*error)
+    if (*error) {
         std::rethrow_exception(*error);
+    }
     return *out;
 }
 

@@ -61,8 +61,9 @@ TEST_P(CoreRegressionTest, DescriptorWithStrideZeroIsRefused) {
 // transports/net_devices, or a bad UCX_TLS) used to crash in the half-built backend's destructor
 // (a worker flush on a null worker) instead of returning a status.
 TEST(UcxCreateRegression, NoUsableTransportOrDeviceIsAStatusNotACrash) {
-    if (!ucx_available())
+    if (!ucx_available()) {
         GTEST_SKIP() << "built without UCX";
+    }
     struct Case {
         const char* transports;
         const char* devices;
@@ -116,8 +117,9 @@ TEST_P(CoreRegressionTest, CallbacksMayDriveProgressOfAnyAgentNested) {
     // A deadlock cannot be unwound: report it and end the process.
     std::thread watchdog([&] {
         const auto until = Clock::now() + 30s;
-        while (!finished.load() && Clock::now() < until)
+        while (!finished.load() && Clock::now() < until) {
             std::this_thread::sleep_for(5ms);
+        }
         if (!finished.load()) {
             std::fprintf(stderr, "FAILED: deadlock in nested callbacks (stage %d)\n", stage.load());
             std::fflush(stderr);
@@ -252,8 +254,9 @@ TEST_P(CoreRegressionTest, ExpiredLeaseIdsAreNeverDropped) {
     const BlockId one[] = {0};
     auto lease_range = [&](std::uint64_t from, std::uint64_t to) {
         bool all = true;
-        for (std::uint64_t id = from; id < to; ++id)
+        for (std::uint64_t id = from; id < to; ++id) {
             all = a->lease(id, *layout, one, 1ms).ok() && all;
+        }
         return all;
     };
     auto swept = [&](std::uint64_t n) {
@@ -266,8 +269,9 @@ TEST_P(CoreRegressionTest, ExpiredLeaseIdsAreNeverDropped) {
     auto got = a->expire_leases();
     ASSERT_EQ(got.size(), kFirst + kMore);
     std::sort(got.begin(), got.end());
-    for (std::uint64_t i = 0; i < got.size(); ++i)
+    for (std::uint64_t i = 0; i < got.size(); ++i) {
         ASSERT_EQ(got[i], i);
+    }
     EXPECT_FALSE(a->is_leased(*layout, 0));
 }
 
@@ -437,8 +441,9 @@ TEST_P(CoreRegressionTest, QueuedWriteRefusedByTheBackendEndsOnceAsFailed) {
 // even after the target had released it (freed memory: heap corruption, "free(): invalid
 // pointer" at exit). The target now checks the destination against its live regions.
 TEST_P(CoreRegressionTest, LoopbackWriteIntoARegionReleasedMeanwhileFails) {
-    if (GetParam().backend != BackendKind::Loopback)
+    if (GetParam().backend != BackendKind::Loopback) {
         GTEST_SKIP() << "UCX: see AmWriteIntoAReleasedRegionFailsAndTheTargetSurvives";
+    }
     auto a = make("a"), b = make("b", ProgressMode::EventFd);  // b runs nothing until told
     ReleasablePair p;
     ASSERT_NO_FATAL_FAILURE(connect_releasable(*a, *b, p));

@@ -46,8 +46,9 @@ class Child {
 public:
     Child(const Transport& t, const std::string& name, std::chrono::milliseconds dead) {
         int sv[2];
-        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
             return;
+        }
         pid_ = ::fork();
         if (pid_ == 0) {
             int fd = ::dup(sv[1]);  // without CLOEXEC
@@ -63,8 +64,9 @@ public:
                 "--hb=200",
                 "--dead=" + std::to_string(dead.count())};
             std::vector<char*> argv;
-            for (auto& a : args)
+            for (auto& a : args) {
                 argv.push_back(a.data());
+            }
             argv.push_back(nullptr);
             ::execv(PDX_PEER_EXE, argv.data());
             ::_exit(127);
@@ -72,27 +74,31 @@ public:
         ::close(sv[1]);
         ch_ = std::make_unique<LineChannel>(sv[0]);
         auto line = ch_->recv(kAnswer);
-        if (line && line->rfind("DESC ", 0) == 0)
+        if (line && line->rfind("DESC ", 0) == 0) {
             desc_ = test::from_hex(line->substr(5));
-        else
+        } else {
             std::cerr << "child start failed: " << (line ? *line : "<no answer>") << "\n";
+        }
     }
     ~Child() {
         if (pid_ > 0) {
             kill_now();
         }
-        if (ch_)
+        if (ch_) {
             ::close(ch_->fd());
+        }
     }
     std::string cmd(const std::string& line, std::chrono::milliseconds t = kAnswer) {
-        if (!ch_->send(line))
+        if (!ch_->send(line)) {
             return "<send failed>";
+        }
         auto r = ch_->recv(t);
         return r ? *r : "<no answer>";
     }
     void kill_now() {
-        if (pid_ <= 0)
+        if (pid_ <= 0) {
             return;
+        }
         ::kill(pid_, SIGKILL);
         ::waitpid(pid_, nullptr, 0);
         pid_ = -1;
@@ -108,8 +114,9 @@ private:
 class MultiProcess : public ::testing::TestWithParam<Transport> {
 protected:
     void SetUp() override {
-        if (!ucx_available())
+        if (!ucx_available()) {
             GTEST_SKIP() << "built without UCX";
+        }
         make_agent(kPeerTimeout);
     }
     void make_agent(std::chrono::milliseconds peer_timeout) {
@@ -136,12 +143,14 @@ protected:
         EXPECT_FALSE(child->descriptor().empty());
         auto h = agent_->add_peer(child->descriptor());
         EXPECT_TRUE(h) << h.message();
-        if (!h)
+        if (!h) {
             return kNoPeer;
+        }
         EXPECT_EQ(child->cmd("PEER " + test::to_hex(agent_->descriptor())).rfind("OK", 0), 0u);
         auto until = Clock::now() + kHeard;
-        while (agent_->peer_info(*h)->ms_since_heard < 0 && Clock::now() < until)
+        while (agent_->peer_info(*h)->ms_since_heard < 0 && Clock::now() < until) {
             std::this_thread::sleep_for(5ms);
+        }
         EXPECT_GE(agent_->peer_info(*h)->ms_since_heard, 0);
         EXPECT_EQ(agent_->peer_info(*h)->am_writes, GetParam().am_writes);
         return *h;
@@ -159,8 +168,9 @@ protected:
         return q;
     }
     void fill_local(std::uint32_t seed) {
-        for (BlockId i = 0; i < kBlocks; ++i)
+        for (BlockId i = 0; i < kBlocks; ++i) {
             test::fill_block(agent_->block(layout_, i), seed, i);
+        }
     }
     std::unique_ptr<Agent> agent_;
     LayoutId layout_ = 0;
@@ -187,8 +197,9 @@ TEST_P(MultiProcess, WritesAndReadsUnorderedDuplicateIdsByteForByte) {
     ASSERT_TRUE(r) << r.message();
     ASSERT_EQ(agent_->wait(*r, 10s), Status::Ok);
     EXPECT_EQ(agent_->result(*r)->descriptors, 1u);
-    for (std::size_t i = 0; i < local.size(); ++i)
+    for (std::size_t i = 0; i < local.size(); ++i) {
         EXPECT_EQ(test::check_block(agent_->block(layout_, local[i]), 22, remote[i]), -1);
+    }
 }
 
 TEST_P(MultiProcess, RefusesEmptyOutOfRangeAndOversize) {
@@ -199,8 +210,9 @@ TEST_P(MultiProcess, RefusesEmptyOutOfRangeAndOversize) {
     EXPECT_EQ(agent_->write_blocks(req(p, one, out, 1)).status(), Status::Invalid);
     EXPECT_EQ(agent_->read_blocks(req(p, out, one, 1)).status(), Status::Invalid);
     std::vector<BlockId> seq(kBlocks);
-    for (BlockId i = 0; i < kBlocks; ++i)
+    for (BlockId i = 0; i < kBlocks; ++i) {
         seq[i] = i;
+    }
     Config small;  // a second agent with a small byte limit refuses the same request
     small.name = "small";
     small.transports = GetParam().tls;
@@ -221,8 +233,9 @@ TEST_P(MultiProcess, RefusesEmptyOutOfRangeAndOversize) {
 }
 
 TEST_P(MultiProcess, DeadlineExpiresAndCancelEndsWhileTargetIsStalled) {
-    if (GetParam().one_sided)
+    if (GetParam().one_sided) {
         GTEST_SKIP() << "shared-memory puts do not need the target";
+    }
     std::unique_ptr<Child> child;
     PeerHandle p = start(child);
     // frozen well past the write's deadline (but inside kPeerTimeout): the read posted with it
@@ -236,8 +249,9 @@ TEST_P(MultiProcess, DeadlineExpiresAndCancelEndsWhileTargetIsStalled) {
     auto c = agent_->read_blocks(req(p, ids2, ids2, 6));
     ASSERT_TRUE(c);
     EXPECT_EQ(agent_->wait(*e, 5s), Status::Expired);
-    if (Clock::now() - frozen_at > 2s)
+    if (Clock::now() - frozen_at > 2s) {
         GTEST_SKIP() << "machine too loaded: this thread ran only after the freeze had ended";
+    }
     EXPECT_EQ(agent_->poll(*c), Status::InProgress);
     ASSERT_TRUE(agent_->cancel(*c));
     EXPECT_EQ(agent_->poll(*c), Status::Canceled);
@@ -256,8 +270,9 @@ TEST_P(MultiProcess, DeadlineExpiresAndCancelEndsWhileTargetIsStalled) {
 // them overwritten afterwards (with rendezvous Am writes the note could otherwise overtake the
 // data, whose transfer starts only when the target answers).
 TEST_P(MultiProcess, FailedNoteOfAnExpiredWriteWaitsUntilItsDataCannotLandAnyMore) {
-    if (GetParam().one_sided)
+    if (GetParam().one_sided) {
         GTEST_SKIP() << "shared-memory puts complete without the target";
+    }
     std::unique_ptr<Child> child;
     PeerHandle p = start(child);
     fill_local(66);
@@ -270,8 +285,9 @@ TEST_P(MultiProcess, FailedNoteOfAnExpiredWriteWaitsUntilItsDataCannotLandAnyMor
     ASSERT_TRUE(h) << h.message();
     EXPECT_EQ(agent_->wait(*h, 5s), Status::Expired);
     const std::uint64_t sent_while_frozen = agent_->stats().notifications_sent;
-    if (Clock::now() - frozen_at > 1500ms)
+    if (Clock::now() - frozen_at > 1500ms) {
         GTEST_SKIP() << "machine too loaded: this thread ran only after the freeze had ended";
+    }
     EXPECT_EQ(sent_while_frozen, 0u) << "Failed sent while the write's data was still on the way";
     // once the target runs again the data lands, then the Failed note follows it
     EXPECT_EQ(child->cmd("WAITNOTE 2 77 10000").rfind("OK", 0), 0u);
@@ -286,8 +302,9 @@ TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
     ASSERT_EQ(child->cmd("FREEZE 30000"), "OK");
     std::vector<TransferHandle> hs;
     std::vector<std::vector<BlockId>> idlists;
-    for (BlockId i = 0; i < 8; ++i)
+    for (BlockId i = 0; i < 8; ++i) {
         idlists.push_back({i});
+    }
     for (BlockId i = 0; i < 8; ++i) {
         auto h = (i % 2) ? agent_->read_blocks(req(p, idlists[i], idlists[i], i, 30s))
                          : agent_->write_blocks(req(p, idlists[i], idlists[i], i, 30s));
@@ -298,16 +315,18 @@ TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
     child->kill_now();
     for (auto h : hs) {
         Status s = agent_->wait(h, 6s);
-        if (GetParam().one_sided)
+        if (GetParam().one_sided) {
             EXPECT_TRUE(s == Status::Ok || s == Status::PeerGone) << to_string(s);
-        else
+        } else {
             EXPECT_EQ(s, Status::PeerGone);
+        }
     }
     auto took = Clock::now() - t0;
     EXPECT_LT(took, 5s);
     auto until = Clock::now() + 5s;
-    while (agent_->peer_info(p)->alive && Clock::now() < until)
+    while (agent_->peer_info(p)->alive && Clock::now() < until) {
         std::this_thread::sleep_for(5ms);
+    }
     EXPECT_FALSE(agent_->peer_info(p)->alive);
     EXPECT_EQ(agent_->write_blocks(req(p, idlists[0], idlists[0], 9)).status(), Status::PeerGone);
     std::cout << "[pdx] " << GetParam().label << ": in-flight transfers ended "
@@ -364,8 +383,9 @@ TEST_P(MultiProcess, CompletionIsReportedOnceWithItsCountersCallbackAndNote) {
         std::lock_guard lk(mu);
         return calls.size();
     };
-    while (count() == 0 && Clock::now() < until)
+    while (count() == 0 && Clock::now() < until) {
         std::this_thread::sleep_for(2ms);
+    }
     std::this_thread::sleep_for(50ms);  // a second call would come right behind the first
     std::lock_guard lk(mu);
     ASSERT_EQ(calls.size(), 1u);
@@ -426,8 +446,9 @@ TEST_P(MultiProcess, ReportsWriteBandwidthFor1MiBBlocks) {
               << agent_->stats().post.mean_us() << " us\n";
     RecordProperty("gbps_1mib_write", std::to_string(gbps));
     std::ostringstream pairs;
-    for (std::size_t i = 0; i < src.size(); ++i)
+    for (std::size_t i = 0; i < src.size(); ++i) {
         pairs << " " << dst[i] << ":" << src[i];
+    }
     EXPECT_EQ(child->cmd("VERIFY 55" + pairs.str()), "OK");
     EXPECT_GT(gbps, 0.01);
 }
@@ -436,8 +457,9 @@ TEST_P(MultiProcess, ReportsWriteBandwidthFor1MiBBlocks) {
 // regions it has now, so a write into a region it released (after the initiator took its
 // descriptor) fails instead of landing in unmapped memory, and the target keeps serving.
 TEST_P(MultiProcess, AmWriteIntoAReleasedRegionFailsAndTheTargetSurvives) {
-    if (!GetParam().am_writes)
+    if (!GetParam().am_writes) {
         GTEST_SKIP() << "puts are not checked by the target (over tcp UCX 1.13 writes anyway)";
+    }
     std::unique_ptr<Child> child;
     PeerHandle p = start(child);
     ASSERT_EQ(child->cmd("RELEASE"), "OK");

@@ -24,9 +24,11 @@ using pdx::test::LineChannel;
 
 std::string arg(int argc, char** argv, const std::string& key, const std::string& def) {
     std::string prefix = "--" + key + "=";
-    for (int i = 1; i < argc; ++i)
-        if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0)
+    for (int i = 1; i < argc; ++i) {
+        if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
             return argv[i] + prefix.size();
+        }
+    }
     return def;
 }
 
@@ -70,20 +72,24 @@ int main(int argc, char** argv) {
 
     for (;;) {
         a.progress();
-        for (auto& n : a.drain_notifications())
+        for (auto& n : a.drain_notifications()) {
             notes.push_back(std::move(n));
+        }
         if (!ch.has_line()) {
             pollfd p[2] = {{fd, POLLIN, 0}, {a.event_fd(), POLLIN, 0}};
-            if (a.arm())
+            if (a.arm()) {
                 ::poll(p, 2, 10);
-            if (!(p[0].revents & POLLIN) && !ch.has_line())
+            }
+            if (!(p[0].revents & POLLIN) && !ch.has_line()) {
                 continue;
+            }
         }
         auto line = ch.recv(0ms);
         if (!line) {
             pollfd p{fd, POLLIN, 0};
-            if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)))
+            if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR))) {
                 return 0;  // test ended
+            }
             continue;
         }
         std::istringstream in(*line);
@@ -98,8 +104,9 @@ int main(int argc, char** argv) {
         } else if (cmd == "FILL") {
             std::uint32_t seed = 0;
             in >> seed;
-            for (std::uint32_t i = 0; i < blocks; ++i)
+            for (std::uint32_t i = 0; i < blocks; ++i) {
                 pdx::test::fill_block(a.block(*layout, i), seed, i);
+            }
             ch.send("OK");
         } else if (cmd == "VERIFY") {
             std::uint32_t seed = 0;
@@ -128,8 +135,9 @@ int main(int argc, char** argv) {
             auto until = pdx::Clock::now() + std::chrono::milliseconds(ms);
             std::string reply = "TIMEOUT";
             for (;;) {
-                for (auto& n : a.drain_notifications())
+                for (auto& n : a.drain_notifications()) {
                     notes.push_back(std::move(n));
+                }
                 auto it = std::find_if(notes.begin(), notes.end(), [&](const auto& n) {
                     return static_cast<int>(n.notification.kind) == kind &&
                            n.notification.transfer_id == xfer;
@@ -139,12 +147,14 @@ int main(int argc, char** argv) {
                     notes.erase(it);
                     break;
                 }
-                if (pdx::Clock::now() >= until)
+                if (pdx::Clock::now() >= until) {
                     break;
+                }
                 a.progress();
                 pollfd p{a.event_fd(), POLLIN, 0};
-                if (a.arm())
+                if (a.arm()) {
                     ::poll(&p, 1, 5);
+                }
             }
             ch.send(reply);
         } else if (cmd == "RELEASE") {  // unmaps the region (the descriptor sent is stale)

@@ -20,16 +20,19 @@ inline std::byte pattern_byte(std::uint32_t seed, std::uint32_t block, std::size
 }
 
 inline void fill_block(std::span<std::byte> b, std::uint32_t seed, std::uint32_t block) {
-    for (std::size_t i = 0; i < b.size(); ++i)
+    for (std::size_t i = 0; i < b.size(); ++i) {
         b[i] = pattern_byte(seed, block, i);
+    }
 }
 
 // Returns the first mismatching offset, or -1.
 inline long long check_block(std::span<const std::byte> b, std::uint32_t seed,
                              std::uint32_t block) {
-    for (std::size_t i = 0; i < b.size(); ++i)
-        if (b[i] != pattern_byte(seed, block, i))
+    for (std::size_t i = 0; i < b.size(); ++i) {
+        if (b[i] != pattern_byte(seed, block, i)) {
             return static_cast<long long>(i);
+        }
+    }
     return -1;
 }
 
@@ -48,8 +51,9 @@ inline std::string to_hex(std::span<const std::byte> b) {
 inline std::vector<std::byte> from_hex(const std::string& s) {
     auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
     std::vector<std::byte> out(s.size() / 2);
-    for (std::size_t i = 0; i < out.size(); ++i)
+    for (std::size_t i = 0; i < out.size(); ++i) {
         out[i] = std::byte(static_cast<std::uint8_t>(nib(s[2 * i]) << 4 | nib(s[2 * i + 1])));
+    }
     return out;
 }
 
@@ -63,8 +67,9 @@ public:
         std::size_t off = 0;
         while (off < m.size()) {
             ssize_t n = ::write(fd_, m.data() + off, m.size() - off);
-            if (n <= 0)
+            if (n <= 0) {
                 return false;
+            }
             off += static_cast<std::size_t>(n);
         }
         return true;
@@ -81,18 +86,21 @@ public:
             }
             auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                 until - std::chrono::steady_clock::now());
-            if (left.count() < 0)
+            if (left.count() < 0) {
                 return std::nullopt;
+            }
             pollfd p{fd_, POLLIN, 0};
             if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
-                if (std::chrono::steady_clock::now() >= until)
+                if (std::chrono::steady_clock::now() >= until) {
                     return std::nullopt;
+                }
                 continue;
             }
             char tmp[65536];
             ssize_t n = ::read(fd_, tmp, sizeof tmp);
-            if (n <= 0)
+            if (n <= 0) {
                 return std::nullopt;
+            }
             buf_.append(tmp, static_cast<std::size_t>(n));
         }
     }

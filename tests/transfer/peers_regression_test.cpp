@@ -16,8 +16,9 @@ long maps_entries() {
     std::ifstream f("/proc/self/maps");
     std::string line;
     long n = 0;
-    while (std::getline(f, line))
+    while (std::getline(f, line)) {
         ++n;
+    }
     return n;
 }
 
@@ -149,8 +150,9 @@ TEST_P(PeersRegressionTest, RemovedPeerThatGoesAwayLaterIsHarmless) {
     // Over tcp the late error shows up within a few hundred ms; writes to c go on meanwhile.
     const auto until = std::chrono::steady_clock::now() + 1500ms;
     std::uint64_t id = 2;
-    while (std::chrono::steady_clock::now() < until)
+    while (std::chrono::steady_clock::now() < until) {
         ASSERT_TRUE(write_ok(*a, pc, la, lc, id++));
+    }
     EXPECT_FALSE(a->peer_info(pb) && a->peer_info(pb)->alive);
 }
 

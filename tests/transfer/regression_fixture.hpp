@@ -53,8 +53,9 @@ protected:
         return h && from.wait(*h, 10s) == Status::Ok;
     }
     void SetUp() override {
-        if (GetParam().backend == BackendKind::Ucx && !ucx_available())
+        if (GetParam().backend == BackendKind::Ucx && !ucx_available()) {
             GTEST_SKIP() << "no UCX";
+        }
     }
 };
 

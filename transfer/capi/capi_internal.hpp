@@ -35,8 +35,9 @@ inline pdx_status_t to_c(pdx::Status s) {
 
 template <class R>
 pdx_status_t check(const R& r) {
-    if (r.ok())
+    if (r.ok()) {
         return PDX_OK;
+    }
     return fail(to_c(r.status()), r.message());
 }
 
@@ -75,10 +76,12 @@ inline int raw(const E& e) {
 }
 
 inline bool to_cpp(const pdx_notification_t* n, pdx::Notification& out) {
-    if (raw(n->kind) < PDX_NOTIFY_DONE || raw(n->kind) > PDX_NOTIFY_ABORT)
+    if (raw(n->kind) < PDX_NOTIFY_DONE || raw(n->kind) > PDX_NOTIFY_ABORT) {
         return false;
-    if (n->payload_bytes > PDX_MAX_NOTIFY_PAYLOAD || (n->payload_bytes && !n->payload))
+    }
+    if (n->payload_bytes > PDX_MAX_NOTIFY_PAYLOAD || (n->payload_bytes && !n->payload)) {
         return false;
+    }
     out.kind = static_cast<pdx::NotifyKind>(raw(n->kind));
     out.transfer_id = n->transfer_id;
     out.sequence = n->sequence;

@@ -42,9 +42,10 @@ void fill_result(const pdx::TransferResult& r, pdx_transfer_result_t* out) {
 
 // poll/wait report states; only an unknown handle is a failing call (pdx_last_error says so).
 pdx_status_t unknown_handle_fails(pdx::Status s, uint64_t handle) {
-    if (s == pdx::Status::NotFound)
+    if (s == pdx::Status::NotFound) {
         return fail(PDX_NOT_FOUND, "unknown transfer handle " + std::to_string(handle) +
                                        " (never issued, or no longer in the completed history)");
+    }
     return to_c(s);
 }
 
@@ -53,10 +54,12 @@ pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_
                       size_t count, uint64_t transfer_id, uint32_t deadline_ms,
                       const pdx_notification_t* notify, pdx_completion_fn on_complete,
                       void* user_data, uint64_t* handle) {
-    if (!a || !handle)
+    if (!a || !handle) {
         return fail(PDX_INVALID, "null agent or handle pointer");
-    if (count && (!local_ids || !remote_ids))
+    }
+    if (count && (!local_ids || !remote_ids)) {
         return fail(PDX_INVALID, "null block id array");
+    }
     return guarded([&] {
         pdx::TransferRequest req;
         req.peer = peer;
@@ -65,12 +68,14 @@ pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_
         req.remote_layout = remote_layout;
         req.remote_ids = std::span<const pdx::BlockId>(remote_ids, count);
         req.transfer_id = transfer_id;
-        if (deadline_ms)
+        if (deadline_ms) {
             req.deadline = pdx::deadline_after(ms(deadline_ms));
+        }
         if (notify) {
             pdx::Notification n;
-            if (!to_cpp(notify, n))
+            if (!to_cpp(notify, n)) {
                 return fail(PDX_INVALID, "invalid notification");
+            }
             req.notify = std::move(n);
         }
         if (on_complete) {
@@ -83,8 +88,9 @@ pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_
             };
         }
         auto r = write ? a->agent->write_blocks(req) : a->agent->read_blocks(req);
-        if (!r)
+        if (!r) {
             return check(r);
+        }
         *handle = *r;
         return PDX_OK;
     });
@@ -95,8 +101,9 @@ pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_
 extern "C" {
 
 const char* pdx_status_string(pdx_status_t status) {
-    if (status < PDX_OK || status > PDX_UNSUPPORTED)
+    if (status < PDX_OK || status > PDX_UNSUPPORTED) {
         return "unknown";
+    }
     return pdx::to_string(static_cast<pdx::Status>(status));
 }
 
@@ -109,8 +116,9 @@ int pdx_ucx_available(void) {
 }
 
 void pdx_config_init(pdx_config_t* c) {
-    if (!c)
+    if (!c) {
         return;
+    }
     const pdx::Config d;
     std::memset(c, 0, sizeof *c);
     c->backend = static_cast<pdx_backend_t>(d.backend);
@@ -126,19 +134,24 @@ void pdx_config_init(pdx_config_t* c) {
 }
 
 pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
-    if (!c || !out)
+    if (!c || !out) {
         return fail(PDX_INVALID, "null config or output pointer");
+    }
     *out = nullptr;
     const int backend = raw(c->backend), progress = raw(c->progress), mode = raw(c->error_mode);
-    if (backend != PDX_BACKEND_UCX && backend != PDX_BACKEND_LOOPBACK)
+    if (backend != PDX_BACKEND_UCX && backend != PDX_BACKEND_LOOPBACK) {
         return fail(PDX_INVALID, "unknown backend");
-    if (progress != PDX_PROGRESS_THREAD && progress != PDX_PROGRESS_EVENTFD)
+    }
+    if (progress != PDX_PROGRESS_THREAD && progress != PDX_PROGRESS_EVENTFD) {
         return fail(PDX_INVALID, "unknown progress mode");
-    if (mode < PDX_ERROR_MODE_AUTO || mode > PDX_ERROR_MODE_NONE)
+    }
+    if (mode < PDX_ERROR_MODE_AUTO || mode > PDX_ERROR_MODE_NONE) {
         return fail(PDX_INVALID, "unknown error mode");
+    }
     const int wp = raw(c->write_protocol);
-    if (wp < PDX_WRITE_PROTOCOL_AUTO || wp > PDX_WRITE_PROTOCOL_AM)
+    if (wp < PDX_WRITE_PROTOCOL_AUTO || wp > PDX_WRITE_PROTOCOL_AM) {
         return fail(PDX_INVALID, "unknown write protocol");
+    }
     return guarded([&] {
         pdx::Config cfg;
         cfg.name = c->name ? c->name : "";
@@ -156,8 +169,9 @@ pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
         cfg.max_blocks_per_transfer = c->max_blocks_per_transfer;
         cfg.completed_history = static_cast<std::size_t>(c->completed_history);
         auto r = pdx::Agent::create(cfg);
-        if (!r)
+        if (!r) {
             return check(r);
+        }
         auto* a = new pdx_agent;
         a->agent = std::move(*r);
         *out = a;
@@ -177,107 +191,128 @@ uint64_t pdx_agent_instance(const pdx_agent_t* a) {
 }
 
 pdx_status_t pdx_allocate_region(pdx_agent_t* a, size_t bytes, uint32_t* region) {
-    if (!a || !region)
+    if (!a || !region) {
         return fail(PDX_INVALID, "null agent or region pointer");
+    }
     return guarded([&] {
         auto r = a->agent->allocate_region(bytes);
-        if (r)
+        if (r) {
             *region = *r;
+        }
         return check(r);
     });
 }
 
 pdx_status_t pdx_register_region(pdx_agent_t* a, void* data, size_t bytes, uint32_t* region) {
-    if (!a || !region)
+    if (!a || !region) {
         return fail(PDX_INVALID, "null agent or region pointer");
+    }
     return guarded([&] {
         auto r = a->agent->register_region(data, bytes);
-        if (r)
+        if (r) {
             *region = *r;
+        }
         return check(r);
     });
 }
 
 pdx_status_t pdx_release_region(pdx_agent_t* a, uint32_t region) {
-    if (!a)
+    if (!a) {
         return fail(PDX_INVALID, "null agent");
+    }
     return guarded([&] { return check(a->agent->release_region(region)); });
 }
 
 void* pdx_region_memory(pdx_agent_t* a, uint32_t region, size_t* bytes) {
-    if (bytes)
+    if (bytes) {
         *bytes = 0;
-    if (!a)
+    }
+    if (!a) {
         return nullptr;
+    }
     auto s = a->agent->region_memory(region);
-    if (bytes)
+    if (bytes) {
         *bytes = s.size();
+    }
     return s.empty() ? nullptr : s.data();
 }
 
 pdx_status_t pdx_add_layout(pdx_agent_t* a, const pdx_layout_t* l, uint32_t* layout_id) {
-    if (!a || !l || !layout_id)
+    if (!a || !l || !layout_id) {
         return fail(PDX_INVALID, "null agent, layout or id pointer");
+    }
     return guarded([&] {
         pdx::Layout layout{l->region, l->offset, l->block_bytes, l->stride, l->count};
         auto r = a->agent->add_layout(layout);
-        if (r)
+        if (r) {
             *layout_id = *r;
+        }
         return check(r);
     });
 }
 
 void* pdx_block(pdx_agent_t* a, uint32_t layout, uint32_t id, size_t* bytes) {
-    if (bytes)
+    if (bytes) {
         *bytes = 0;
-    if (!a)
+    }
+    if (!a) {
         return nullptr;
+    }
     auto s = a->agent->block(layout, id);
-    if (bytes)
+    if (bytes) {
         *bytes = s.size();
+    }
     return s.empty() ? nullptr : s.data();
 }
 
 pdx_status_t pdx_descriptor(pdx_agent_t* a, void* buf, size_t capacity, size_t* size) {
-    if (!a || !size)
+    if (!a || !size) {
         return fail(PDX_INVALID, "null agent or size pointer");
+    }
     return guarded([&] {
         auto blob = a->agent->descriptor();
         *size = blob.size();
-        if (!buf)
+        if (!buf) {
             return PDX_OK;
-        if (capacity < blob.size())
+        }
+        if (capacity < blob.size()) {
             return fail(PDX_INVALID, "descriptor buffer too small: need " +
                                          std::to_string(blob.size()) + " bytes");
+        }
         std::memcpy(buf, blob.data(), blob.size());
         return PDX_OK;
     });
 }
 
 pdx_status_t pdx_add_peer(pdx_agent_t* a, const void* blob, size_t size, uint64_t* peer) {
-    if (!a || !peer || (size && !blob))
+    if (!a || !peer || (size && !blob)) {
         return fail(PDX_INVALID, "null agent, blob or peer");
+    }
     return guarded([&] {
         auto r = a->agent->add_peer(std::span(static_cast<const std::byte*>(blob), size));
-        if (r)
+        if (r) {
             *peer = *r;
+        }
         return check(r);
     });
 }
 
 pdx_status_t pdx_remove_peer(pdx_agent_t* a, uint64_t peer) {
-    if (!a)
+    if (!a) {
         return fail(PDX_INVALID, "null agent");
+    }
     return guarded([&] { return check(a->agent->remove_peer(peer)); });
 }
 
 pdx_status_t pdx_peer_info(pdx_agent_t* a, uint64_t peer, pdx_peer_info_t* info) {
-    if (!a || !info)
+    if (!a || !info) {
         return fail(PDX_INVALID, "null agent or info pointer");
+    }
     return guarded([&] {
         auto r = a->agent->peer_info(peer);
-        if (!r)
+        if (!r) {
             return check(r);
+        }
         info->handle = r->handle;
         copy_str(info->name, sizeof info->name, r->name);
         info->instance = r->instance;
@@ -328,31 +363,36 @@ pdx_status_t pdx_read_blocks_cb(pdx_agent_t* a, uint64_t peer, uint32_t local_la
 }
 
 pdx_status_t pdx_poll(pdx_agent_t* a, uint64_t handle) {
-    if (!a)
+    if (!a) {
         return fail(PDX_INVALID, "null agent");
+    }
     return guarded([&] { return unknown_handle_fails(a->agent->poll(handle), handle); });
 }
 
 pdx_status_t pdx_wait(pdx_agent_t* a, uint64_t handle, uint32_t timeout_ms) {
-    if (!a)
+    if (!a) {
         return fail(PDX_INVALID, "null agent");
+    }
     return guarded(
         [&] { return unknown_handle_fails(a->agent->wait(handle, ms(timeout_ms)), handle); });
 }
 
 pdx_status_t pdx_cancel(pdx_agent_t* a, uint64_t handle) {
-    if (!a)
+    if (!a) {
         return fail(PDX_INVALID, "null agent");
+    }
     return guarded([&] { return check(a->agent->cancel(handle)); });
 }
 
 pdx_status_t pdx_result(pdx_agent_t* a, uint64_t handle, pdx_transfer_result_t* out) {
-    if (!a || !out)
+    if (!a || !out) {
         return fail(PDX_INVALID, "null agent or result pointer");
+    }
     return guarded([&] {
         auto r = a->agent->result(handle);
-        if (!r)
+        if (!r) {
             return check(r);
+        }
         fill_result(*r, out);
         return PDX_OK;
     });

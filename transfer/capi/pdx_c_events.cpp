@@ -33,23 +33,27 @@ void to_c(const pdx::LatencyStat& l, pdx_latency_t& out) {
 extern "C" {
 
 pdx_status_t pdx_notify(pdx_agent_t* a, uint64_t peer, const pdx_notification_t* n) {
-    if (!a || !n)
+    if (!a || !n) {
         return fail(PDX_INVALID, "null agent or notification");
+    }
     return guarded([&] {
         pdx::Notification cpp;
-        if (!to_cpp(n, cpp))
+        if (!to_cpp(n, cpp)) {
             return fail(PDX_INVALID, "invalid notification");
+        }
         return check(a->agent->notify(peer, cpp));
     });
 }
 
 size_t pdx_drain_notifications(pdx_agent_t* a, pdx_received_notification_t* out, size_t max) {
-    if (!a || (!out && max))
+    if (!a || (!out && max)) {
         return 0;
+    }
     try {
         std::lock_guard lock(a->mu);
-        for (auto& n : a->agent->drain_notifications())
+        for (auto& n : a->agent->drain_notifications()) {
             a->notifications.push_back(std::move(n));
+        }
         std::size_t k = 0;
         for (; k < max && !a->notifications.empty(); ++k) {
             to_c(a->notifications.front(), out[k]);
@@ -64,8 +68,9 @@ size_t pdx_drain_notifications(pdx_agent_t* a, pdx_received_notification_t* out,
 
 pdx_status_t pdx_lease(pdx_agent_t* a, uint64_t transfer_id, uint32_t layout, const uint32_t* ids,
                        size_t count, uint32_t ttl_ms) {
-    if (!a || (count && !ids))
+    if (!a || (count && !ids)) {
         return fail(PDX_INVALID, "null agent or id array");
+    }
     return guarded([&] {
         return check(a->agent->lease(transfer_id, layout, std::span<const pdx::BlockId>(ids, count),
                                      ms(ttl_ms)));
@@ -73,14 +78,16 @@ pdx_status_t pdx_lease(pdx_agent_t* a, uint64_t transfer_id, uint32_t layout, co
 }
 
 pdx_status_t pdx_renew(pdx_agent_t* a, uint64_t transfer_id, uint32_t ttl_ms) {
-    if (!a)
+    if (!a) {
         return fail(PDX_INVALID, "null agent");
+    }
     return guarded([&] { return check(a->agent->renew(transfer_id, ms(ttl_ms))); });
 }
 
 size_t pdx_renew_many(pdx_agent_t* a, const uint64_t* ids, size_t count, uint32_t ttl_ms) {
-    if (!a || (count && !ids))
+    if (!a || (count && !ids)) {
         return 0;
+    }
     try {
         return a->agent->renew(std::span<const std::uint64_t>(ids, count), ms(ttl_ms));
     } catch (...) {
@@ -90,8 +97,9 @@ size_t pdx_renew_many(pdx_agent_t* a, const uint64_t* ids, size_t count, uint32_
 }
 
 pdx_status_t pdx_release(pdx_agent_t* a, uint64_t transfer_id) {
-    if (!a)
+    if (!a) {
         return fail(PDX_INVALID, "null agent");
+    }
     return guarded([&] { return check(a->agent->release(transfer_id)); });
 }
 
@@ -100,12 +108,14 @@ int pdx_is_leased(pdx_agent_t* a, uint32_t layout, uint32_t id) {
 }
 
 size_t pdx_expire_leases(pdx_agent_t* a, uint64_t* out, size_t max) {
-    if (!a || (!out && max))
+    if (!a || (!out && max)) {
         return 0;
+    }
     try {
         std::lock_guard lock(a->mu);
-        for (auto id : a->agent->expire_leases())
+        for (auto id : a->agent->expire_leases()) {
             a->expired.push_back(id);
+        }
         std::size_t k = 0;
         for (; k < max && !a->expired.empty(); ++k) {
             out[k] = a->expired.front();
@@ -123,8 +133,9 @@ int pdx_event_fd(pdx_agent_t* a) {
 }
 
 size_t pdx_progress(pdx_agent_t* a) {
-    if (!a)
+    if (!a) {
         return 0;
+    }
     try {
         return a->agent->progress();
     } catch (...) {
@@ -134,8 +145,9 @@ size_t pdx_progress(pdx_agent_t* a) {
 }
 
 int pdx_arm(pdx_agent_t* a) {
-    if (!a)
+    if (!a) {
         return -1;
+    }
     try {
         return a->agent->arm() ? 1 : 0;
     } catch (...) {
@@ -144,8 +156,9 @@ int pdx_arm(pdx_agent_t* a) {
 }
 
 pdx_status_t pdx_stats(pdx_agent_t* a, pdx_stats_t* out) {
-    if (!a || !out)
+    if (!a || !out) {
         return fail(PDX_INVALID, "null agent or stats pointer");
+    }
     return guarded([&] {
         pdx::Stats s = a->agent->stats();
         out->bytes_written = s.bytes_written;

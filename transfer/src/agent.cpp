@@ -27,8 +27,9 @@ std::string default_host_id() {
 std::uint64_t random_nonce() {
     std::random_device rd;
     std::uint64_t v = 0;
-    while (v == 0)
+    while (v == 0) {
         v = (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid()) << 16;
+    }
     return v;
 }
 
@@ -62,8 +63,9 @@ const char* to_string(Status s) noexcept {
 
 Result<DescriptorSummary> inspect_descriptor(std::span<const std::byte> blob) {
     auto d = detail::decode_descriptor(blob);
-    if (!d)
+    if (!d) {
         return {d.status(), d.message()};
+    }
     DescriptorSummary s;
     s.name = d->name;
     s.instance = d->instance;
@@ -84,20 +86,26 @@ Agent::Impl::Impl(const Config& config)
     // Durations are compared with Clock (ns) differences: bound them well inside its range.
     constexpr auto kLongest =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours(24 * 365 * 100));
-    if (cfg_.heartbeat_interval.count() <= 0)
+    if (cfg_.heartbeat_interval.count() <= 0) {
         cfg_.heartbeat_interval = std::chrono::milliseconds(1000);
+    }
     cfg_.heartbeat_interval = std::min(cfg_.heartbeat_interval, kLongest / 3);
-    if (cfg_.peer_timeout <= cfg_.heartbeat_interval)
+    if (cfg_.peer_timeout <= cfg_.heartbeat_interval) {
         cfg_.peer_timeout = 3 * cfg_.heartbeat_interval;
+    }
     cfg_.peer_timeout = std::min(cfg_.peer_timeout, kLongest);
-    if (cfg_.default_deadline.count() <= 0)
+    if (cfg_.default_deadline.count() <= 0) {
         cfg_.default_deadline = Config{}.default_deadline;  // documented: 30 s
-    if (cfg_.max_transfer_bytes == 0)
+    }
+    if (cfg_.max_transfer_bytes == 0) {
         cfg_.max_transfer_bytes = Config{}.max_transfer_bytes;
-    if (cfg_.max_blocks_per_transfer == 0)
+    }
+    if (cfg_.max_blocks_per_transfer == 0) {
         cfg_.max_blocks_per_transfer = Config{}.max_blocks_per_transfer;
-    if (cfg_.completed_history == 0)
+    }
+    if (cfg_.completed_history == 0) {
         cfg_.completed_history = 1;  // as history_ counts it
+    }
     // No more slots than results kept: a slot never outlives its history entry unnoticed.
     const std::uint64_t slots = std::bit_floor(
         std::min<std::uint64_t>(kMaxDoneSlots, std::max<std::uint64_t>(1, history_.capacity())));
@@ -112,13 +120,15 @@ Result<void> Agent::Impl::start() {
     } else {
         std::string err;
         backend_ = detail::make_ucx_backend(o, *this, err);
-        if (!backend_)
+        if (!backend_) {
             return {ucx_available() ? Status::Failed : Status::Unsupported, err};
+        }
     }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (wake_fd_ < 0 || epoll_fd_ < 0)
+    if (wake_fd_ < 0 || epoll_fd_ < 0) {
         return {Status::Failed, "eventfd/epoll failed"};
+    }
     auto add = [&](int fd) {
         epoll_event ev{};
         ev.events = EPOLLIN;
@@ -126,8 +136,9 @@ Result<void> Agent::Impl::start() {
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
     };
     add(wake_fd_);
-    if (backend_->event_fd() >= 0)
+    if (backend_->event_fd() >= 0) {
         add(backend_->event_fd());
+    }
     next_heartbeat_ = deadline_after(cfg_.heartbeat_interval);
     if (cfg_.progress == ProgressMode::EventFd) {
         sleeping_ = true;  // a caller may wait on the fd before its first arm()
@@ -146,19 +157,26 @@ Result<void> Agent::Impl::start() {
 Agent::Impl::~Impl() {
     stop_ = true;
     wake();
-    if (thread_.joinable())
+    if (thread_.joinable()) {
         thread_.join();
+    }
     std::lock_guard lk(mu_);
-    for (auto& [h, p] : peers_)
-        if (p.conn)
+    for (auto& [h, p] : peers_) {
+        if (p.conn) {
             backend_->disconnect(p.conn);
-    for (auto& r : regions_)
-        if (r.live)
+        }
+    }
+    for (auto& r : regions_) {
+        if (r.live) {
             backend_->release(r.mem);
+        }
+    }
     backend_.reset();
-    for (int fd : {wake_fd_, timer_fd_, epoll_fd_})
-        if (fd >= 0)
+    for (int fd : {wake_fd_, timer_fd_, epoll_fd_}) {
+        if (fd >= 0) {
             ::close(fd);
+        }
+    }
 }
 
 // ---- Agent façade ------------------------------------------------------------------------
@@ -166,8 +184,9 @@ Agent::Impl::~Impl() {
 Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
     auto impl = std::make_unique<Impl>(config);
     auto r = impl->start();
-    if (!r)
+    if (!r) {
         return {r.status(), r.message()};
+    }
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
@@ -186,43 +205,50 @@ const Config& Agent::config() const {
 // ---- memory ------------------------------------------------------------------------------
 
 Result<RegionId> Agent::Impl::add_region(Result<detail::LocalRegion> r) {
-    if (!r)
+    if (!r) {
         return {r.status(), r.message()};
+    }
     regions_.push_back(Region{std::move(*r), true, 0});
     return static_cast<RegionId>(regions_.size() - 1);
 }
 
 Result<RegionId> Agent::allocate_region(std::size_t bytes) {
-    if (bytes == 0)
+    if (bytes == 0) {
         return {Status::Invalid, "allocate_region: zero bytes"};
+    }
     // A new region is zero-filled, which commits every page: a size beyond the machine's memory
     // would end in the OOM killer rather than in an error (UCX may map such a size lazily, and
     // over posix shm the file it fills outlives a killed process).
     const long pages = ::sysconf(_SC_PHYS_PAGES);
     const long page = ::sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && bytes / std::size_t(page) >= std::size_t(pages))
+    if (pages > 0 && page > 0 && bytes / std::size_t(page) >= std::size_t(pages)) {
         return {Status::Invalid, "allocate_region: " + std::to_string(bytes) +
                                      " bytes is more than this machine's memory"};
+    }
     std::lock_guard lk(impl_->mu_);
     return impl_->add_region(impl_->backend_->allocate(bytes));
 }
 
 Result<RegionId> Agent::register_region(void* data, std::size_t bytes) {
-    if (!data || bytes == 0)
+    if (!data || bytes == 0) {
         return {Status::Invalid, "register_region: null or empty memory"};
+    }
     std::lock_guard lk(impl_->mu_);
     return impl_->add_region(impl_->backend_->register_memory(data, bytes));
 }
 
 Result<void> Agent::release_region(RegionId region) {
     std::lock_guard lk(impl_->mu_);
-    if (region >= impl_->regions_.size() || !impl_->regions_[region].live)
+    if (region >= impl_->regions_.size() || !impl_->regions_[region].live) {
         return {Status::NotFound, "unknown region " + std::to_string(region)};
+    }
     auto& r = impl_->regions_[region];
-    if (impl_->leases_.region_leases(region) > 0)
+    if (impl_->leases_.region_leases(region) > 0) {
         return {Status::Busy, "region " + std::to_string(region) + " has leased blocks"};
-    if (r.ops > 0)
+    }
+    if (r.ops > 0) {
         return {Status::Busy, "region " + std::to_string(region) + " has transfers in flight"};
+    }
     impl_->backend_->release(r.mem);
     r.live = false;
     return {};
@@ -230,34 +256,40 @@ Result<void> Agent::release_region(RegionId region) {
 
 std::span<std::byte> Agent::region_memory(RegionId region) const {
     std::lock_guard lk(impl_->mu_);
-    if (region >= impl_->regions_.size() || !impl_->regions_[region].live)
+    if (region >= impl_->regions_.size() || !impl_->regions_[region].live) {
         return {};
+    }
     auto& m = impl_->regions_[region].mem;
     return {m.base, m.size};
 }
 
 Result<LayoutId> Agent::add_layout(const Layout& layout) {
     std::lock_guard lk(impl_->mu_);
-    if (layout.region >= impl_->regions_.size() || !impl_->regions_[layout.region].live)
+    if (layout.region >= impl_->regions_.size() || !impl_->regions_[layout.region].live) {
         return {Status::NotFound, "add_layout: unknown region " + std::to_string(layout.region)};
+    }
     Layout l = layout;
-    if (l.stride == 0)
+    if (l.stride == 0) {
         l.stride = l.block_bytes;
-    if (!detail::layout_fits(l, impl_->regions_[l.region].mem.size))
+    }
+    if (!detail::layout_fits(l, impl_->regions_[l.region].mem.size)) {
         return {Status::Invalid,
                 "add_layout: layout does not fit its region (or has zero blocks, "
                 "zero block bytes, or stride < block bytes)"};
+    }
     impl_->layouts_.push_back(l);
     return static_cast<LayoutId>(impl_->layouts_.size() - 1);
 }
 
 std::span<std::byte> Agent::block(LayoutId layout, BlockId id) const {
     std::lock_guard lk(impl_->mu_);
-    if (layout >= impl_->layouts_.size())
+    if (layout >= impl_->layouts_.size()) {
         return {};
+    }
     const Layout& l = impl_->layouts_[layout];
-    if (id >= l.count || !impl_->regions_[l.region].live)
+    if (id >= l.count || !impl_->regions_[l.region].live) {
         return {};
+    }
     return {impl_->regions_[l.region].mem.base + l.offset + std::uint64_t(id) * l.stride,
             l.block_bytes};
 }
@@ -267,37 +299,47 @@ std::span<std::byte> Agent::block(LayoutId layout, BlockId id) const {
 Result<void> Agent::lease(std::uint64_t transfer_id, LayoutId layout, std::span<const BlockId> ids,
                           std::chrono::milliseconds ttl) {
     std::lock_guard lk(impl_->mu_);
-    if (layout >= impl_->layouts_.size())
+    if (layout >= impl_->layouts_.size()) {
         return {Status::NotFound, "lease: unknown layout"};
-    if (ids.empty())
+    }
+    if (ids.empty()) {
         return {Status::Invalid, "lease: no block ids"};
-    if (ttl.count() <= 0)
+    }
+    if (ttl.count() <= 0) {
         return {Status::Invalid, "lease: ttl must be positive"};
+    }
     const Layout& l = impl_->layouts_[layout];
-    if (!impl_->regions_[l.region].live)
+    if (!impl_->regions_[l.region].live) {
         return {Status::Invalid, "lease: the layout's region was released"};
-    for (BlockId id : ids)
-        if (id >= l.count)
+    }
+    for (BlockId id : ids) {
+        if (id >= l.count) {
             return {Status::Invalid, "lease: block " + std::to_string(id) + " out of range"};
-    if (auto* existing = impl_->leases_.find(transfer_id); existing && existing->layout != layout)
+        }
+    }
+    if (auto* existing = impl_->leases_.find(transfer_id); existing && existing->layout != layout) {
         return {Status::Invalid, "lease: transfer id already leases another layout"};
+    }
     impl_->leases_.lease(transfer_id, layout, l.region, ids, deadline_after(ttl));
     impl_->stats_.leases_active = impl_->leases_.size();
     return {};
 }
 
 Result<void> Agent::renew(std::uint64_t transfer_id, std::chrono::milliseconds ttl) {
-    if (ttl.count() <= 0)
+    if (ttl.count() <= 0) {
         return {Status::Invalid, "renew: ttl must be positive"};
+    }
     std::lock_guard lk(impl_->mu_);
-    if (!impl_->leases_.renew(transfer_id, deadline_after(ttl)))
+    if (!impl_->leases_.renew(transfer_id, deadline_after(ttl))) {
         return {Status::NotFound, "renew: no lease for transfer " + std::to_string(transfer_id)};
+    }
     return {};
 }
 
 std::size_t Agent::renew(std::span<const std::uint64_t> ids, std::chrono::milliseconds ttl) {
-    if (ttl.count() <= 0)
+    if (ttl.count() <= 0) {
         return 0;  // like renew(id, ttl): a ttl <= 0 renews nothing
+    }
     std::lock_guard lk(impl_->mu_);
     // Each lease counts once, however often its id is listed.
     std::vector<std::uint64_t> distinct(ids.begin(), ids.end());
@@ -305,15 +347,17 @@ std::size_t Agent::renew(std::span<const std::uint64_t> ids, std::chrono::millis
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
     std::size_t n = 0;
     const auto until = deadline_after(ttl);
-    for (auto id : distinct)
+    for (auto id : distinct) {
         n += impl_->leases_.renew(id, until) ? 1 : 0;
+    }
     return n;
 }
 
 Result<void> Agent::release(std::uint64_t transfer_id) {
     std::lock_guard lk(impl_->mu_);
-    if (!impl_->leases_.release(transfer_id))
+    if (!impl_->leases_.release(transfer_id)) {
         return {Status::NotFound, "release: no lease for transfer " + std::to_string(transfer_id)};
+    }
     impl_->stats_.leases_active = impl_->leases_.size();
     return {};
 }

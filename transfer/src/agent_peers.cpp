@@ -7,13 +7,17 @@ namespace pdx {
 namespace {
 
 bool mentions_shm(const std::string& tls) {
-    if (tls.empty() || tls == "all")
+    if (tls.empty() || tls == "all") {
         return true;
-    if (tls[0] == '^')
+    }
+    if (tls[0] == '^') {
         return true;  // deny list: shm stays possible
-    for (const char* t : {"posix", "sysv", "sm", "shm", "mm", "cma", "knem", "xpmem"})
-        if (tls.find(t) != std::string::npos)
+    }
+    for (const char* t : {"posix", "sysv", "sm", "shm", "mm", "cma", "knem", "xpmem"}) {
+        if (tls.find(t) != std::string::npos) {
             return true;
+        }
+    }
     return false;
 }
 
@@ -44,14 +48,18 @@ std::vector<std::byte> Agent::descriptor() const {
 }
 
 bool Agent::Impl::decide_peer_error_mode(bool same_host) const {
-    if (cfg_.backend == BackendKind::Loopback)
+    if (cfg_.backend == BackendKind::Loopback) {
         return false;
-    if (cfg_.error_mode == ErrorMode::Peer)
+    }
+    if (cfg_.error_mode == ErrorMode::Peer) {
         return true;
-    if (cfg_.error_mode == ErrorMode::None)
+    }
+    if (cfg_.error_mode == ErrorMode::None) {
         return false;
-    if (!same_host)
+    }
+    if (!same_host) {
         return true;
+    }
     std::string tls = cfg_.transports;
     if (tls.empty()) {
         const char* env = std::getenv("UCX_TLS");
@@ -72,53 +80,61 @@ PeerInfo Agent::Impl::info(const Peer& p) const {
     i.peer_error_mode = p.peer_error_mode;
     i.am_writes = p.conn != 0 && backend_->am_writes(p.conn);
     i.layouts = static_cast<std::uint32_t>(p.desc.layouts.size());
-    if (p.heard)
+    if (p.heard) {
         i.ms_since_heard =
             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.last_heard)
                 .count();
+    }
     return i;
 }
 
 Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     auto d = detail::decode_descriptor(blob);
-    if (!d)
+    if (!d) {
         return {d.status(), d.message()};
+    }
     auto& im = *impl_;
     std::unique_lock lk(im.mu_);
-    if (d->backend != im.cfg_.backend)
+    if (d->backend != im.cfg_.backend) {
         return {Status::Invalid, "add_peer: backend kind differs"};
-    if (d->instance == im.instance_)
+    }
+    if (d->instance == im.instance_) {
         return {Status::Invalid, "add_peer: own descriptor"};
+    }
     auto known = im.by_instance_.find(d->instance);
     if (known != im.by_instance_.end()) {
         Impl::Peer& p = im.peers_.at(known->second);
         if (p.state == Impl::PeerState::Alive) {
             auto u = im.backend_->update_regions(p.conn, d->regions);
-            if (!u)
+            if (!u) {
                 return {u.status(), u.message()};
+            }
             p.desc = std::move(*d);
             return p.handle;
         }
     }
     // A late copy of a descriptor whose instance a newer generation already replaced must not
     // come back to life (it would retire the live generation in turn).
-    if (im.superseded_.count(d->instance))
+    if (im.superseded_.count(d->instance)) {
         return {Status::Invalid, "add_peer: instance " + std::to_string(d->instance) + " of '" +
                                      d->name +
                                      "' was replaced by a newer generation (stale descriptor)"};
+    }
     const bool named = !d->name.empty();  // only named peers have generations (see Config::name)
     Impl::Peer p;
     p.same_host = d->host_id == im.host_id_;
     p.peer_error_mode = im.decide_peer_error_mode(p.same_host);
     detail::ConnectParams cp{d->address, &d->regions, p.peer_error_mode};
     auto conn = im.backend_->connect(cp);
-    if (!conn)  // the previous generation (if any) stays as it was
+    if (!conn) {  // the previous generation (if any) stays as it was
         return {conn.status(), conn.message()};
+    }
     if (named) {
         // The connection exists: only now is the previous generation (if any) retired.
         auto& rec = im.names_[d->name];
-        if (rec.generations > 0 && rec.instance != d->instance)
+        if (rec.generations > 0 && rec.instance != d->instance) {
             im.superseded_.insert(rec.instance);
+        }
         rec.instance = d->instance;
         auto prev = im.by_name_.find(d->name);
         if (prev != im.by_name_.end()) {
@@ -126,11 +142,12 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
             if (it != im.peers_.end()) {
                 // Alive: another instance (the same one alive was refreshed above). Otherwise
                 // gone already (maybe this very instance, re-added after a timeout).
-                if (it->second.state == Impl::PeerState::Alive)
+                if (it->second.state == Impl::PeerState::Alive) {
                     im.peer_gone(it->second, Impl::PeerState::Replaced,
                                  "replaced by a new generation of '" + d->name + "'");
-                else
+                } else {
                     it->second.state = Impl::PeerState::Replaced;
+                }
                 // Kept only to answer its stale handle: its descriptor (worker address, packed
                 // keys, layouts) is dead weight once a newer generation took over.
                 it->second.desc = {};
@@ -148,8 +165,9 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     PeerHandle h = p.handle;
     im.by_conn_[p.conn] = h;
     im.by_instance_[p.instance] = h;
-    if (named)
+    if (named) {
         im.by_name_[p.name] = h;
+    }
     auto& stored = im.peers_.emplace(h, std::move(p)).first->second;
     ++im.stats_.peers;
     Notification hb;
@@ -165,16 +183,20 @@ Result<void> Agent::remove_peer(PeerHandle peer) {
     {
         std::lock_guard lk(im.mu_);
         auto it = im.peers_.find(peer);
-        if (it == im.peers_.end())
+        if (it == im.peers_.end()) {
             return {Status::NotFound, "unknown peer handle"};
-        if (it->second.state == Impl::PeerState::Replaced)  // kept only to answer stale calls
+        }
+        if (it->second.state == Impl::PeerState::Replaced) {  // kept only to answer stale calls
             return {Status::NotFound, "stale peer handle " + std::to_string(peer) +
                                           " (replaced by a newer generation)"};
+        }
         im.peer_gone(it->second, Impl::PeerState::Replaced, "peer removed");
-        if (im.by_name_.count(it->second.name) && im.by_name_[it->second.name] == peer)
+        if (im.by_name_.count(it->second.name) && im.by_name_[it->second.name] == peer) {
             im.by_name_.erase(it->second.name);
-        if (im.last_peer_handle_ == peer)
+        }
+        if (im.last_peer_handle_ == peer) {
             im.last_peer_ = nullptr;
+        }
         im.peers_.erase(it);
     }
     im.wake();
@@ -184,16 +206,18 @@ Result<void> Agent::remove_peer(PeerHandle peer) {
 Result<PeerInfo> Agent::peer_info(PeerHandle peer) const {
     std::lock_guard lk(impl_->mu_);
     auto it = impl_->peers_.find(peer);
-    if (it == impl_->peers_.end())
+    if (it == impl_->peers_.end()) {
         return {Status::NotFound, "unknown peer handle"};
+    }
     return impl_->info(it->second);
 }
 
 std::vector<PeerInfo> Agent::peers() const {
     std::lock_guard lk(impl_->mu_);
     std::vector<PeerInfo> out;
-    for (auto& [h, p] : impl_->peers_)
+    for (auto& [h, p] : impl_->peers_) {
         out.push_back(impl_->info(p));
+    }
     return out;
 }
 

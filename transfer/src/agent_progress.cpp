@@ -23,8 +23,9 @@ bool Agent::Impl::pump_locked() {
             continue;
         }
         Xfer& x = it->second;
-        if (!is_terminal(x.res.status) && Clock::now() >= x.deadline)
+        if (!is_terminal(x.res.status) && Clock::now() >= x.deadline) {
             finish(h, x, Status::Expired, "deadline passed");  // post nothing for it
+        }
         if (is_terminal(x.res.status) || x.op_status != Status::Ok || x.next >= x.queued.size()) {
             post_queue_.pop_front();  // canceled/expired/failed: post nothing more
             x.queued = {};
@@ -35,8 +36,9 @@ bool Agent::Impl::pump_locked() {
         std::size_t n = 0;
         std::uint64_t bytes = 0;
         while (x.next + n < x.queued.size() && n < kChunkSegments &&
-               (n == 0 || bytes + x.queued[x.next + n].bytes <= kChunkBytes))
+               (n == 0 || bytes + x.queued[x.next + n].bytes <= kChunkBytes)) {
             bytes += x.queued[x.next + n++].bytes;
+        }
         std::span<const detail::Segment> chunk(x.queued.data() + x.next, n);
         auto st = backend_->post(x.conn, x.res.direction, regions_[x.region].mem, x.remote_region,
                                  chunk, h, nullptr);
@@ -65,14 +67,16 @@ bool Agent::Impl::pump_locked() {
 
 void Agent::Impl::settle(std::unordered_map<TransferHandle, Xfer>::iterator it) {
     Xfer& x = it->second;
-    if (x.ops > 0 || x.next < x.queued.size())
+    if (x.ops > 0 || x.next < x.queued.size()) {
         return;
+    }
     drop_backend_op(x);
     finish(it->first, x, x.op_status, std::move(x.op_message));
     if (x.failed_note_due) {  // every posted chunk has completed: nothing more can land
         auto pit = peers_.find(x.res.peer);
-        if (pit != peers_.end() && pit->second.state == PeerState::Alive)
+        if (pit != peers_.end() && pit->second.state == PeerState::Alive) {
             send_failed_locked(pit->second, x);
+        }
     }
     xfers_.erase(it);
 }
@@ -80,18 +84,23 @@ void Agent::Impl::settle(std::unordered_map<TransferHandle, Xfer>::iterator it) 
 // ---- progress ----------------------------------------------------------------------------
 
 void Agent::Impl::tick_locked(Clock::time_point now) {
-    for (auto& [h, x] : xfers_)
-        if (!is_terminal(x.res.status) && now >= x.deadline)
+    for (auto& [h, x] : xfers_) {
+        if (!is_terminal(x.res.status) && now >= x.deadline) {
             finish(h, x, Status::Expired, "deadline passed");
-    for (auto it = xfers_.begin(); it != xfers_.end();)
+        }
+    }
+    for (auto it = xfers_.begin(); it != xfers_.end();) {
         it = (is_terminal(it->second.res.status) && !it->second.backend_pending) ? xfers_.erase(it)
                                                                                  : std::next(it);
+    }
     bool beat = now >= next_heartbeat_;
-    if (beat)
+    if (beat) {
         next_heartbeat_ = deadline_after(cfg_.heartbeat_interval, now);
+    }
     for (auto& [h, p] : peers_) {
-        if (p.state != PeerState::Alive)
+        if (p.state != PeerState::Alive) {
             continue;
+        }
         if (p.heard && now - p.last_heard > cfg_.peer_timeout) {
             peer_gone(p, PeerState::Gone,
                       "no heartbeat for " +
@@ -124,12 +133,14 @@ std::size_t Agent::Impl::progress() {
     // is progressed below with everything else (each UCX progress call over tcp is a syscall).
     for (int i = 0; i < kChunksPerProgress; ++i) {
         std::lock_guard lk(mu_);
-        if (post_queue_.empty())
+        if (post_queue_.empty()) {
             break;
+        }
         bool more = pump_locked();
         ++n;
-        if (!more)
+        if (!more) {
             break;
+        }
         n += backend_->progress();
     }
     {
@@ -166,13 +177,15 @@ void Agent::Impl::run_callbacks() {
     // another agent's callback, a runner of another thread is not waited for either (that
     // would be a lock-order inversion between two agents' runners): the callbacks stay queued.
     thread_local std::vector<const Impl*> running;
-    if (std::find(running.begin(), running.end(), this) != running.end())
+    if (std::find(running.begin(), running.end(), this) != running.end()) {
         return;
+    }
     std::unique_lock run(callback_mu_, std::defer_lock);
-    if (running.empty())
+    if (running.empty()) {
         run.lock();
-    else if (!run.try_lock())
+    } else if (!run.try_lock()) {
         return;
+    }
     running.push_back(this);
     struct Pop {
         ~Pop() { running.pop_back(); }
@@ -190,24 +203,29 @@ void Agent::Impl::run_callbacks() {
             if (handler) {
                 notes.swap(received_);
             } else {
-                for (auto& r : received_)
+                for (auto& r : received_) {
                     undrained_.push_back(std::move(r));
+                }
                 received_.clear();
             }
         }
-        if (cbs.empty() && notes.empty())
+        if (cbs.empty() && notes.empty()) {
             return;
-        for (auto& [fn, res] : cbs)
+        }
+        for (auto& [fn, res] : cbs) {
             fn(res);
-        for (auto& n : notes)
+        }
+        for (auto& n : notes) {
             handler(n);
+        }
     }
 }
 
 bool Agent::Impl::arm() {
     std::lock_guard lk(mu_);
-    if (needs_progress_locked() || !backend_->arm())
+    if (needs_progress_locked() || !backend_->arm()) {
         return false;
+    }
     if (cfg_.progress == ProgressMode::EventFd) {
         // The caller is about to wait on event_fd(): refresh its ready list (stale entries
         // dropped, so an outer edge-triggered loop sees the next edge) and consume the tick
@@ -240,8 +258,9 @@ void Agent::Impl::thread_main() {
             // sleeping_ is set under the lock that post() checks it under: a post that comes
             // after this point sees it and writes the wake-up fd.
             std::lock_guard lk(mu_);
-            if (stop_ || needs_progress_locked() || !backend_->arm())
+            if (stop_ || needs_progress_locked() || !backend_->arm()) {
                 continue;
+            }
             sleeping_ = true;
         }
         epoll_event ev[4];

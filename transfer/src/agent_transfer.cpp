@@ -12,14 +12,18 @@ namespace {
 void split_large(std::vector<detail::Segment>& segs) {
     constexpr std::uint64_t kMax = Agent::Impl::kChunkBytes;
     bool any = false;
-    for (const auto& s : segs)
+    for (const auto& s : segs) {
         any = any || s.bytes > kMax;
-    if (!any)
+    }
+    if (!any) {
         return;
+    }
     std::vector<detail::Segment> out;
-    for (const auto& s : segs)
-        for (std::uint64_t off = 0; off < s.bytes; off += kMax)
+    for (const auto& s : segs) {
+        for (std::uint64_t off = 0; off < s.bytes; off += kMax) {
             out.push_back({s.local_addr + off, s.remote_addr + off, std::min(kMax, s.bytes - off)});
+        }
+    }
     segs = std::move(out);
 }
 
@@ -36,26 +40,30 @@ Result<Agent::Impl::Peer*> Agent::Impl::live_peer(PeerHandle h) {
     Peer* pp = h == last_peer_handle_ ? last_peer_ : nullptr;
     if (!pp) {
         auto it = peers_.find(h);
-        if (it == peers_.end())
+        if (it == peers_.end()) {
             return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
+        }
         pp = &it->second;
         last_peer_handle_ = h;
         last_peer_ = pp;
     }
     Peer& p = *pp;
-    if (p.state == PeerState::Replaced)
+    if (p.state == PeerState::Replaced) {
         return {Status::NotFound, "stale peer handle " + std::to_string(h) + " ('" + p.name +
                                       "' generation " + std::to_string(p.generation) +
                                       "): " + p.gone_reason};
-    if (p.state == PeerState::Gone)
+    }
+    if (p.state == PeerState::Gone) {
         return {Status::PeerGone, "peer '" + p.name + "' gone: " + p.gone_reason};
+    }
     return &p;
 }
 
 void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason) {
     if (p.state != PeerState::Alive) {
-        if (state == PeerState::Replaced)
+        if (state == PeerState::Replaced) {
             p.state = state;
+        }
         return;
     }
     p.state = state;
@@ -66,8 +74,9 @@ void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason)
     p.in_flight.clear();
     for (TransferHandle h : in_flight) {
         auto it = xfers_.find(h);
-        if (it != xfers_.end())
+        if (it != xfers_.end()) {
             finish(h, it->second, Status::PeerGone, reason);
+        }
     }
     if (p.conn) {
         backend_->disconnect(p.conn);  // the backend no longer touches those operations' memory
@@ -82,8 +91,9 @@ void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason)
         by_conn_.erase(p.conn);
         p.conn = 0;
     }
-    if (by_instance_.count(p.instance) && by_instance_[p.instance] == p.handle)
+    if (by_instance_.count(p.instance) && by_instance_[p.instance] == p.handle) {
         by_instance_.erase(p.instance);
+    }
 }
 
 // ---- transfers ---------------------------------------------------------------------------
@@ -100,26 +110,33 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         return {s, std::move(m)};
     };
     auto pr = live_peer(req.peer);
-    if (!pr)
+    if (!pr) {
         return refuse(pr.status(), pr.message());
+    }
     Peer& peer = **pr;
-    if (req.local_layout >= layouts_.size())
+    if (req.local_layout >= layouts_.size()) {
         return refuse(Status::Invalid, "unknown local layout " + std::to_string(req.local_layout));
-    if (req.remote_layout >= peer.desc.layouts.size())
+    }
+    if (req.remote_layout >= peer.desc.layouts.size()) {
         return refuse(Status::Invalid,
                       "unknown remote layout " + std::to_string(req.remote_layout));
+    }
     const Layout& ll = layouts_[req.local_layout];
     const Layout& rl = peer.desc.layouts[req.remote_layout];
     Region& region = regions_[ll.region];
-    if (!region.live)
+    if (!region.live) {
         return refuse(Status::Invalid, "local layout's region was released");
+    }
     const auto& rr = peer.desc.regions[rl.region];
-    if (rr.size == 0)
+    if (rr.size == 0) {
         return refuse(Status::Invalid, "remote layout's region was released");
-    if (req.notify && req.notify->payload.size() > kMaxNotifyPayload)
+    }
+    if (req.notify && req.notify->payload.size() > kMaxNotifyPayload) {
         return refuse(Status::Invalid, "notification payload too large");
-    if (req.notify && !known_kind(req.notify->kind))
+    }
+    if (req.notify && !known_kind(req.notify->kind)) {
         return refuse(Status::Invalid, "unknown notification kind");
+    }
     detail::PlanSide ls{ll, reinterpret_cast<std::uint64_t>(region.mem.base)};
     detail::PlanSide rs{rl, rr.base};
     // plan_ (guarded by mu_) keeps its segment capacity between posts: no allocation here.
@@ -127,8 +144,9 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     auto planned =
         detail::make_plan(ls, rs, req.local_ids, req.remote_ids, dir == Direction::Write,
                           {cfg_.max_transfer_bytes, cfg_.max_blocks_per_transfer}, plan_);
-    if (!planned)
+    if (!planned) {
         return refuse(planned.status(), planned.message());
+    }
 
     TransferHandle h = ++next_xfer_;
     const std::uint64_t inline_bytes =
@@ -139,15 +157,17 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     if (inline_post) {
         auto st =
             backend_->post(peer.conn, dir, region.mem, rl.region, plan->segments, h, &done_inline);
-        if (!st)
+        if (!st) {
             return refuse(st.status(), st.message());
+        }
     }
     const auto descriptors = static_cast<std::uint32_t>(plan->segments.size());
     ++stats_.transfers_posted;
     stats_.blocks_requested += req.local_ids.size();
     stats_.descriptors_posted += descriptors;
-    if (timed)
+    if (timed) {
         now_ = latency_clock_.now();  // one read for the post latency and an inline completion
+    }
     bool pending = false;
     if (done_inline) {
         // e.g. shm: the data and its flush completed inside the backend's post(). The transfer
@@ -161,8 +181,9 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         res.bytes = plan->bytes;
         res.descriptors = descriptors;
         count_terminal(res, t0);
-        if (req.notify && dir == Direction::Write)
+        if (req.notify && dir == Direction::Write) {
             send_done_locked(peer, *req.notify, res);
+        }
         record_terminal(h, res, req.on_complete);
     } else {
         ++stats_.transfers_in_flight;
@@ -211,25 +232,30 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     // progress thread is in epoll_wait, or (EventFd mode) a caller armed to wait on the fd.
     // A caller that drives progress() without arm() (busy polling) gets no wake-up syscalls.
     const bool wake_up = sleeping_ && (pending || needs_progress_locked());
-    if (wake_up)
+    if (wake_up) {
         sleeping_ = false;
+    }
     lk.unlock();
-    if (wake_up)
+    if (wake_up) {
         wake();
+    }
     return h;
 }
 
 void Agent::Impl::drop_backend_op(Xfer& x) {
-    if (!x.backend_pending)
+    if (!x.backend_pending) {
         return;
+    }
     x.backend_pending = false;
-    if (x.region < regions_.size() && regions_[x.region].ops > 0)
+    if (x.region < regions_.size() && regions_[x.region].ops > 0) {
         --regions_[x.region].ops;
+    }
 }
 
 void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string message) {
-    if (is_terminal(x.res.status))
+    if (is_terminal(x.res.status)) {
         return;
+    }
     x.res.status = s;
     x.res.message = std::move(message);
     --stats_.transfers_in_flight;
@@ -240,8 +266,9 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
         peer = pit == peers_.end() ? nullptr : &pit->second;
     }
     if (peer) {
-        if (!peer->in_flight.empty())
+        if (!peer->in_flight.empty()) {
             peer->in_flight.erase(h);
+        }
         if (x.notify && x.res.direction == Direction::Write && peer->state == PeerState::Alive) {
             if (s == Status::Ok) {
                 send_done_locked(*peer, *x.notify, x.res);
@@ -262,9 +289,10 @@ void Agent::Impl::count_terminal(const TransferResult& res, std::uint64_t posted
             (res.direction == Direction::Write ? stats_.bytes_written : stats_.bytes_read) +=
                 res.bytes;
             ++stats_.transfers_ok;
-            if (cfg_.latency_stats)
+            if (cfg_.latency_stats) {
                 completion_ticks_.add(
                     detail::LatencyClock::between(posted, now_ != 0 ? now_ : latency_clock_.now()));
+            }
             break;
         case Status::Expired:
             ++stats_.transfers_expired;
@@ -282,10 +310,12 @@ void Agent::Impl::count_terminal(const TransferResult& res, std::uint64_t posted
 }
 
 void Agent::Impl::send_done_locked(Peer& p, const Notification& n, TransferResult& res) {
-    if (p.state != PeerState::Alive)
+    if (p.state != PeerState::Alive) {
         return;
-    if (auto sent = send_locked(p, n, 0); !sent)
+    }
+    if (auto sent = send_locked(p, n, 0); !sent) {
         res.message = "data written; notification not sent: " + sent.message();
+    }
 }
 
 void Agent::Impl::record_terminal(TransferHandle h, const TransferResult& res,
@@ -293,16 +323,20 @@ void Agent::Impl::record_terminal(TransferHandle h, const TransferResult& res,
     const TransferHandle gone = history_.add(h, res);
     if (gone != kNoTransfer) {
         auto& slot = done_slots_[gone & done_mask_];
-        if (slot.load(std::memory_order_relaxed) >> 8 == gone)
+        if (slot.load(std::memory_order_relaxed) >> 8 == gone) {
             slot.store(0, std::memory_order_release);
+        }
     }
-    if (h < (std::uint64_t{1} << 56))
+    if (h < (std::uint64_t{1} << 56)) {
         done_slots_[h & done_mask_].store((h << 8) | static_cast<std::uint8_t>(res.status),
                                           std::memory_order_release);
-    if (on_complete)
+    }
+    if (on_complete) {
         callbacks_.emplace_back(std::move(on_complete), res);
-    if (waiters_ > 0)
+    }
+    if (waiters_ > 0) {
         cv_.notify_all();
+    }
 }
 
 void Agent::Impl::send_failed_locked(Peer& p, const Xfer& x) {
@@ -317,8 +351,9 @@ void Agent::Impl::send_failed_locked(Peer& p, const Xfer& x) {
 
 Result<void> Agent::Impl::send_locked(Peer& p, const Notification& n, std::uint8_t flags) {
     auto r = backend_->send(p.conn, detail::encode_notification(n, flags, instance_));
-    if (!(flags & detail::kNotifyFlagInternal))
+    if (!(flags & detail::kNotifyFlagInternal)) {
         ++(r ? stats_.notifications_sent : stats_.notifications_failed);
+    }
     return r;
 }
 
@@ -331,24 +366,28 @@ void Agent::Impl::on_op_complete(std::uint64_t op, Status status, std::string me
         return;
     }
     auto it = xfers_.find(op);
-    if (it == xfers_.end())
+    if (it == xfers_.end()) {
         return;
+    }
     Xfer& x = it->second;
-    if (x.ops > 0)
+    if (x.ops > 0) {
         --x.ops;
+    }
     if (status != Status::Ok && x.op_status == Status::Ok) {
         x.op_status = status;
         x.op_message = std::move(message);
     }
-    if (x.op_status != Status::Ok)
+    if (x.op_status != Status::Ok) {
         finish(op, x, x.op_status, x.op_message);  // report now; forgotten in settle()
+    }
     settle(it);
 }
 
 void Agent::Impl::on_message(std::span<const std::byte> message) {
     auto d = detail::decode_notification(message);
-    if (!d)
+    if (!d) {
         return;  // malformed: dropped
+    }
     ReceivedNotification rn;
     rn.sender_instance = d->header.sender;
     auto pi = by_instance_.find(d->header.sender);
@@ -359,8 +398,9 @@ void Agent::Impl::on_message(std::span<const std::byte> message) {
         rn.peer = p.handle;
         rn.peer_name = p.name;
     }
-    if (d->header.flags & detail::kNotifyFlagInternal)
+    if (d->header.flags & detail::kNotifyFlagInternal) {
         return;
+    }
     ++stats_.notifications_received;
     rn.notification = std::move(d->notification);
     received_.push_back(std::move(rn));
@@ -368,11 +408,13 @@ void Agent::Impl::on_message(std::span<const std::byte> message) {
 
 void Agent::Impl::on_conn_error(std::uint64_t conn, std::string message) {
     auto it = by_conn_.find(conn);
-    if (it == by_conn_.end())
+    if (it == by_conn_.end()) {
         return;
+    }
     auto p = peers_.find(it->second);
-    if (p != peers_.end())
+    if (p != peers_.end()) {
         peer_gone(p->second, PeerState::Gone, "endpoint error: " + message);
+    }
 }
 
 // ---- Agent façade: transfers, notifications, progress ------------------------------------
@@ -382,8 +424,9 @@ Result<TransferHandle> Agent::write_blocks(const TransferRequest& r) {
 }
 
 Result<TransferHandle> Agent::read_blocks(const TransferRequest& r) {
-    if (r.notify)
+    if (r.notify) {
         return {Status::Invalid, "read_blocks: notifications ride on writes only"};
+    }
     return impl_->post(r, Direction::Read);
 }
 
@@ -391,11 +434,13 @@ Status Agent::poll(TransferHandle handle) const {
     // A finished transfer answers without the lock (see done_slots_); terminal is final.
     const std::uint64_t slot =
         impl_->done_slots_[handle & impl_->done_mask_].load(std::memory_order_acquire);
-    if (handle != kNoTransfer && slot >> 8 == handle)
+    if (handle != kNoTransfer && slot >> 8 == handle) {
         return static_cast<Status>(slot & 0xff);
+    }
     std::lock_guard lk(impl_->mu_);
-    if (const TransferResult* done = impl_->history_.find(handle))
+    if (const TransferResult* done = impl_->history_.find(handle)) {
         return done->status;
+    }
     auto it = impl_->xfers_.find(handle);
     return it != impl_->xfers_.end() ? it->second.res.status : Status::NotFound;
 }
@@ -403,11 +448,13 @@ Status Agent::poll(TransferHandle handle) const {
 Result<TransferResult> Agent::result(TransferHandle handle) const {
     std::lock_guard lk(impl_->mu_);
     auto it = impl_->xfers_.find(handle);
-    if (it != impl_->xfers_.end())
+    if (it != impl_->xfers_.end()) {
         return it->second.res;
+    }
     const TransferResult* done = impl_->history_.find(handle);
-    if (!done)
+    if (!done) {
         return {Status::NotFound, "unknown transfer handle"};
+    }
     return *done;
 }
 
@@ -416,8 +463,9 @@ Result<void> Agent::cancel(TransferHandle handle) {
         std::lock_guard lk(impl_->mu_);
         auto it = impl_->xfers_.find(handle);
         if (it == impl_->xfers_.end()) {
-            if (impl_->history_.find(handle))
+            if (impl_->history_.find(handle)) {
                 return {};  // already terminal
+            }
             return {Status::NotFound, "unknown transfer handle"};
         }
         impl_->finish(handle, it->second, Status::Canceled, "canceled by caller");
@@ -432,16 +480,18 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
         Status s = Status::NotFound;
         auto done = [&] {
             auto it = impl_->xfers_.find(handle);
-            if (it != impl_->xfers_.end())
+            if (it != impl_->xfers_.end()) {
                 s = it->second.res.status;
-            else if (const TransferResult* kept = impl_->history_.find(handle))
+            } else if (const TransferResult* kept = impl_->history_.find(handle)) {
                 s = kept->status;
-            else
+            } else {
                 s = Status::NotFound;
+            }
             return s != Status::InProgress;
         };
-        if (done())  // often already terminal (completed inside write_blocks)
+        if (done()) {  // often already terminal (completed inside write_blocks)
             return s;
+        }
         ++impl_->waiters_;
         impl_->cv_.wait_until(lk, deadline_after(timeout), done);
         --impl_->waiters_;
@@ -450,12 +500,14 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
     const auto until = deadline_after(timeout);
     for (;;) {
         Status s = poll(handle);  // often already terminal (completed inside write_blocks)
-        if (s != Status::InProgress)
+        if (s != Status::InProgress) {
             return s;
+        }
         progress();
         s = poll(handle);
-        if (s != Status::InProgress || Clock::now() >= until)
+        if (s != Status::InProgress || Clock::now() >= until) {
             return s;
+        }
         if (arm()) {
             pollfd p{event_fd(), POLLIN, 0};
             ::poll(&p, 1, static_cast<int>(Impl::kTick.count()));
@@ -464,18 +516,22 @@ Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
 }
 
 Result<void> Agent::notify(PeerHandle peer, const Notification& n) {
-    if (n.payload.size() > kMaxNotifyPayload)
+    if (n.payload.size() > kMaxNotifyPayload) {
         return {Status::Invalid, "notification payload too large"};
-    if (!known_kind(n.kind))
+    }
+    if (!known_kind(n.kind)) {
         return {Status::Invalid, "unknown notification kind"};
+    }
     {
         std::lock_guard lk(impl_->mu_);
         auto p = impl_->live_peer(peer);
-        if (!p)
+        if (!p) {
             return {p.status(), p.message()};
+        }
         auto r = impl_->send_locked(**p, n, 0);
-        if (!r)
+        if (!r) {
             return r;
+        }
     }
     impl_->wake();
     return {};
@@ -491,8 +547,9 @@ std::vector<ReceivedNotification> Agent::drain_notifications() {
     auto out = std::move(impl_->undrained_);
     impl_->undrained_.clear();
     if (!impl_->notification_handler_) {
-        for (auto& r : impl_->received_)
+        for (auto& r : impl_->received_) {
             out.push_back(std::move(r));
+        }
         impl_->received_.clear();
     }
     return out;

@@ -30,8 +30,9 @@ TransferHandle History::add(TransferHandle handle, const TransferResult& result)
     } else {
         Entry& e = ring_[pos];  // the oldest kept result: pushed out
         out = e.handle;
-        if (!overflow_.empty())
+        if (!overflow_.empty()) {
             overflow_.erase(e.handle);
+        }
         e.handle = handle;
         e.result = result;  // reuses the message's storage
     }
@@ -42,8 +43,9 @@ TransferHandle History::add(TransferHandle handle, const TransferResult& result)
 void History::place(TransferHandle handle, std::uint64_t pos) {
     const std::uint64_t key = handle & mask_;
     std::uint64_t& slot = index_[key];
-    if (owns(slot, key) && slot != pos + 1)
+    if (owns(slot, key) && slot != pos + 1) {
         overflow_[ring_[slot - 1].handle] = slot;  // still kept: keep it findable
+    }
     slot = pos + 1;
 }
 
@@ -53,21 +55,25 @@ void History::reindex(std::uint64_t slots) {
     overflow_.clear();
     const std::uint64_t n = ring_.size();
     const std::uint64_t oldest = n < capacity_ ? 0 : next_;
-    for (std::uint64_t i = 0, pos = oldest; i < n; ++i, pos = pos + 1 == n ? 0 : pos + 1)
+    for (std::uint64_t i = 0, pos = oldest; i < n; ++i, pos = pos + 1 == n ? 0 : pos + 1) {
         place(ring_[pos].handle, pos);
+    }
 }
 
 const TransferResult* History::find(TransferHandle handle) const {
     std::uint64_t slot = index_[handle & mask_];
     if (slot == 0 || ring_[slot - 1].handle != handle) {
-        if (overflow_.empty())
+        if (overflow_.empty()) {
             return nullptr;
+        }
         auto it = overflow_.find(handle);
-        if (it == overflow_.end())
+        if (it == overflow_.end()) {
             return nullptr;
+        }
         slot = it->second;
-        if (ring_[slot - 1].handle != handle)
+        if (ring_[slot - 1].handle != handle) {
             return nullptr;
+        }
     }
     return &ring_[slot - 1].result;
 }

@@ -21,8 +21,9 @@ public:
     LatencyClock();
     std::uint64_t now() const noexcept {
 #if defined(__x86_64__)
-        if (tsc_)
+        if (tsc_) {
             return __rdtsc();
+        }
 #endif
         return static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -33,9 +34,7 @@ public:
         return to > from ? to - from : 0;
     }
     double ns_per_tick() const;  // measured over [construction, this call]; 1 without a TSC
-    bool uses_tsc() const noexcept {
-        return tsc_;
-    }
+    bool uses_tsc() const noexcept { return tsc_; }
 
 private:
     bool tsc_ = false;
@@ -51,8 +50,9 @@ struct TickStat {
     void add(std::uint64_t ticks) noexcept {
         ++count;
         total += ticks;
-        if (ticks > max)
+        if (ticks > max) {
             max = ticks;
+        }
     }
     LatencyStat to_ns(double ns_per_tick) const noexcept {
         return {count, static_cast<std::uint64_t>(double(total) * ns_per_tick),

@@ -22,8 +22,9 @@ void LeaseTable::lease(std::uint64_t transfer_id, LayoutId layout, RegionId regi
 
 bool LeaseTable::renew(std::uint64_t transfer_id, Clock::time_point expires) {
     auto it = leases_.find(transfer_id);
-    if (it == leases_.end())
+    if (it == leases_.end()) {
         return false;
+    }
     it->second.expires = expires;
     return true;
 }
@@ -31,18 +32,21 @@ bool LeaseTable::renew(std::uint64_t transfer_id, Clock::time_point expires) {
 void LeaseTable::drop(const Lease& l) {
     for (BlockId id : l.ids) {
         auto it = block_refs_.find(key(l.layout, id));
-        if (it != block_refs_.end() && --it->second == 0)
+        if (it != block_refs_.end() && --it->second == 0) {
             block_refs_.erase(it);
+        }
     }
     auto r = region_refs_.find(l.region);
-    if (r != region_refs_.end() && --r->second == 0)
+    if (r != region_refs_.end() && --r->second == 0) {
         region_refs_.erase(r);
+    }
 }
 
 bool LeaseTable::release(std::uint64_t transfer_id) {
     auto it = leases_.find(transfer_id);
-    if (it == leases_.end())
+    if (it == leases_.end()) {
         return false;
+    }
     drop(it->second);
     leases_.erase(it);
     return true;

@@ -68,30 +68,37 @@ public:
                 return d && d->initiator == instance_;
             });
             // every connection of `other` that points at us reports an error
-            for (auto& [token, c] : other->conns_)
-                if (c.target == instance_)
+            for (auto& [token, c] : other->conns_) {
+                if (c.target == instance_) {
                     other->push_locked(ConnError{token});
+                }
+            }
         }
-        for (auto& t : inbox_)
+        for (auto& t : inbox_) {
             if (auto* d = std::get_if<DataOp>(&t)) {
                 auto it = g_agents.find(d->initiator);
-                if (it != g_agents.end())
+                if (it != g_agents.end()) {
                     it->second->push_locked(OpDone{d->op, Status::PeerGone, "peer destroyed"});
+                }
             }
-        if (efd_ >= 0)
+        }
+        if (efd_ >= 0) {
             ::close(efd_);
+        }
     }
 
     Result<LocalRegion> allocate(std::size_t bytes) override {
-        if (bytes == 0)
+        if (bytes == 0) {
             return {Status::Invalid, "zero-sized region"};
+        }
         // The aligned operator new rounds the size up to the alignment: near SIZE_MAX that
         // wraps to a small block.
-        if (bytes > std::numeric_limits<std::size_t>::max() / 2)
+        if (bytes > std::numeric_limits<std::size_t>::max() / 2) {
             return {Status::Invalid, "region too large"};
+        }
         std::byte* p = nullptr;
         try {
-            p = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+            p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
         } catch (const std::bad_alloc&) {
             return {Status::Failed,
                     "out of memory for a region of " + std::to_string(bytes) + " bytes"};
@@ -120,29 +127,35 @@ public:
             auto it = std::find_if(live_.begin(), live_.end(), [&](const Range& x) {
                 return x.base == r.base && x.size == r.size;
             });
-            if (it != live_.end())
+            if (it != live_.end()) {
                 live_.erase(it);
+            }
         }
-        if (r.owned && r.base)
-            ::operator delete (r.base, std::align_val_t{4096});
+        if (r.owned && r.base) {
+            ::operator delete(r.base, std::align_val_t{4096});
+        }
         r.base = nullptr;
     }
     std::vector<std::byte> address() const override {
         std::vector<std::byte> a(8);
-        for (int i = 0; i < 8; ++i)
+        for (int i = 0; i < 8; ++i) {
             a[i] = std::byte(static_cast<std::uint8_t>(instance_ >> (8 * i)));
+        }
         return a;
     }
 
     Result<std::uint64_t> connect(const ConnectParams& p) override {
-        if (p.address.size() != 8)
+        if (p.address.size() != 8) {
             return {Status::Invalid, "loopback: bad address"};
+        }
         std::uint64_t target = 0;
-        for (int i = 0; i < 8; ++i)
+        for (int i = 0; i < 8; ++i) {
             target |= std::uint64_t(std::to_integer<std::uint8_t>(p.address[i])) << (8 * i);
+        }
         std::lock_guard lk(g_mu);
-        if (!g_agents.count(target))
+        if (!g_agents.count(target)) {
             return {Status::PeerGone, "loopback: no such agent in process"};
+        }
         std::uint64_t token = ++next_conn_;
         conns_[token] = Conn{target, *p.regions};
         return token;
@@ -150,22 +163,25 @@ public:
     Result<void> update_regions(std::uint64_t conn, const std::vector<RemoteRegion>& r) override {
         std::lock_guard lk(g_mu);
         auto it = conns_.find(conn);
-        if (it == conns_.end())
+        if (it == conns_.end()) {
             return {Status::NotFound, "loopback: unknown connection"};
+        }
         it->second.regions = r;
         return {};
     }
     void disconnect(std::uint64_t conn) override {
         std::lock_guard lk(g_mu);
         auto it = conns_.find(conn);
-        if (it == conns_.end())
+        if (it == conns_.end()) {
             return;
+        }
         auto target = g_agents.find(it->second.target);
-        if (target != g_agents.end())
+        if (target != g_agents.end()) {
             std::erase_if(target->second->inbox_, [&](const Task& t) {
                 auto* d = std::get_if<DataOp>(&t);
                 return d && d->initiator == instance_ && d->conn == conn;
             });
+        }
         conns_.erase(it);
     }
 
@@ -174,13 +190,17 @@ public:
                       std::uint64_t op, bool* /*done_inline*/) override {
         std::lock_guard lk(g_mu);
         auto c = conns_.find(conn);
-        if (c == conns_.end())
+        if (c == conns_.end()) {
             return {Status::PeerGone, "loopback: connection closed"};
-        if (remote_region >= c->second.regions.size() || c->second.regions[remote_region].size == 0)
+        }
+        if (remote_region >= c->second.regions.size() ||
+            c->second.regions[remote_region].size == 0) {
             return {Status::Invalid, "loopback: the peer released the remote region"};
+        }
         auto t = g_agents.find(c->second.target);
-        if (t == g_agents.end())
+        if (t == g_agents.end()) {
             return {Status::PeerGone, "loopback: peer destroyed"};
+        }
         t->second->push_locked(DataOp{instance_, conn, op, dir,
                                       std::vector<Segment>(segments.begin(), segments.end())});
         return {};
@@ -188,11 +208,13 @@ public:
     Result<void> send(std::uint64_t conn, std::vector<std::byte> message) override {
         std::lock_guard lk(g_mu);
         auto c = conns_.find(conn);
-        if (c == conns_.end())
+        if (c == conns_.end()) {
             return {Status::PeerGone, "loopback: connection closed"};
+        }
         auto t = g_agents.find(c->second.target);
-        if (t == g_agents.end())
+        if (t == g_agents.end()) {
             return {Status::PeerGone, "loopback: peer destroyed"};
+        }
         t->second->push_locked(Message{std::move(message)});
         return {};
     }
@@ -240,30 +262,34 @@ private:
     bool live_locked(std::uint64_t addr, std::uint64_t bytes) const {
         for (const Range& r : live_) {
             const auto base = reinterpret_cast<std::uint64_t>(r.base);
-            if (addr >= base && bytes <= r.size && addr - base <= r.size - bytes)
+            if (addr >= base && bytes <= r.size && addr - base <= r.size - bytes) {
                 return true;
+            }
         }
         return false;
     }
     // Runs at the target: `remote_addr` is ours, `local_addr` the initiator's.
     void execute_locked(const DataOp& d) {
         auto init = g_agents.find(d.initiator);
-        if (init == g_agents.end())
+        if (init == g_agents.end()) {
             return;  // initiator gone: nothing to report to
+        }
         // A region released after the initiator planned the operation: touch nothing.
-        for (const auto& s : d.segments)
+        for (const auto& s : d.segments) {
             if (!live_locked(s.remote_addr, s.bytes)) {
                 init->second->push_locked(
                     OpDone{d.op, Status::Failed, "loopback: destination not in a live region"});
                 return;
             }
+        }
         for (const auto& s : d.segments) {
             auto* ours = reinterpret_cast<void*>(s.remote_addr);
             auto* theirs = reinterpret_cast<void*>(s.local_addr);
-            if (d.dir == Direction::Write)
+            if (d.dir == Direction::Write) {
                 std::memmove(ours, theirs, s.bytes);
-            else
+            } else {
                 std::memmove(theirs, ours, s.bytes);
+            }
         }
         init->second->push_locked(OpDone{d.op, Status::Ok, {}});
     }

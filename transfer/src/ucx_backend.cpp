@@ -45,13 +45,15 @@ constexpr std::size_t kAckBytes = 12;
 constexpr std::uint64_t kAmChunkBytes = 256 * 1024;
 
 void store_le(std::byte* p, std::uint64_t v, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i = 0; i < n; ++i) {
         p[i] = std::byte(std::uint8_t(v >> (8 * i)));
+    }
 }
 std::uint64_t load_le(const std::byte* p, std::size_t n) {
     std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i = 0; i < n; ++i) {
         v |= std::uint64_t(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+    }
     return v;
 }
 
@@ -109,33 +111,40 @@ public:
         write_protocol_ = o.write_protocol;
         ucp_config_t* config = nullptr;
         ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return ucs_message("ucp_config_read", s);
-        if (!o.transports.empty())
+        }
+        if (!o.transports.empty()) {
             ucp_config_modify(config, "TLS", o.transports.c_str());
-        if (!o.net_devices.empty())
+        }
+        if (!o.net_devices.empty()) {
             ucp_config_modify(config, "NET_DEVICES", o.net_devices.c_str());
+        }
         ucp_params_t params{};
         params.field_mask = UCP_PARAM_FIELD_FEATURES;
         params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
         s = ucp_init(&params, config, &context_);
         ucp_config_release(config);
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return ucs_message("ucp_init", s);
+        }
         ucp_worker_params_t wp{};
         wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
         wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
         s = ucp_worker_create(context_, &wp, &worker_);
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return ucs_message("ucp_worker_create", s);
+        }
         s = ucp_worker_get_efd(worker_, &efd_);
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return ucs_message("ucp_worker_get_efd", s);
+        }
         ucp_worker_attr_t attr{};
         attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
         s = ucp_worker_query(worker_, &attr);
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return ucs_message("ucp_worker_query", s);
+        }
         auto* a = reinterpret_cast<const std::byte*>(attr.address);
         address_.assign(a, a + attr.address_length);
         ucp_worker_release_address(worker_, attr.address);
@@ -152,8 +161,9 @@ public:
             hp.arg = this;
             hp.flags = UCP_AM_FLAG_WHOLE_MSG;
             s = ucp_worker_set_am_recv_handler(worker_, &hp);
-            if (s != UCS_OK)
+            if (s != UCS_OK) {
                 return ucs_message("ucp_worker_set_am_recv_handler", s);
+            }
         }
         return {};
     }
@@ -166,8 +176,9 @@ public:
             // destroyed with a wire-up reply still queued on a tcp endpoint); bounded for dead
             // peers.
             drain_worker(std::chrono::milliseconds(300));
-            for (auto& [t, c] : conns_)
+            for (auto& [t, c] : conns_) {
                 close_conn(*c);
+            }
             conns_.clear();
             last_conn_ = nullptr;
             for (int i = 0; i < 100000 && !closing_.empty(); ++i) {
@@ -176,8 +187,9 @@ public:
             }
             ucp_worker_destroy(worker_);
         }
-        if (context_)
+        if (context_) {
             ucp_cleanup(context_);
+        }
         // ops_ is freed after this body: also the records of requests that UCX never completed
         // (e.g. gets to a peer that was killed while frozen), which used to leak.
     }
@@ -189,10 +201,12 @@ public:
     void release(LocalRegion& r) override {
         // one entry only: the same memory may be registered twice, and the other stays live
         auto m = std::find(mine_.begin(), mine_.end(), std::pair{r.base, r.size});
-        if (m != mine_.end())
+        if (m != mine_.end()) {
             mine_.erase(m);
-        if (r.handle)
+        }
+        if (r.handle) {
             ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
+        }
         r.handle = nullptr;
         r.base = nullptr;
     }
@@ -211,8 +225,9 @@ public:
         // close_conn() (a forced close completes later) and the Conn is gone by then.
         ep.err_handler.arg = this;
         ucs_status_t s = ucp_ep_create(worker_, &ep, &c->ep);
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return {Status::Failed, ucs_message("ucp_ep_create", s)};
+        }
         c->am_write = write_protocol_ == WriteProtocol::Am ||
                       (write_protocol_ == WriteProtocol::Auto && tcp_only(c->ep));
         std::uint64_t token = c->token;
@@ -227,8 +242,9 @@ public:
 
     Result<void> update_regions(std::uint64_t conn, const std::vector<RemoteRegion>& r) override {
         auto it = conns_.find(conn);
-        if (it == conns_.end())
+        if (it == conns_.end()) {
             return {Status::NotFound, "ucx: unknown connection"};
+        }
         Conn& c = *it->second;
         // A region whose packed rkey is unchanged (e.g. add_peer again with the same
         // descriptor) keeps its unpacked key: unpacking maps the peer's memory again (over
@@ -238,13 +254,16 @@ public:
         };
         std::vector<ucp_rkey_h> keys(r.size(), nullptr);
         for (std::size_t i = 0; i < r.size(); ++i) {
-            if (r[i].rkey.empty() || same(i))
+            if (r[i].rkey.empty() || same(i)) {
                 continue;
+            }
             ucs_status_t s = ucp_ep_rkey_unpack(c.ep, r[i].rkey.data(), &keys[i]);
             if (s != UCS_OK) {
-                for (auto k : keys)
-                    if (k)
+                for (auto k : keys) {
+                    if (k) {
                         ucp_rkey_destroy(k);
+                    }
+                }
                 return {Status::Invalid, ucs_message("ucp_ep_rkey_unpack", s)};
             }
         }
@@ -254,13 +273,16 @@ public:
                 keys[i] = c.rkeys[i];
                 c.rkeys[i] = nullptr;  // kept, not retired below
             }
-            if (keys[i])
+            if (keys[i]) {
                 packed[i] = r[i].rkey;
+            }
         }
         // operations in flight may still use the replaced keys: retire them until the close
-        for (auto k : c.rkeys)
-            if (k)
+        for (auto k : c.rkeys) {
+            if (k) {
                 c.retired.push_back(k);
+            }
+        }
         c.rkeys = std::move(keys);
         c.packed = std::move(packed);
         return {};
@@ -268,8 +290,9 @@ public:
 
     void disconnect(std::uint64_t conn) override {
         auto it = conns_.find(conn);
-        if (it == conns_.end())
+        if (it == conns_.end()) {
             return;
+        }
         last_conn_ = nullptr;
         close_conn(*it->second);
         conns_.erase(it);
@@ -279,11 +302,13 @@ public:
                       std::uint32_t remote_region, std::span<const Segment> segments,
                       std::uint64_t op_id, bool* done_inline) override {
         Conn* cp = find_conn(conn);
-        if (!cp)
+        if (!cp) {
             return {Status::PeerGone, "ucx: connection closed"};
+        }
         Conn& c = *cp;
-        if (remote_region >= c.rkeys.size() || !c.rkeys[remote_region])
+        if (remote_region >= c.rkeys.size() || !c.rkeys[remote_region]) {
             return {Status::Invalid, "ucx: no rkey for remote region"};
+        }
         ucp_rkey_h rkey = c.rkeys[remote_region];
         Op* op = new_op(op_id);
         ucp_request_param_t rp{};
@@ -293,8 +318,9 @@ public:
         } else if (dir == Direction::Write) {
             // No request or callback per put: the flush below completes after every put.
             rp.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-            if (segments.size() > 1)
+            if (segments.size() > 1) {
                 rp.op_attr_mask |= UCP_OP_ATTR_FLAG_MULTI_SEND;
+            }
             for (const auto& s : segments) {
                 ucs_status_ptr_t r = ucp_put_nbx(c.ep, reinterpret_cast<void*>(s.local_addr),
                                                  s.bytes, s.remote_addr, rkey, &rp);
@@ -302,18 +328,21 @@ public:
                     op->status = UCS_PTR_STATUS(r);
                     break;
                 }
-                if (r != nullptr)
+                if (r != nullptr) {
                     ucp_request_free(r);  // released by UCX when the put completes
+                }
             }
         } else {
             rp.op_attr_mask =
                 UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
             rp.cb.send = &UcxBackend::op_cb;
             rp.user_data = op;
-            for (const auto& s : segments)
+            for (const auto& s : segments) {
                 if (!track(op, ucp_get_nbx(c.ep, reinterpret_cast<void*>(s.local_addr), s.bytes,
-                                           s.remote_addr, rkey, &rp)))
+                                           s.remote_addr, rkey, &rp))) {
                     break;
+                }
+            }
         }
         if (op->status == UCS_OK && !(dir == Direction::Write && c.am_write)) {
             ucp_request_param_t fp{};
@@ -341,45 +370,53 @@ public:
 
     Result<void> send(std::uint64_t conn, std::vector<std::byte> message) override {
         auto it = conns_.find(conn);
-        if (it == conns_.end())
+        if (it == conns_.end()) {
             return {Status::PeerGone, "ucx: connection closed"};
+        }
         ucs_status_t s = send_eager(it->second->ep, kAmId, std::move(message));
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return {Status::Failed, ucs_message("ucp_am_send_nbx", s)};
+        }
         return {};
     }
 
     std::size_t progress() override {
         kicked_ = false;
         std::size_t n = 0;
-        for (int i = 0; i < 4096 && ucp_worker_progress(worker_) != 0; ++i)
+        for (int i = 0; i < 4096 && ucp_worker_progress(worker_) != 0; ++i) {
             ++n;
+        }
         reap_closing();
         // Order of arrival: messages received this round came before the connection errors
         // (a Done sent just before the peer exited must still be attributed to that peer), and
         // errors before completions, so operations that failed with them end as PeerGone.
         auto messages = std::move(messages_);
         messages_.clear();
-        for (auto& m : messages)
+        for (auto& m : messages) {
             ev_.on_message(m);
+        }
         auto errors = std::move(errors_);
         errors_.clear();
-        for (auto& [token, st] : errors)
-            if (conns_.count(token))
+        for (auto& [token, st] : errors) {
+            if (conns_.count(token)) {
                 ev_.on_conn_error(token, ucs_status_string(st));
+            }
+        }
         n += messages.size() + errors.size() + deliver_completed();
         return n;
     }
     std::size_t deliver_completed() override {
-        if (done_.empty())
+        if (done_.empty()) {
             return 0;
+        }
         // done_ and spare_done_ trade places, so neither list reallocates per transfer.
         auto done = std::move(done_);
         done_ = std::move(spare_done_);
         done_.clear();
-        for (auto& [id, st] : done)
+        for (auto& [id, st] : done) {
             ev_.on_op_complete(id, to_status(st),
                                st == UCS_OK ? std::string() : ucs_message("ucx transfer", st));
+        }
         const std::size_t n = done.size();
         done.clear();
         spare_done_ = std::move(done);
@@ -392,8 +429,9 @@ public:
     }
     int event_fd() const override { return efd_; }
     bool arm() override {
-        if (!done_.empty() || !errors_.empty() || !messages_.empty())
+        if (!done_.empty() || !errors_.empty() || !messages_.empty()) {
             return false;
+        }
         return ucp_worker_arm(worker_) == UCS_OK;
     }
 
@@ -404,8 +442,9 @@ private:
         char* text = nullptr;
         std::size_t len = 0;
         FILE* f = open_memstream(&text, &len);
-        if (!f)
+        if (!f) {
             return false;
+        }
         ucp_ep_print_info(ep, f);
         std::fclose(f);
         std::string info(text ? text : "", len);
@@ -416,8 +455,9 @@ private:
             const std::size_t eol = info.find('\n', at);
             const std::string line = info.substr(at, eol == std::string::npos ? eol : eol - at);
             ++lanes;
-            if (line.find(":tcp/") != std::string::npos)
+            if (line.find(":tcp/") != std::string::npos) {
                 ++tcp;
+            }
         }
         return lanes > 0 && lanes == tcp;
     }
@@ -435,8 +475,9 @@ private:
         rp.user_data = op;
         op->conn = c.token;
         std::size_t messages = 0;
-        for (const auto& s : segments)
+        for (const auto& s : segments) {
             messages += static_cast<std::size_t>((s.bytes + kAmChunkBytes - 1) / kAmChunkBytes);
+        }
         // UCX may keep a header until its send completes: one slot per message, kept with the
         // operation (reused by the next one that takes this record), never reallocated here.
         op->headers.reserve(messages);
@@ -457,19 +498,22 @@ private:
                     break;
                 }
             }
-            if (op->status != UCS_OK)
+            if (op->status != UCS_OK) {
                 break;
+            }
         }
-        if (op->acks > 0)
+        if (op->acks > 0) {
             awaiting_[op->seq] = op;
+        }
     }
 
     // Target: the destination [addr, addr + bytes) must lie in one of this agent's regions.
     bool owns(std::uint64_t addr, std::size_t bytes) const {
         for (const auto& [base, size] : mine_) {
             const auto b = reinterpret_cast<std::uint64_t>(base);
-            if (addr >= b && bytes <= size && addr - b <= size - bytes)
+            if (addr >= b && bytes <= size && addr - b <= size - bytes) {
                 return true;
+            }
         }
         return false;
     }
@@ -493,8 +537,9 @@ private:
     }
     // Failures are not reported: the initiator is gone, and its deadline ends the write anyway.
     void send_ack(ucp_ep_h reply, std::uint64_t seq, ucs_status_t status) {
-        if (!reply)
+        if (!reply) {
             return;
+        }
         std::vector<std::byte> ack(kAckBytes);
         store_le(ack.data(), seq, 8);
         store_le(ack.data() + 8, static_cast<std::uint32_t>(status), 4);
@@ -503,14 +548,17 @@ private:
     // Initiator: an Ack for one segment of an Am write.
     void on_ack(std::uint64_t seq, ucs_status_t status) {
         auto it = awaiting_.find(seq);
-        if (it == awaiting_.end())
+        if (it == awaiting_.end()) {
             return;  // its connection was closed: the operation already ended
+        }
         Op* op = it->second;
-        if (status != UCS_OK && op->status == UCS_OK)
+        if (status != UCS_OK && op->status == UCS_OK) {
             op->status = status;
+        }
         --op->pending;
-        if (--op->acks == 0)
+        if (--op->acks == 0) {
             awaiting_.erase(it);
+        }
         maybe_done(op);
     }
     // Operations on a closing connection stop waiting for Acks (their sends are canceled by
@@ -524,8 +572,9 @@ private:
             }
             op->pending -= static_cast<int>(op->acks);
             op->acks = 0;
-            if (op->status == UCS_OK)
+            if (op->status == UCS_OK) {
                 op->status = UCS_ERR_CANCELED;
+            }
             it = awaiting_.erase(it);
             maybe_done(op);
         }
@@ -540,15 +589,17 @@ private:
         mp.flags = data ? 0 : UCP_MEM_MAP_ALLOCATE;
         ucp_mem_h memh = nullptr;
         ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
-        if (s != UCS_OK)
+        if (s != UCS_OK) {
             return {Status::Failed, ucs_message("ucp_mem_map", s)};
+        }
         ucp_mem_attr_t ma{};
         ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
         s = ucp_mem_query(memh, &ma);
         void* rkey_buf = nullptr;
         std::size_t rkey_len = 0;
-        if (s == UCS_OK)
+        if (s == UCS_OK) {
             s = ucp_rkey_pack(context_, memh, &rkey_buf, &rkey_len);
+        }
         if (s != UCS_OK) {
             ucp_mem_unmap(context_, memh);
             return {Status::Failed, ucs_message("ucp_mem_query/rkey_pack", s)};
@@ -561,8 +612,9 @@ private:
         ucp_rkey_buffer_release(rkey_buf);
         r.handle = memh;
         r.owned = data == nullptr;
-        if (r.owned)
+        if (r.owned) {
             std::memset(r.base, 0, bytes);
+        }
         mine_.emplace_back(r.base, bytes);
         return r;
     }
@@ -570,31 +622,37 @@ private:
     void drain_worker(std::chrono::milliseconds limit) {
         ucp_request_param_t fp{};
         ucs_status_ptr_t r = ucp_worker_flush_nbx(worker_, &fp);
-        if (r == nullptr || UCS_PTR_IS_ERR(r))
+        if (r == nullptr || UCS_PTR_IS_ERR(r)) {
             return;
+        }
         auto until = std::chrono::steady_clock::now() + limit;
         while (ucp_request_check_status(r) == UCS_INPROGRESS &&
-               std::chrono::steady_clock::now() < until)
+               std::chrono::steady_clock::now() < until) {
             ucp_worker_progress(worker_);
-        if (ucp_request_check_status(r) == UCS_INPROGRESS)
+        }
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) {
             ucp_request_cancel(worker_, r);
+        }
         ucp_request_free(r);
     }
 
     // The connection of a token; the last one found is cached (posts usually go to one peer).
     Conn* find_conn(std::uint64_t token) {
-        if (last_conn_ && last_conn_->token == token)
+        if (last_conn_ && last_conn_->token == token) {
             return last_conn_;
+        }
         auto it = conns_.find(token);
-        if (it == conns_.end())
+        if (it == conns_.end()) {
             return nullptr;
+        }
         last_conn_ = it->second.get();
         return last_conn_;
     }
     // Returns false if the operation failed immediately.
     bool track(Op* op, ucs_status_ptr_t r) {
-        if (r == nullptr)
+        if (r == nullptr) {
             return true;
+        }
         if (UCS_PTR_IS_ERR(r)) {
             op->status = UCS_PTR_STATUS(r);
             return false;
@@ -603,8 +661,9 @@ private:
         return true;
     }
     void maybe_done(Op* op) {
-        if (!op->posted || op->pending > 0)
+        if (!op->posted || op->pending > 0) {
             return;
+        }
         done_.emplace_back(op->id, op->status);
         free_ops_.push_back(op);  // reused by the next post: no allocation per transfer
     }
@@ -630,11 +689,14 @@ private:
     }
     void close_conn(Conn& c) {
         forget_acks(c.token);
-        for (auto k : c.rkeys)
-            if (k)
+        for (auto k : c.rkeys) {
+            if (k) {
                 ucp_rkey_destroy(k);
-        for (auto k : c.retired)
+            }
+        }
+        for (auto k : c.retired) {
             ucp_rkey_destroy(k);
+        }
         c.rkeys.clear();
         c.packed.clear();
         c.retired.clear();
@@ -642,14 +704,16 @@ private:
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
         ucs_status_ptr_t r = ucp_ep_close_nbx(c.ep, &rp);
-        if (r && !UCS_PTR_IS_ERR(r))
+        if (r && !UCS_PTR_IS_ERR(r)) {
             closing_.push_back(r);
+        }
         c.ep = nullptr;
     }
     void reap_closing() {
         std::erase_if(closing_, [](void* r) {
-            if (ucp_request_check_status(r) == UCS_INPROGRESS)
+            if (ucp_request_check_status(r) == UCS_INPROGRESS) {
                 return false;
+            }
             ucp_request_free(r);
             return true;
         });
@@ -657,8 +721,9 @@ private:
 
     static void op_cb(void* request, ucs_status_t status, void* user_data) {
         auto* op = static_cast<Op*>(user_data);
-        if (status != UCS_OK && op->status == UCS_OK)
+        if (status != UCS_OK && op->status == UCS_OK) {
             op->status = status;
+        }
         --op->pending;
         ucp_request_free(request);
         op->owner->maybe_done(op);
@@ -671,11 +736,12 @@ private:
         // Found by its endpoint among the open connections (errors are rare; peers are few):
         // an endpoint already closed is no longer there and its late error is dropped.
         auto* self = static_cast<UcxBackend*>(arg);
-        for (auto& [token, c] : self->conns_)
+        for (auto& [token, c] : self->conns_) {
             if (c->ep == ep && ep != nullptr) {
                 self->errors_.emplace_back(token, status);
                 return;
             }
+        }
     }
     // Target: one message of an Am write, whole (eager): copied into the destination here,
     // under the agent's lock (release_region cannot interleave), then acknowledged.
@@ -685,8 +751,9 @@ private:
         const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
         const ucp_ep_h reply =
             (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-        if (header_length != kWriteHeaderBytes)
+        if (header_length != kWriteHeaderBytes) {
             return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;  // not ours to answer: dropped
+        }
         const auto* h = static_cast<const std::byte*>(header);
         const std::uint64_t seq = load_le(h, 8);
         const std::uint64_t addr = load_le(h + 8, 8);
@@ -695,15 +762,17 @@ private:
         const ucs_status_t s = rndv                        ? UCS_ERR_UNSUPPORTED
                                : !self->owns(addr, length) ? UCS_ERR_INVALID_ADDR
                                                            : UCS_OK;
-        if (s == UCS_OK)
+        if (s == UCS_OK) {
             std::memcpy(reinterpret_cast<void*>(addr), data, length);
+        }
         self->send_ack(reply, seq, s);
         return rndv ? s : UCS_OK;
     }
     static ucs_status_t ack_am_cb(void* arg, const void*, size_t, void* data, size_t length,
                                   const ucp_am_recv_param_t* param) {
-        if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length != kAckBytes)
+        if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length != kAckBytes) {
             return UCS_OK;  // never sent by us
+        }
         const auto* p = static_cast<const std::byte*>(data);
         static_cast<UcxBackend*>(arg)->on_ack(
             load_le(p, 8), static_cast<ucs_status_t>(static_cast<std::int32_t>(load_le(p + 8, 4))));
@@ -712,8 +781,9 @@ private:
     static ucs_status_t am_cb(void* arg, const void*, size_t, void* data, size_t length,
                               const ucp_am_recv_param_t* param) {
         auto* self = static_cast<UcxBackend*>(arg);
-        if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
             return UCS_OK;  // never sent by us
+        }
         auto* p = static_cast<const std::byte*>(data);
         self->messages_.emplace_back(p, p + length);
         return UCS_OK;
@@ -747,8 +817,9 @@ std::unique_ptr<Backend> make_ucx_backend(const BackendOptions& o, BackendEvents
                                           std::string& error) {
     auto b = std::make_unique<UcxBackend>(ev);
     error = b->init(o);
-    if (!error.empty())
+    if (!error.empty()) {
         return nullptr;
+    }
     return b;
 }
 

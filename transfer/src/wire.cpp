@@ -21,8 +21,9 @@ public:
 
 private:
     void le(std::uint64_t v, int n) {
-        for (int i = 0; i < n; ++i)
+        for (int i = 0; i < n; ++i) {
             out_.push_back(std::byte(static_cast<std::uint8_t>(v >> (8 * i))));
+        }
     }
     std::vector<std::byte> out_;
 };
@@ -58,8 +59,9 @@ private:
             return 0;
         }
         std::uint64_t v = 0;
-        for (int i = 0; i < n; ++i)
+        for (int i = 0; i < n; ++i) {
             v |= std::uint64_t(std::to_integer<std::uint8_t>(in_[pos_ + i])) << (8 * i);
+        }
         pos_ += n;
         return v;
     }
@@ -86,18 +88,23 @@ std::uint64_t compat_hash() {
 }
 
 bool layout_fits(const Layout& l, std::uint64_t region_bytes) {
-    if (l.block_bytes == 0 || l.count == 0)
+    if (l.block_bytes == 0 || l.count == 0) {
         return false;
+    }
     std::uint64_t stride = l.stride ? l.stride : l.block_bytes;
-    if (stride < l.block_bytes)
+    if (stride < l.block_bytes) {
         return false;
+    }
     std::uint64_t span_bytes = 0;
-    if (__builtin_mul_overflow(stride, std::uint64_t(l.count - 1), &span_bytes))
+    if (__builtin_mul_overflow(stride, std::uint64_t(l.count - 1), &span_bytes)) {
         return false;
-    if (__builtin_add_overflow(span_bytes, l.block_bytes, &span_bytes))
+    }
+    if (__builtin_add_overflow(span_bytes, l.block_bytes, &span_bytes)) {
         return false;
-    if (__builtin_add_overflow(span_bytes, l.offset, &span_bytes))
+    }
+    if (__builtin_add_overflow(span_bytes, l.offset, &span_bytes)) {
         return false;
+    }
     return span_bytes <= region_bytes;
 }
 
@@ -130,31 +137,37 @@ std::vector<std::byte> encode_descriptor(const Descriptor& d) {
 }
 
 Result<Descriptor> decode_descriptor(std::span<const std::byte> blob) {
-    if (blob.size() > kMaxDescriptorBytes)
+    if (blob.size() > kMaxDescriptorBytes) {
         return {Status::Invalid, "descriptor too large"};
+    }
     Reader r(blob);
-    if (r.u32() != kDescriptorMagic || !r.ok())
+    if (r.u32() != kDescriptorMagic || !r.ok()) {
         return {Status::Invalid, "descriptor: bad magic"};
+    }
     std::uint16_t version = r.u16();
     r.u16();
-    if (version != kDescriptorVersion)
+    if (version != kDescriptorVersion) {
         return {Status::Invalid, "descriptor: unsupported version " + std::to_string(version)};
+    }
     Descriptor d;
     d.compat = r.u64();
-    if (d.compat != compat_hash())
+    if (d.compat != compat_hash()) {
         return {Status::Invalid, "descriptor: compatibility hash mismatch"};
+    }
     d.instance = r.u64();
     std::uint8_t backend = r.u8();
-    if (backend > 1)
+    if (backend > 1) {
         return {Status::Invalid, "descriptor: unknown backend"};
+    }
     d.backend = static_cast<BackendKind>(backend);
     d.name = r.str();
     d.host_id = r.str();
     auto addr = r.bytes();
     d.address.assign(addr.begin(), addr.end());
     std::uint32_t nregions = r.u32();
-    if (!r.ok() || nregions > r.left() / 20)
+    if (!r.ok() || nregions > r.left() / 20) {
         return {Status::Invalid, "descriptor: truncated regions"};
+    }
     for (std::uint32_t i = 0; i < nregions; ++i) {
         RemoteRegion reg;
         reg.base = r.u64();
@@ -164,8 +177,9 @@ Result<Descriptor> decode_descriptor(std::span<const std::byte> blob) {
         d.regions.push_back(std::move(reg));
     }
     std::uint32_t nlayouts = r.u32();
-    if (!r.ok() || nlayouts > r.left() / 32)
+    if (!r.ok() || nlayouts > r.left() / 32) {
         return {Status::Invalid, "descriptor: truncated layouts"};
+    }
     for (std::uint32_t i = 0; i < nlayouts; ++i) {
         Layout l;
         l.region = r.u32();
@@ -173,23 +187,28 @@ Result<Descriptor> decode_descriptor(std::span<const std::byte> blob) {
         l.block_bytes = r.u64();
         l.stride = r.u64();
         l.count = r.u32();
-        if (!r.ok())
+        if (!r.ok()) {
             break;
+        }
         // The encoder writes the normalised stride: 0 ("dense") is a local convention only,
         // and taken as it is it would map every block of the layout onto block 0.
-        if (l.stride == 0)
+        if (l.stride == 0) {
             return {Status::Invalid, "descriptor: layout " + std::to_string(i) +
                                          " has stride 0 (must be the normalised stride, >= "
                                          "block bytes)"};
+        }
         if (l.region >= d.regions.size() ||
-            (d.regions[l.region].size != 0 && !layout_fits(l, d.regions[l.region].size)))
+            (d.regions[l.region].size != 0 && !layout_fits(l, d.regions[l.region].size))) {
             return {Status::Invalid, "descriptor: layout " + std::to_string(i) + " out of bounds"};
+        }
         d.layouts.push_back(l);
     }
-    if (!r.ok())
+    if (!r.ok()) {
         return {Status::Invalid, "descriptor: truncated"};
-    if (r.left() != 0)
+    }
+    if (r.left() != 0) {
         return {Status::Invalid, "descriptor: trailing bytes"};
+    }
     return d;
 }
 
@@ -213,14 +232,17 @@ std::vector<std::byte> encode_notification(const Notification& n, std::uint8_t f
 }
 
 Result<DecodedNotification> decode_notification(std::span<const std::byte> msg) {
-    if (msg.size() < kNotifyHeaderBytes)
+    if (msg.size() < kNotifyHeaderBytes) {
         return {Status::Invalid, "notification: short header"};
+    }
     Reader r(msg.first(kNotifyHeaderBytes));
     DecodedNotification d;
-    if (r.u32() != kNotifyMagic)
+    if (r.u32() != kNotifyMagic) {
         return {Status::Invalid, "notification: bad magic"};
-    if (r.u16() != kNotifyVersion)
+    }
+    if (r.u16() != kNotifyVersion) {
         return {Status::Invalid, "notification: unsupported version"};
+    }
     auto& h = d.header;
     h.kind = r.u8();
     h.flags = r.u8();
@@ -230,10 +252,12 @@ Result<DecodedNotification> decode_notification(std::span<const std::byte> msg) 
     h.status = static_cast<std::int32_t>(r.u32());
     h.payload_bytes = r.u32();
     h.sender = r.u64();
-    if (h.kind < 1 || h.kind > 5)
+    if (h.kind < 1 || h.kind > 5) {
         return {Status::Invalid, "notification: unknown kind"};
-    if (h.payload_bytes != msg.size() - kNotifyHeaderBytes || h.payload_bytes > kMaxNotifyPayload)
+    }
+    if (h.payload_bytes != msg.size() - kNotifyHeaderBytes || h.payload_bytes > kMaxNotifyPayload) {
         return {Status::Invalid, "notification: bad payload length"};
+    }
     auto& n = d.notification;
     n.kind = static_cast<NotifyKind>(h.kind);
     n.transfer_id = h.transfer_id;

@@ -20,8 +20,9 @@ using Env = std::map<std::string, std::string>;
 inline ParseOutcome parse(std::vector<std::string> args, const Env& env = {}) {
     args.insert(args.begin(), "pdrouter");
     std::vector<const char*> argv;
-    for (const auto& a : args)
+    for (const auto& a : args) {
         argv.push_back(a.c_str());
+    }
     argv.push_back(nullptr);
     return parse_command_line(static_cast<int>(args.size()), argv.data(),
                               [&env](const char* name) -> const char* {
@@ -61,8 +62,9 @@ private:
 
 inline std::vector<std::string> texts(const std::vector<InstanceAddress>& v) {
     std::vector<std::string> out;
-    for (const auto& a : v)
+    for (const auto& a : v) {
         out.push_back(a.text());
+    }
     return out;
 }
 

@@ -28,13 +28,16 @@ constexpr std::uint64_t kBlock = 4096;
 constexpr std::uint32_t kBlocks = 32;
 
 void fill(std::span<std::byte> b, std::uint32_t seed) {
-    for (std::size_t i = 0; i < b.size(); ++i)
+    for (std::size_t i = 0; i < b.size(); ++i) {
         b[i] = std::byte(static_cast<std::uint8_t>((seed * 131u) ^ (i * 7u) ^ (i >> 8)));
+    }
 }
 bool matches(std::span<const std::byte> b, std::uint32_t seed) {
-    for (std::size_t i = 0; i < b.size(); ++i)
-        if (b[i] != std::byte(static_cast<std::uint8_t>((seed * 131u) ^ (i * 7u) ^ (i >> 8))))
+    for (std::size_t i = 0; i < b.size(); ++i) {
+        if (b[i] != std::byte(static_cast<std::uint8_t>((seed * 131u) ^ (i * 7u) ^ (i >> 8)))) {
             return false;
+        }
+    }
     return true;
 }
 
@@ -67,8 +70,9 @@ protected:
     }
     bool latency_stats_ = true;  // Config::latency_stats of the agents make() creates
     void SetUp() override {
-        if (GetParam().backend == BackendKind::Ucx && !ucx_available())
+        if (GetParam().backend == BackendKind::Ucx && !ucx_available()) {
             GTEST_SKIP() << "no UCX";
+        }
     }
 };
 
@@ -77,8 +81,9 @@ TEST_P(AgentTest, WritesUnorderedBlocksMergedAndVerifiesBytes) {
     LayoutId la = pool(*a), lb = pool(*b);
     PeerHandle pb = connect(*a, *b);
     connect(*b, *a);
-    for (BlockId i = 0; i < kBlocks; ++i)
+    for (BlockId i = 0; i < kBlocks; ++i) {
         fill(a->block(la, i), 1000 + i);
+    }
     std::vector<BlockId> src = {5, 3, 4, 0, 1, 2, 9, 3};
     std::vector<BlockId> dst = {15, 13, 14, 10, 11, 12, 1, 13};
     std::atomic<int> calls{0};
@@ -96,8 +101,9 @@ TEST_P(AgentTest, WritesUnorderedBlocksMergedAndVerifiesBytes) {
     ASSERT_TRUE(res);
     EXPECT_EQ(res->descriptors, 2u);  // 0..5 -> 10..15 and 9 -> 1
     EXPECT_EQ(res->bytes, 7 * kBlock);
-    for (std::size_t i = 0; i < src.size(); ++i)
+    for (std::size_t i = 0; i < src.size(); ++i) {
         EXPECT_TRUE(matches(b->block(lb, dst[i]), 1000 + src[i])) << "dst " << dst[i];
+    }
     auto s = a->stats();
     EXPECT_EQ(s.transfers_ok, 1u);
     EXPECT_EQ(s.bytes_written, 7 * kBlock);
@@ -113,14 +119,16 @@ TEST_P(AgentTest, ReadsBlocksFromPeer) {
     LayoutId la = pool(*a), lb = pool(*b);
     connect(*a, *b);
     PeerHandle pa = connect(*b, *a);
-    for (BlockId i = 0; i < kBlocks; ++i)
+    for (BlockId i = 0; i < kBlocks; ++i) {
         fill(a->block(la, i), 7 * i + 1);
+    }
     std::vector<BlockId> local = {20, 21, 22, 3}, remote = {2, 3, 4, 31};
     auto h = b->read_blocks(make_req(pa, lb, local, la, remote, 5));
     ASSERT_TRUE(h) << h.message();
     EXPECT_EQ(b->wait(*h, 5s), Status::Ok);
-    for (std::size_t i = 0; i < local.size(); ++i)
+    for (std::size_t i = 0; i < local.size(); ++i) {
         EXPECT_TRUE(matches(b->block(lb, local[i]), 7 * remote[i] + 1));
+    }
     EXPECT_EQ(b->stats().bytes_read, 4 * kBlock);
     EXPECT_EQ(b->result(*h)->descriptors, 2u);
 }
@@ -181,8 +189,9 @@ TEST_P(AgentTest, DoneNotificationArrivesAfterDataIsVisible) {
     LayoutId la = pool(*a), lb = pool(*b);
     PeerHandle pb = connect(*a, *b);
     connect(*b, *a);
-    for (BlockId i = 0; i < kBlocks; ++i)
+    for (BlockId i = 0; i < kBlocks; ++i) {
         fill(a->block(la, i), 500 + i);
+    }
     std::mutex mu;
     std::vector<ReceivedNotification> got;
     bool data_ok_at_done = false;
@@ -190,8 +199,9 @@ TEST_P(AgentTest, DoneNotificationArrivesAfterDataIsVisible) {
         std::lock_guard lk(mu);
         if (n.notification.kind == NotifyKind::Done) {
             data_ok_at_done = true;
-            for (BlockId i = 0; i < 8; ++i)
+            for (BlockId i = 0; i < 8; ++i) {
                 data_ok_at_done = data_ok_at_done && matches(b->block(lb, 24 + i), 500 + i);
+            }
         }
         got.push_back(n);
     });
@@ -225,8 +235,9 @@ TEST_P(AgentTest, TypedNotificationsRoundTrip) {
     }
     std::vector<ReceivedNotification> got;
     ASSERT_TRUE(eventually([&] {
-        for (auto& n : b->drain_notifications())
+        for (auto& n : b->drain_notifications()) {
             got.push_back(n);
+        }
         return got.size() >= 4;
     }));
     ASSERT_EQ(got.size(), 4u);  // the core's own heartbeats are not delivered
@@ -241,8 +252,9 @@ TEST_P(AgentTest, TypedNotificationsRoundTrip) {
 }
 
 TEST_P(AgentTest, DeadlineExpiresAndFailedIsNotified) {
-    if (!GetParam().target_must_progress)
+    if (!GetParam().target_must_progress) {
         GTEST_SKIP() << "transport completes without target";
+    }
     auto a = make("a");
     auto b = make("b", ProgressMode::EventFd);  // never progressed while the write is pending
     LayoutId la = pool(*a), lb = pool(*b);
@@ -267,8 +279,9 @@ TEST_P(AgentTest, DeadlineExpiresAndFailedIsNotified) {
     std::vector<ReceivedNotification> got;
     ASSERT_TRUE(eventually(
         [&] {
-            for (auto& n : b->drain_notifications())
+            for (auto& n : b->drain_notifications()) {
                 got.push_back(n);
+            }
             return !got.empty();
         },
         {b.get()}));
@@ -281,8 +294,9 @@ TEST_P(AgentTest, DeadlineExpiresAndFailedIsNotified) {
 }
 
 TEST_P(AgentTest, CancelEndsTransferOnce) {
-    if (!GetParam().target_must_progress)
+    if (!GetParam().target_must_progress) {
         GTEST_SKIP() << "transport completes without target";
+    }
     auto a = make("a");
     auto b = make("b", ProgressMode::EventFd);
     LayoutId la = pool(*a), lb = pool(*b);
@@ -303,8 +317,9 @@ TEST_P(AgentTest, CancelEndsTransferOnce) {
     EXPECT_EQ(a->poll(*h), Status::Canceled);
     ASSERT_TRUE(eventually([&] { return calls.load() == 1; }, {b.get()}));
     ASSERT_TRUE(a->cancel(*h));  // idempotent on a terminal transfer
-    for (int i = 0; i < 20; ++i)
+    for (int i = 0; i < 20; ++i) {
         b->progress();
+    }
     std::this_thread::sleep_for(30ms);
     EXPECT_EQ(a->poll(*h), Status::Canceled);
     EXPECT_EQ(calls.load(), 1);
@@ -312,8 +327,9 @@ TEST_P(AgentTest, CancelEndsTransferOnce) {
 }
 
 TEST_P(AgentTest, DestroyedPeerEndsInFlightWithPeerGone) {
-    if (!GetParam().target_must_progress)
+    if (!GetParam().target_must_progress) {
         GTEST_SKIP() << "transport completes without target";
+    }
     auto a = make("a", ProgressMode::Thread, 100ms);
     auto b = make("b", ProgressMode::EventFd, 100ms);
     LayoutId la = pool(*a), lb = pool(*b);
@@ -329,8 +345,9 @@ TEST_P(AgentTest, DestroyedPeerEndsInFlightWithPeerGone) {
     }
     auto t0 = Clock::now();
     b.reset();
-    for (auto h : hs)
+    for (auto h : hs) {
         EXPECT_EQ(a->wait(h, 5s), Status::PeerGone);
+    }
     EXPECT_LT(Clock::now() - t0, 5s);
     std::vector<BlockId> ids = {1};
     EXPECT_EQ(a->write_blocks(make_req(pb, la, ids, lb, ids, 1)).status(), Status::PeerGone);
@@ -393,8 +410,9 @@ TEST_P(AgentTest, LeasesPinBlocksAndExpireInFullSweep) {
     EXPECT_EQ(a->lease(13, la, bad, 1s).status(), Status::Invalid);
     std::vector<std::uint64_t> expired;
     ASSERT_TRUE(eventually([&] {
-        for (auto id : a->expire_leases())
+        for (auto id : a->expire_leases()) {
             expired.push_back(id);
+        }
         return expired.size() >= 2;
     }));
     std::sort(expired.begin(), expired.end());
@@ -451,29 +469,34 @@ TEST_P(AgentTest, EventFdBusyPollingWithoutArmCompletesTransfersAndDeadlines) {
         Status s = a->poll(h);
         for (std::uint64_t round = 0; s == Status::InProgress && Clock::now() < until; ++round) {
             a->progress();
-            if (drive_target)
+            if (drive_target) {
                 b->progress();
+            }
             s = a->poll(h);
         }
         return s;
     };
     std::vector<BlockId> src = {0, 1, 2, 3, 4, 5, 6, 7}, dst = {8, 9, 10, 11, 12, 13, 14, 15};
     for (std::uint32_t round = 0; round < 20; ++round) {
-        for (std::size_t i = 0; i < src.size(); ++i)
+        for (std::size_t i = 0; i < src.size(); ++i) {
             fill(a->block(la, src[i]), round * 100 + src[i]);
+        }
         auto h = a->write_blocks(make_req(pb, la, src, lb, dst, round + 1, Clock::now() + 5s));
         ASSERT_TRUE(h) << h.message();
         ASSERT_EQ(busy_wait(*h, true), Status::Ok) << "round " << round;
-        for (std::size_t i = 0; i < src.size(); ++i)
+        for (std::size_t i = 0; i < src.size(); ++i) {
             ASSERT_TRUE(matches(b->block(lb, dst[i]), round * 100 + src[i])) << "dst " << dst[i];
+        }
     }
     EXPECT_EQ(a->stats().transfers_ok, 20u);
-    if (!GetParam().target_must_progress)
+    if (!GetParam().target_must_progress) {
         return;
+    }
     // b no longer progresses: the write stalls and its 100 ms deadline must end it
     std::vector<BlockId> big(kBlocks / 2), far(kBlocks / 2);
-    for (BlockId i = 0; i < kBlocks / 2; ++i)
+    for (BlockId i = 0; i < kBlocks / 2; ++i) {
         big[i] = i, far[i] = kBlocks / 2 + i;
+    }
     const auto t0 = Clock::now();
     auto h = a->write_blocks(make_req(pb, la, big, lb, far, 99, t0 + 100ms));
     ASSERT_TRUE(h) << h.message();
@@ -539,8 +562,9 @@ TEST_P(AgentTest, PollAgreesWithTheHistoryAsResultsArePushedOut) {
         EXPECT_EQ(a->poll(kNoTransfer), Status::NotFound);
         EXPECT_EQ(a->poll(handles.back() + 1), Status::NotFound);  // never posted
     }
-    if (!GetParam().target_must_progress)
+    if (!GetParam().target_must_progress) {
         return;
+    }
     // Out of order: a transfer ends (canceled) first and is pushed out of the history by six
     // that end after it, while the one sharing its poll slot (4 slots for 5 kept results:
     // handles 4 apart) stays in flight to a target that never progresses.
@@ -611,8 +635,9 @@ TEST(AgentNotify, DoneThatCannotBeSentIsCountedAndReported) {
     ASSERT_TRUE(h) << h.message();
     b->progress();  // the target copies the data and queues the completion to a
     b.reset();      // then goes away: the Done has nowhere to go
-    for (int i = 0; i < 1000 && a->poll(*h) == Status::InProgress; ++i)
+    for (int i = 0; i < 1000 && a->poll(*h) == Status::InProgress; ++i) {
         a->progress();
+    }
     ASSERT_EQ(a->poll(*h), Status::Ok);
     EXPECT_NE(a->result(*h)->message.find("notification not sent"), std::string::npos)
         << a->result(*h)->message;

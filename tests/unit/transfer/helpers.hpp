@@ -32,8 +32,9 @@ inline Config agent_config(const std::string& name, BackendKind backend, const c
     c.name = name;
     c.backend = backend;
     c.transports = transports;
-    if (c.backend == BackendKind::Ucx && c.transports.find("tcp") != std::string::npos)
+    if (c.backend == BackendKind::Ucx && c.transports.find("tcp") != std::string::npos) {
         c.net_devices = "lo";
+    }
     c.progress = mode;
     return c;
 }

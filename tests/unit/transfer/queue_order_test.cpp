@@ -29,8 +29,9 @@ struct Param {
 class QueueTest : public ::testing::TestWithParam<Param> {
 protected:
     void SetUp() override {
-        if (GetParam().backend == BackendKind::Ucx && !ucx_available())
+        if (GetParam().backend == BackendKind::Ucx && !ucx_available()) {
             GTEST_SKIP() << "no UCX";
+        }
     }
     std::unique_ptr<Agent> make(const std::string& name, ProgressMode mode = ProgressMode::Thread,
                                 std::chrono::milliseconds hb = 1000ms) {
@@ -38,8 +39,9 @@ protected:
         c.name = name;
         c.backend = GetParam().backend;
         c.transports = GetParam().transports;
-        if (c.transports == std::string("tcp"))
+        if (c.transports == std::string("tcp")) {
             c.net_devices = "lo";
+        }
         c.progress = mode;
         c.heartbeat_interval = hb;
         c.peer_timeout = 10 * hb;
@@ -91,8 +93,9 @@ Notification note(NotifyKind kind, std::uint64_t id) {
 // Every other block, so nothing merges: 1024 descriptors, several chunks.
 std::vector<BlockId> scattered(std::uint32_t n) {
     std::vector<BlockId> v;
-    for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t i = 0; i < n; ++i) {
         v.push_back(BlockId(2 * i));
+    }
     return v;
 }
 
@@ -101,8 +104,9 @@ TEST_P(QueueTest, LargeScatteredWriteIsChunkedAndDoneFollowsAllData) {
     auto [ra, la] = pool(*a);
     auto [rb, lb] = pool(*b);
     auto mem = a->region_memory(ra);
-    for (std::size_t i = 0; i < mem.size(); ++i)
+    for (std::size_t i = 0; i < mem.size(); ++i) {
         mem[i] = std::byte(static_cast<std::uint8_t>(i * 7 + (i >> 12)));
+    }
     PeerHandle pb = link(*a, *b);
     auto ids = scattered(1024);
     auto r = req(pb, la, ids, ids, 7);
@@ -118,15 +122,17 @@ TEST_P(QueueTest, LargeScatteredWriteIsChunkedAndDoneFollowsAllData) {
     EXPECT_EQ(a->result(*h)->descriptors, 1024u);
     std::vector<ReceivedNotification> got;
     ASSERT_TRUE(eventually([&] {
-        for (auto& n : b->drain_notifications())
+        for (auto& n : b->drain_notifications()) {
             got.push_back(n);
+        }
         return !got.empty();
     }));
     // the Done arrived: every block of the transfer must already be visible
     auto dst = b->region_memory(rb);
-    for (BlockId id : ids)
+    for (BlockId id : ids) {
         ASSERT_EQ(std::memcmp(dst.data() + id * kBlock, mem.data() + id * kBlock, kBlock), 0)
             << "block " << id;
+    }
     EXPECT_EQ(got[0].notification.kind, NotifyKind::Done);
     EXPECT_EQ(got[0].peer_name, "a");
 }
@@ -136,12 +142,14 @@ TEST_P(QueueTest, LargeContiguousWriteIsOneDescriptorAndArrivesWhole) {
     auto [ra, la] = pool(*a);
     auto [rb, lb] = pool(*b);
     auto mem = a->region_memory(ra);
-    for (std::size_t i = 0; i < mem.size(); ++i)
+    for (std::size_t i = 0; i < mem.size(); ++i) {
         mem[i] = std::byte(static_cast<std::uint8_t>(i * 13 + (i >> 20)));
+    }
     PeerHandle pb = link(*a, *b);
     std::vector<BlockId> ids(kBlocks);
-    for (BlockId i = 0; i < kBlocks; ++i)
+    for (BlockId i = 0; i < kBlocks; ++i) {
         ids[i] = kBlocks - 1 - i;  // reversed: still one 8 MiB run after sorting
+    }
     auto h = a->write_blocks(req(pb, la, ids, ids, 12));
     ASSERT_TRUE(h) << h.message();
     EXPECT_EQ(a->wait(*h, 10s), Status::Ok);
@@ -193,8 +201,9 @@ TEST_P(QueueTest, ExpiredWhileQueuedSendsFailedNotOk) {
     std::vector<ReceivedNotification> got;
     ASSERT_TRUE(eventually(
         [&] {
-            for (auto& n : b->drain_notifications())
+            for (auto& n : b->drain_notifications()) {
                 got.push_back(n);
+            }
             return !got.empty();
         },
         {a.get()}));
@@ -212,8 +221,9 @@ INSTANTIATE_TEST_SUITE_P(Backends, QueueTest,
 // A Done sent just before the sender exits arrives in the same UCX progress round as the
 // endpoint error of its connection; it must still be attributed to the sender.
 TEST(UcxEventOrder, MessageBeforeDisconnectIsAttributedToThePeer) {
-    if (!ucx_available())
+    if (!ucx_available()) {
         GTEST_SKIP() << "no UCX";
+    }
     for (int round = 0; round < 3; ++round) {
         Config c;
         c.transports = "tcp";
@@ -236,8 +246,9 @@ TEST(UcxEventOrder, MessageBeforeDisconnectIsAttributedToThePeer) {
         std::vector<ReceivedNotification> got;
         ASSERT_TRUE(eventually(
             [&] {
-                for (auto& n : a->drain_notifications())
+                for (auto& n : a->drain_notifications()) {
                     got.push_back(n);
+                }
                 return !got.empty();
             },
             {a.get()}));

@@ -223,8 +223,9 @@ TEST(LatencyClock, TicksConvertToClockNanoseconds) {
     const auto c0 = Clock::now();
     const std::uint64_t t0 = lc.now();
     Clock::time_point c1 = c0;
-    while (c1 - c0 < std::chrono::milliseconds(5) && c1 - c0 < std::chrono::seconds(1))
+    while (c1 - c0 < std::chrono::milliseconds(5) && c1 - c0 < std::chrono::seconds(1)) {
         c1 = Clock::now();
+    }
     const std::uint64_t t1 = lc.now();
     const double clock_ns =
         double(std::chrono::duration_cast<std::chrono::nanoseconds>(c1 - c0).count());
@@ -247,8 +248,9 @@ TransferResult result_of(TransferHandle h) {
     r.transfer_id = h * 7;
     r.bytes = h * 4096;
     r.status = h % 3 == 0 ? Status::Expired : Status::Ok;
-    if (r.status != Status::Ok)
+    if (r.status != Status::Ok) {
         r.message = "deadline passed for " + std::to_string(h);
+    }
     return r;
 }
 
@@ -265,12 +267,14 @@ void expect_kept(const History& hist, TransferHandle h) {
 TEST(History, KeepsTheNewestResultsInCompletionOrder) {
     History hist(4);
     const TransferHandle order[] = {3, 1, 2, 6, 4, 5};
-    for (TransferHandle h : order)
+    for (TransferHandle h : order) {
         hist.add(h, result_of(h));
+    }
     EXPECT_EQ(hist.find(3), nullptr);  // finished first, pushed out
     EXPECT_EQ(hist.find(1), nullptr);
-    for (TransferHandle h : {2u, 6u, 4u, 5u})
+    for (TransferHandle h : {2u, 6u, 4u, 5u}) {
         expect_kept(hist, h);
+    }
     EXPECT_EQ(hist.find(7), nullptr);  // never finished
     EXPECT_EQ(hist.find(kNoTransfer), nullptr);
     EXPECT_EQ(hist.size(), 4u);
@@ -309,25 +313,30 @@ TEST(History, MatchesAPlainModel) {
         TransferHandle next = 0;
         for (int step = 0; step < 20000; ++step) {
             // issue a few, then finish one of the pending ones (often not the oldest)
-            for (int k = int(rng() % 3); k >= 0; --k)
+            for (int k = int(rng() % 3); k >= 0; --k) {
                 pending.push_back(++next);
+            }
             std::size_t pick = rng() % 8 == 0 ? 0 : rng() % pending.size();
             TransferHandle h = pending[pick];
             pending.erase(pending.begin() + std::ptrdiff_t(pick));
             hist.add(h, result_of(h));
             model.push_back(h);
-            if (model.size() > capacity)
+            if (model.size() > capacity) {
                 model.pop_front();
+            }
             if (step % 97 == 0 || capacity <= 7) {
                 std::map<TransferHandle, bool> in_model;
-                for (TransferHandle m : model)
+                for (TransferHandle m : model) {
                     in_model[m] = true;
+                }
                 // every kept handle, the newest 64 handles, and 64 random older ones
                 std::vector<TransferHandle> probe(model.begin(), model.end());
-                for (TransferHandle q = next > 64 ? next - 64 : 1; q <= next + 1; ++q)
+                for (TransferHandle q = next > 64 ? next - 64 : 1; q <= next + 1; ++q) {
                     probe.push_back(q);
-                for (int k = 0; k < 64; ++k)
+                }
+                for (int k = 0; k < 64; ++k) {
                     probe.push_back(1 + rng() % next);
+                }
                 for (TransferHandle q : probe) {
                     const bool want = in_model.count(q) != 0;
                     ASSERT_EQ(hist.find(q) != nullptr, want)

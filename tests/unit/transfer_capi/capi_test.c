@@ -68,10 +68,12 @@ static void fill(side_t* s, uint32_t id, unsigned char seed) {
     size_t n = 0;
     unsigned char* p = pdx_block(s->agent, s->layout, id, &n);
     CHECK(p != NULL && n == kBlockBytes);
-    if (!p)
+    if (!p) {
         return;
-    for (size_t i = 0; i < n; ++i)
+    }
+    for (size_t i = 0; i < n; ++i) {
         p[i] = (unsigned char)(seed + i * 7u + id);
+    }
 }
 
 static int same(side_t* a, uint32_t ida, side_t* b, uint32_t idb) {
@@ -105,8 +107,9 @@ static uint64_t add_peer_of(side_t* to, side_t* of) {
 static void data_path(side_t* a, side_t* b, uint64_t peer_b) {
     const uint32_t src[] = {9, 3, 1, 2};
     const uint32_t dst[] = {0, 7, 5, 6};
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i) {
         fill(a, src[i], 11);
+    }
     pdx_notification_t done = {PDX_NOTIFY_DONE, 42, 0, 1, PDX_OK, "hi", 2};
     uint64_t h = 0;
     CHECK_STATUS(
@@ -121,9 +124,11 @@ static void data_path(side_t* a, side_t* b, uint64_t peer_b) {
     CHECK(res.direction == PDX_WRITE);
     /* pairs sorted by source: 1->5, 2->6, 3->7 merge into one; 9->0 is another */
     CHECK(res.descriptors == 2);
-    if (b->agent) /* same process: check the target bytes directly */
-        for (int i = 0; i < 4; ++i)
+    if (b->agent) { /* same process: check the target bytes directly */
+        for (int i = 0; i < 4; ++i) {
             CHECK(same(a, src[i], b, dst[i]));
+        }
+    }
 
     const uint32_t rl[] = {12, 13};
     const uint32_t rr[] = {5, 6};
@@ -154,10 +159,12 @@ static void on_complete(const pdx_transfer_result_t* r, void* user) {
 /* Bounded wait (about 10 s) for rec->calls to reach want; drives progress in event-fd mode. */
 static int wait_calls(cb_record_t* rec, int want, int drive) {
     for (int i = 0; i < 10000; ++i) {
-        if (__atomic_load_n(&rec->calls, __ATOMIC_ACQUIRE) >= want)
+        if (__atomic_load_n(&rec->calls, __ATOMIC_ACQUIRE) >= want) {
             return 1;
-        if (drive)
+        }
+        if (drive) {
             pdx_progress(rec->agent);
+        }
         usleep(1000);
     }
     return __atomic_load_n(&rec->calls, __ATOMIC_ACQUIRE) >= want;
@@ -174,8 +181,9 @@ static void completion_callbacks(side_t* a, side_t* b, uint64_t peer_b, int driv
     CHECK_STATUS(pdx_write_blocks_cb(a->agent, peer_b, a->layout, src, b->layout, dst, 2, 77, 5000,
                                      NULL, on_complete, &w, &h),
                  PDX_OK);
-    if (drive) /* event-fd mode: never inside the posting call */
+    if (drive) { /* event-fd mode: never inside the posting call */
         CHECK(__atomic_load_n(&w.calls, __ATOMIC_ACQUIRE) == 0);
+    }
     CHECK(wait_calls(&w, 1, drive));
     CHECK(w.last.handle == h && w.last.transfer_id == 77 && w.last.status == PDX_OK);
     CHECK(w.last.direction == PDX_WRITE && w.last.bytes == 2u * kBlockBytes);
@@ -183,8 +191,9 @@ static void completion_callbacks(side_t* a, side_t* b, uint64_t peer_b, int driv
     CHECK(w.polled == PDX_OK); /* already pollable when the callback runs */
     CHECK(drive ? pthread_equal(w.thread, pthread_self())
                 : !pthread_equal(w.thread, pthread_self()));
-    if (b->agent)
+    if (b->agent) {
         CHECK(same(a, 4, b, 9) && same(a, 5, b, 10));
+    }
 
     /* a refused post (out-of-range id) gets no handle and no callback */
     cb_record_t refused = {a->agent, 0, {0}, PDX_IN_PROGRESS, pthread_self()};
@@ -211,8 +220,9 @@ static void completion_callbacks(side_t* a, side_t* b, uint64_t peer_b, int driv
 
     /* exactly once: more progress (and time) does not repeat any callback */
     for (int i = 0; i < 20; ++i) {
-        if (drive)
+        if (drive) {
             pdx_progress(a->agent);
+        }
         usleep(1000);
     }
     CHECK(__atomic_load_n(&w.calls, __ATOMIC_ACQUIRE) == 1);
@@ -265,8 +275,9 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     size_t n = 0;
     for (int i = 0; i < 500 && n == 0; ++i) {
         n = pdx_drain_notifications(b->agent, got, 4);
-        if (n == 0)
+        if (n == 0) {
             usleep(2000);
+        }
     }
     CHECK(n == 1);
     if (n == 1) {
@@ -280,8 +291,9 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     n = 0;
     for (int i = 0; i < 500 && n == 0; ++i) {
         n = pdx_drain_notifications(b->agent, got, 4);
-        if (n == 0)
+        if (n == 0) {
             usleep(2000);
+        }
     }
     CHECK(n == 1 && got[0].kind == PDX_NOTIFY_REGISTER && got[0].sequence == 3);
     pdx_notification_t bad = {(pdx_notify_kind_t)9, 1, 0, 0, PDX_OK, NULL, 0};
@@ -301,8 +313,9 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     size_t e = 0;
     for (int i = 0; i < 500; ++i) { /* lease 500 (20 ms) must expire; 501 must not */
         e += pdx_expire_leases(b->agent, expired + e, 8 - e);
-        if (e > 0)
+        if (e > 0) {
             break;
+        }
         usleep(2000);
     }
     CHECK(e == 1 && expired[0] == 500);
@@ -334,8 +347,9 @@ static void eventfd_mode(side_t* b) {
     cfg.progress = PDX_PROGRESS_EVENTFD;
     side_t c = {0};
     CHECK_STATUS(pdx_agent_create(&cfg, &c.agent), PDX_OK);
-    if (!c.agent)
+    if (!c.agent) {
         return;
+    }
     CHECK(pdx_event_fd(c.agent) >= 0);
     CHECK_STATUS(pdx_allocate_region(c.agent, kBlocks * kBlockBytes, &c.region), PDX_OK);
     pdx_layout_t l = {c.region, 0, kBlockBytes, 0, kBlocks};
@@ -352,8 +366,9 @@ static void eventfd_mode(side_t* b) {
     for (int i = 0; i < 2000 && s == PDX_IN_PROGRESS; ++i) {
         pdx_progress(c.agent);
         s = pdx_poll(c.agent, h);
-        if (s == PDX_IN_PROGRESS && pdx_arm(c.agent))
+        if (s == PDX_IN_PROGRESS && pdx_arm(c.agent)) {
             usleep(1000);
+        }
     }
     CHECK_STATUS(s, PDX_OK);
     CHECK(same(&c, 2, b, 11));
@@ -368,8 +383,9 @@ static int run_loopback(void) {
     side_t a = {0}, b = {0};
     CHECK(make_side("capi-a", PDX_BACKEND_LOOPBACK, NULL, &a));
     CHECK(make_side("capi-b", PDX_BACKEND_LOOPBACK, NULL, &b));
-    if (!a.agent || !b.agent)
+    if (!a.agent || !b.agent) {
         return 1;
+    }
     CHECK(pdx_event_fd(a.agent) == -1); /* thread mode */
     uint64_t peer_b = add_peer_of(&a, &b);
     (void)add_peer_of(&b, &a);
@@ -401,8 +417,9 @@ static int send_blob(int fd, const void* p, uint32_t n) {
 }
 
 static unsigned char* recv_blob(int fd, uint32_t* n) {
-    if (read(fd, n, 4) != 4 || *n > (16u << 20))
+    if (read(fd, n, 4) != 4 || *n > (16u << 20)) {
         return NULL;
+    }
     unsigned char* p = malloc(*n ? *n : 1);
     uint32_t got = 0;
     while (got < *n) {
@@ -427,8 +444,9 @@ static uint64_t exchange(side_t* s, int fd) {
     unsigned char* theirs = recv_blob(fd, &n);
     uint64_t peer = 0;
     CHECK(theirs != NULL);
-    if (theirs)
+    if (theirs) {
         CHECK_STATUS(pdx_add_peer(s->agent, theirs, n, &peer), PDX_OK);
+    }
     free(theirs);
     /* both sides have added each other before any message flows: otherwise the first
      * notification may arrive from a sender not yet known (peer 0, empty name) */
@@ -444,23 +462,26 @@ static int run_ucx(const char* tls) {
         return 0;
     }
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
         return 1;
+    }
     pid_t child = fork();
     if (child == 0) { /* target: serve until the initiator says it is done */
         close(sv[0]);
         alarm(30);
         side_t b = {0};
-        if (!make_side("capi-b", PDX_BACKEND_UCX, tls, &b))
+        if (!make_side("capi-b", PDX_BACKEND_UCX, tls, &b)) {
             _exit(2);
+        }
         exchange(&b, sv[1]);
         /* the initiator's first write carries Done(42): it must arrive, after the data */
         pdx_received_notification_t n;
         size_t got = 0;
         for (int i = 0; i < 5000 && got == 0; ++i) {
             got = pdx_drain_notifications(b.agent, &n, 1);
-            if (got == 0)
+            if (got == 0) {
                 usleep(1000);
+            }
         }
         CHECK(got == 1 && n.kind == PDX_NOTIFY_DONE && n.transfer_id == 42);
         CHECK(got == 1 && strcmp(n.peer_name, "capi-a") == 0);
@@ -473,8 +494,9 @@ static int run_ucx(const char* tls) {
         /* tell the initiator we are done checking, then wait for it to finish */
         char c = 'V';
         CHECK(write(sv[1], &c, 1) == 1);
-        if (read(sv[1], &c, 1) != 1)
+        if (read(sv[1], &c, 1) != 1) {
             c = 0;
+        }
         pdx_agent_destroy(b.agent);
         _exit(g_failures ? 1 : 0);
     }
@@ -501,8 +523,9 @@ static int run_ucx(const char* tls) {
         rc = 1;
     }
     char c = 1;
-    if (write(sv[0], &c, 1) != 1)
+    if (write(sv[0], &c, 1) != 1) {
         rc = 1;
+    }
     int status = 0;
     waitpid(child, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -514,10 +537,11 @@ static int run_ucx(const char* tls) {
 
 int main(int argc, char** argv) {
     int rc = 0;
-    if (argc >= 3 && strcmp(argv[1], "--ucx") == 0)
+    if (argc >= 3 && strcmp(argv[1], "--ucx") == 0) {
         rc = run_ucx(argv[2]);
-    else
+    } else {
         rc = run_loopback();
+    }
     if (rc || g_failures) {
         fprintf(stderr, "FAILED (%d checks)\n", g_failures);
         return 1;

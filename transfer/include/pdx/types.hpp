@@ -28,11 +28,13 @@ template <class Rep, class Period>
 Clock::time_point deadline_after(std::chrono::duration<Rep, Period> d,
                                  Clock::time_point now = Clock::now()) {
     using D = std::chrono::duration<Rep, Period>;
-    if (d <= D::zero())
+    if (d <= D::zero()) {
         return now;
+    }
     const auto headroom = Clock::time_point::max() - now;  // >= 0, in Clock ticks
-    if (d >= std::chrono::duration_cast<D>(headroom))      // a coarser d: the cast cannot overflow
+    if (d >= std::chrono::duration_cast<D>(headroom)) {    // a coarser d: the cast cannot overflow
         return Clock::time_point::max();
+    }
     return now + std::chrono::duration_cast<Clock::duration>(d);
 }
 

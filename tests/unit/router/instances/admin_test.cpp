@@ -26,8 +26,9 @@ protected:
     }
     static std::string error_message(const Registry::AdminResult& r) {
         auto j = nlohmann::json::parse(r.body, nullptr, false);
-        if (!j.is_object() || !j.contains("error"))
+        if (!j.is_object() || !j.contains("error")) {
             return "<not an error body: " + r.body + ">";
+        }
         return j["error"]["message"].get<std::string>();
     }
     double admin_count(std::string action, std::string result) {

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "net/upstream/client.hpp"
 #include "router/instances/registry.hpp"
 #include "router/metrics/router_metrics.hpp"
-#include "router/upstream/client.hpp"
 #include "tests/mocks/fake_http_server.hpp"
 #include "tests/mocks/run_until.hpp"
 
@@ -23,14 +23,16 @@ protected:
         cfg.health_backoff_max = Duration{200};
     }
     ~RegistryTest() override {
-        if (registry)
+        if (registry) {
             registry->stop();
+        }
         test::run_for(ioc, Duration{20});
     }
 
     Registry& reg() {
-        if (!registry)
+        if (!registry) {
             registry = std::make_unique<Registry>(ioc.get_executor(), client, rm, cfg);
+        }
         return *registry;
     }
 

@@ -12,8 +12,9 @@ using test::FakeReply;
 TEST_F(RegistryTest, DownInstanceIsReprobedAndRecovers) {
     bool healthy = false;
     FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request& req) {
-        if (req.target() == "/health")
+        if (req.target() == "/health") {
             return healthy ? FakeReply{200, ""} : FakeReply{503, "no"};
+        }
         return FakeReply{404, "{}"};
     });
     const auto port = server.start();
@@ -104,8 +105,9 @@ TEST_F(RegistryTest, UpInstanceFailingHealthCheckGoesDown) {
 
 TEST_F(RegistryTest, HealthFallsBackToModelsWhenHealthIsMissing) {
     FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request& req) {
-        if (req.target() == "/v1/models")
+        if (req.target() == "/v1/models") {
             return FakeReply{200, R"({"data":[{"id":"m"}]})"};
+        }
         return FakeReply{404, "{}"};
     });
     const auto port = server.start();

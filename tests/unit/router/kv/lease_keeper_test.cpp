@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.hpp"
+#include "net/upstream/client.hpp"
 #include "router/kv/lease_keeper.hpp"
 #include "router/metrics/router_metrics.hpp"
-#include "router/upstream/client.hpp"
 #include "tests/mocks/fake_http_server.hpp"
 #include "tests/mocks/run_until.hpp"
 
@@ -32,17 +32,20 @@ FakeReply ok_reply(const FakeHttpServer::Request&) {
 IdSet ids_of(const test::RecordedRequest& r) {
     IdSet out;
     auto j = nlohmann::json::parse(r.body, nullptr, false);
-    if (!j.is_object() || !j.contains("request_ids"))
+    if (!j.is_object() || !j.contains("request_ids")) {
         return {"<bad body: " + r.body + ">"};
-    for (const auto& id : j["request_ids"])
+    }
+    for (const auto& id : j["request_ids"]) {
         out.insert(id.get<std::string>());
+    }
     return out;
 }
 
 IdSet make_ids(const std::string& prefix, int n) {
     IdSet out;
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i < n; ++i) {
         out.insert(prefix + std::to_string(i));
+    }
     return out;
 }
 
@@ -53,13 +56,15 @@ protected:
         cfg.connect_timeout = Duration{500};
     }
     ~LeaseKeeperTest() override {
-        if (keeper)
+        if (keeper) {
             keeper->stop();
+        }
         test::run_for(ioc, Duration{20});
     }
     LeaseKeeper& lk() {
-        if (!keeper)
+        if (!keeper) {
             keeper = std::make_unique<LeaseKeeper>(ioc.get_executor(), client, rm, cfg);
+        }
         return *keeper;
     }
     upstream::Endpoint endpoint_of(const FakeHttpServer& s) {
@@ -83,10 +88,12 @@ TEST_F(LeaseKeeperTest, OneBatchedPostPerPrefillPerPeriod) {
     std::vector<LeaseKeeper::Hold> holds;
     const IdSet ids1 = make_ids("a-", 5), ids2 = make_ids("b-", 3);
     const auto t0 = Clock::now();
-    for (const auto& id : ids1)
+    for (const auto& id : ids1) {
         holds.push_back(lk().hold(id, endpoint_of(p1)));
-    for (const auto& id : ids2)
+    }
+    for (const auto& id : ids2) {
         holds.push_back(lk().hold(id, endpoint_of(p2)));
+    }
     EXPECT_EQ(lk().held(), 8u);
     EXPECT_EQ(rm.kv_handles_held.value(), 8);
     lk().start();
@@ -102,18 +109,21 @@ TEST_F(LeaseKeeperTest, OneBatchedPostPerPrefillPerPeriod) {
         EXPECT_EQ(r.method, http::verb::post);
         EXPECT_EQ(ids_of(r), ids1);  // one POST carries every id of this P
     }
-    for (const auto& r : p2.requests())
+    for (const auto& r : p2.requests()) {
         EXPECT_EQ(ids_of(r), ids2);
+    }
     // About one POST per period: consecutive refreshes at least ~a period apart.
     for (std::size_t i = 1; i < p1.requests().size(); ++i) {
         EXPECT_GE(p1.requests()[i].at - p1.requests()[i - 1].at, Duration{80});
     }
     const auto posts = p1.requests().size() + p2.requests().size();
     double sent = 0;
-    for (const auto& r : p1.requests())
+    for (const auto& r : p1.requests()) {
         sent += static_cast<double>(ids_of(r).size());
-    for (const auto& r : p2.requests())
+    }
+    for (const auto& r : p2.requests()) {
         sent += static_cast<double>(ids_of(r).size());
+    }
     // Every POST the servers saw has been counted once its answer came back (allow the last
     // answers to be in flight).
     ASSERT_TRUE(test::run_until(
@@ -181,8 +191,9 @@ TEST_F(LeaseKeeperTest, LargeSetsAreSplitIntoBoundedBatches) {
     p1.start();
     std::vector<LeaseKeeper::Hold> holds;
     const IdSet all = make_ids("r", 2500);
-    for (const auto& id : all)
+    for (const auto& id : all) {
         holds.push_back(lk().hold(id, endpoint_of(p1)));
+    }
     lk().start();
     ASSERT_TRUE(test::run_until(
         ioc, [&] { return p1.requests().size() >= 3; }, Duration{3000}));

@@ -72,8 +72,9 @@ TEST(MetricsText, FormatsSpecialValues) {
 TEST(MetricsHistogram, BucketsAreCumulativeWithInf) {
     Registry r;
     auto& h = r.histogram("lat_seconds", "Latency.", {{"route", "x"}}, {0.1, 1, 10});
-    for (double v : {0.0625, 0.09375, 1.0, 2.0, 20.0, 30.0})
+    for (double v : {0.0625, 0.09375, 1.0, 2.0, 20.0, 30.0}) {
         h.observe(v);  // 1.0: le is <=
+    }
     EXPECT_EQ(h.count(), 6u);
     EXPECT_DOUBLE_EQ(h.sum(), 53.15625);
     EXPECT_EQ(h.cumulative_counts(), (std::vector<std::uint64_t>{2, 3, 4, 6}));
@@ -107,8 +108,9 @@ TEST(MetricsHistogram, LatencyBuckets) {
     ASSERT_GE(b.size(), 16u);
     EXPECT_DOUBLE_EQ(b.front(), 0.0005);
     EXPECT_DOUBLE_EQ(b.back(), 60);
-    for (std::size_t i = 1; i < b.size(); ++i)
+    for (std::size_t i = 1; i < b.size(); ++i) {
         EXPECT_LT(b[i - 1], b[i]);
+    }
 }
 
 TEST(MetricsCounter, IgnoresNegativeAndNan) {
@@ -194,8 +196,9 @@ TEST(MetricsConcurrency, ParallelUpdatesAndCreationAreExact) {
             }
         });
     }
-    for (auto& th : threads)
+    for (auto& th : threads) {
         th.join();
+    }
     EXPECT_DOUBLE_EQ(c.value(), kThreads * kIters);
     EXPECT_EQ(h.count(), static_cast<std::uint64_t>(kThreads * kIters));
     EXPECT_EQ(h.cumulative_counts().front(), static_cast<std::uint64_t>(kThreads * kIters / 2));

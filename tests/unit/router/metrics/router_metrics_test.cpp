@@ -127,11 +127,13 @@ int promtool_check(const std::string& text, std::string& output) {
     }
     std::string cmd = "/usr/bin/promtool check metrics < '" + path.string() + "' 2>&1";
     FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr)
+    if (p == nullptr) {
         return -1;
+    }
     char buf[512];
-    while (std::fgets(buf, sizeof buf, p) != nullptr)
+    while (std::fgets(buf, sizeof buf, p) != nullptr) {
         output += buf;
+    }
     int status = ::pclose(p);
     std::filesystem::remove(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -1,0 +1,65 @@
+#include "net/common/sse_cut.hpp"
+
+namespace pdr {
+
+// A blank line ends an event: a line end right after a line end, where a line end is CRLF, LF
+// or CR (any mix: "\n\r\n" is LF then CRLF). CR then LF is always one CRLF, never two ends.
+// One pass from the end: the last line end, then whether the character before it ends a line
+// too. (Not rfind per pattern: that compares at every position, for every pattern.)
+std::size_t sse_events_end(std::string_view bytes) noexcept {
+    auto line_end = [](char c) { return c == '\n' || c == '\r'; };
+    std::size_t i = bytes.size();
+    while (i > 0) {
+        std::size_t p = i - 1;
+        while (!line_end(bytes[p])) {
+            if (p == 0) {
+                return 0;
+            }
+            --p;
+        }
+        // The line end that ends at p + 1 starts at p, or at p - 1 when it is a CRLF.
+        const std::size_t start = bytes[p] == '\n' && p > 0 && bytes[p - 1] == '\r' ? p - 1 : p;
+        if (start > 0 && line_end(bytes[start - 1])) {
+            return p + 1;
+        }
+        i = start;
+    }
+    return 0;
+}
+
+bool ends_an_sse_event(std::string_view bytes) noexcept {
+    return bytes.empty() || sse_events_end(bytes) == bytes.size();  // at once when it does
+}
+
+void SseCutter::take(std::string& piece) {
+    if (piece.empty()) {
+        return;
+    }
+    if (held_.empty() && ends_an_sse_event(piece)) {
+        at_boundary_ = true;  // the usual case: whole events, passed on as they came
+        return;
+    }
+    held_.append(piece);
+    std::size_t cut = sse_events_end(held_);
+    if (cut == 0 && held_.size() > max_held_) {
+        cut = held_.size();
+    }
+    piece.assign(held_, 0, cut);
+    held_.erase(0, cut);
+    passed_on(piece);
+}
+
+std::string SseCutter::flush() {
+    std::string rest = std::move(held_);
+    held_.clear();
+    passed_on(rest);
+    return rest;
+}
+
+void SseCutter::passed_on(std::string_view sent) {
+    if (!sent.empty()) {
+        at_boundary_ = ends_an_sse_event(sent);
+    }
+}
+
+}  // namespace pdr

@@ -1,0 +1,42 @@
+#pragma once
+// Cuts a relayed SSE stream at event boundaries (a blank line: "\n\n", "\r\n\r\n" or "\r\r").
+// Bytes of an event that has not ended yet are held back until it ends, so a decode that fails
+// inside an event never shows the client a truncated event: the held part is dropped and the
+// error event follows a clean boundary. Engines write whole events, so in normal running nothing
+// is held and nothing is delayed. An "event" longer than the cap (or a stream that is not SSE)
+// is passed on anyway once the cap is reached, and the rest at the end of the stream. No I/O.
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace pdr {
+
+// True when `bytes` ends with a blank line (or is empty).
+bool ends_an_sse_event(std::string_view bytes) noexcept;
+
+// Length of the longest prefix of `bytes` that ends with a blank line; 0 when none.
+std::size_t sse_events_end(std::string_view bytes) noexcept;
+
+class SseCutter {
+public:
+    static constexpr std::size_t kDefaultMaxHeld = 64 * 1024;
+
+    explicit SseCutter(std::size_t max_held = kDefaultMaxHeld) : max_held_(max_held) {}
+
+    // `piece` holds bytes just read; on return it holds the bytes to send now (possibly none).
+    void take(std::string& piece);
+    // End of the stream: everything still held (an unfinished last event), to send as it is.
+    std::string flush();
+    std::size_t held() const noexcept { return held_.size(); }
+    // Whether the bytes passed on so far end at an event boundary (true before any).
+    bool at_boundary() const noexcept { return at_boundary_; }
+
+private:
+    void passed_on(std::string_view sent);
+
+    std::size_t max_held_;
+    std::string held_;
+    bool at_boundary_ = true;
+};
+
+}  // namespace pdr

@@ -1,0 +1,298 @@
+#include "net/upstream/client.hpp"
+
+#include "net/upstream/pool.hpp"
+
+#include "net/common/error.hpp"
+#include "net/common/http_wire.hpp"
+
+namespace pdr::upstream {
+
+std::string Endpoint::authority() const {
+    std::string out;
+    const bool v6 = host.find(':') != std::string::npos;
+    out.reserve(host.size() + 8);
+    if (v6) {
+        out += '[';
+    }
+    out += host;
+    if (v6) {
+        out += ']';
+    }
+    out += ':';
+    out += std::to_string(port);
+    return out;
+}
+
+std::string_view to_string(Failure f) noexcept {
+    switch (f) {
+        case Failure::None:
+            return "none";
+        case Failure::Connect:
+            return "connect";
+        case Failure::ConnectTimeout:
+            return "connect_timeout";
+        case Failure::Write:
+            return "write";
+        case Failure::ResponseTimeout:
+            return "response_timeout";
+        case Failure::IdleTimeout:
+            return "idle_timeout";
+        case Failure::Read:
+            return "read";
+        case Failure::Protocol:
+            return "protocol";
+        case Failure::Canceled:
+            return "canceled";
+    }
+    return "unknown";
+}
+
+std::string describe(Failure f, const error_code& ec) {
+    std::string out(to_string(f));
+    if (ec && ec != beast::error::timeout && ec != net::error::operation_aborted) {
+        out.append(" (").append(ec.message()).append(")");
+    }
+    return out;
+}
+
+namespace {
+
+// Sends the request: head and body in one gather write (the bytes http::async_write would send).
+// The caller has armed the stream's timer for the exchange; `timeout` covers a write that has to
+// wait for the socket.
+awaitable<error_code> write_request(detail::Conn& c, const Request& req, Duration timeout) {
+    if (req.chunked()) {
+        c.stream.expires_after(timeout);
+        auto [ec, n] = co_await http::async_write(c.stream, req, use_tuple);
+        (void)n;
+        co_return detail::io_error(c, ec);
+    }
+    const auto buffers = wire::message_buffers(c.head_buf, req);
+    error_code ec;
+    if (auto rest = wire::send_or_rest(c.stream, buffers, timeout, ec)) {
+        ec = co_await std::move(*rest);
+    }
+    co_return detail::io_error(c, ec);
+}
+
+void prepare(Request& req, const std::string& authority) {
+    if (req.find(http::field::host) == req.end()) {
+        req.set(http::field::host, authority);
+    }
+    req.prepare_payload();
+}
+
+// A request that may be sent again when a reused connection ends before any answer (RFC 9110
+// 9.2.2): the upstream may have closed it just as the request went out, or it may have taken
+// the request and failed; only an idempotent one may be repeated without knowing which. A
+// completion or a prefill is never sent twice (the engine would run it twice; a decode would
+// read the same KV handle twice): that ends as a failure the flow's own retry rules handle.
+bool may_resend(const Request& req) {
+    return req.method() == http::verb::get || req.method() == http::verb::head;
+}
+
+// Gets a connection: the newest live pooled one (reused = true) unless `fresh`, or a new one.
+struct Acquired {
+    Failure failure = Failure::None;
+    error_code ec;
+    detail::ConnPtr conn;
+    bool reused = false;
+};
+
+awaitable<Acquired> acquire(Client::Impl& impl, const Endpoint& ep, const std::string& key,
+                            const Timeouts& t, bool fresh) {
+    Acquired a;
+    if (!fresh) {
+        a.conn = impl.take(key);
+        if (a.conn) {
+            a.reused = true;
+            co_return a;
+        }
+    }
+    a.conn = std::make_unique<detail::Conn>(impl.executor);
+    auto [f, ec] = co_await impl.connect(*a.conn, ep, t);
+    a.failure = f;
+    a.ec = ec;
+    if (f != Failure::None) {
+        a.conn.reset();
+    }
+    co_return a;
+}
+
+}  // namespace
+
+Client::Client(net::any_io_executor executor, PoolLimits limits)
+    : impl_(std::make_shared<Impl>(std::move(executor), limits)) {}
+
+Client::~Client() {
+    impl_->close_all();
+}
+
+awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
+    std::shared_ptr<Impl> impl = impl_;
+    const std::string key = ep.authority();
+    prepare(req, key);
+    Result r;
+    try {
+        for (int attempt = 0; attempt < 2; ++attempt) {
+            Acquired a = co_await acquire(*impl, ep, key, t, attempt > 0);
+            if (!a.conn) {
+                r.failure = a.failure;
+                r.ec = a.ec;
+                co_return r;
+            }
+            detail::Conn& c = *a.conn;
+            c.deadline.expires_after(t.response);  // the whole exchange
+            const error_code wec = co_await write_request(c, req, t.response);
+            if (wec) {
+                if (a.reused && detail::is_stale_error(wec)) {
+                    continue;
+                }
+                r.failure = detail::classify_write(wec);
+                r.ec = wec;
+                co_return r;
+            }
+            http::response_parser<http::string_body> parser;
+            parser.header_limit(detail::kMaxResponseHeader);
+            parser.body_limit(impl->limits.max_response_body);
+            if (req.method() == http::verb::head) {
+                parser.skip(true);
+            }
+            error_code read_ec;
+            while (!read_ec && !parser.is_done()) {
+                read_ec = co_await wire::parse_some(c.stream.socket(), c.buffer, parser);
+            }
+            const error_code rec = detail::io_error(c, read_ec);
+            if (rec) {
+                if (a.reused && may_resend(req) && !parser.got_some() &&
+                    detail::is_stale_error(rec)) {
+                    continue;
+                }
+                r.failure = detail::classify_read(rec, Failure::ResponseTimeout);
+                r.ec = rec;
+                co_return r;
+            }
+            if (!detail::final_status(parser.get().result_int())) {
+                r.failure = Failure::Protocol;
+                r.ec = http::error::bad_status;
+                co_return r;  // the connection is dropped with `a`
+            }
+            if (!detail::answers_request(req, parser.get())) {
+                r.failure = Failure::Protocol;
+                r.ec = Errc::UpstreamAnswerMismatch;
+                co_return r;  // the connection is dropped with `a`
+            }
+            if (!detail::plain_coding(parser.get())) {
+                r.failure = Failure::Protocol;
+                r.ec = Errc::UpstreamEncoding;
+                co_return r;  // the connection is dropped with `a`
+            }
+            r.response = parser.release();
+            if (r.response.keep_alive() && req.keep_alive()) {
+                impl->give_back(key, std::move(a.conn));
+            }
+            co_return r;
+        }
+    } catch (const boost::system::system_error& e) {
+        // The calling coroutine was cancelled between two operations.
+        r.failure = Failure::Canceled;
+        r.ec = e.code();
+    }
+    co_return r;
+}
+
+awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts t) {
+    std::shared_ptr<Impl> impl = impl_;
+    std::string key = ep.authority();
+    prepare(req, key);
+    Opened o;
+    try {
+        for (int attempt = 0; attempt < 2; ++attempt) {
+            Acquired a = co_await acquire(*impl, ep, key, t, attempt > 0);
+            if (!a.conn) {
+                o.failure = a.failure;
+                o.ec = a.ec;
+                co_return o;
+            }
+            a.conn->deadline.expires_after(t.response);  // the write, then read_head
+            const error_code wec = co_await write_request(*a.conn, req, t.response);
+            if (wec) {
+                if (a.reused && detail::is_stale_error(wec)) {
+                    continue;
+                }
+                o.failure = detail::classify_write(wec);
+                o.ec = wec;
+                co_return o;
+            }
+            auto s = std::make_unique<detail::StreamImpl>(
+                impl, key, std::move(a.conn), t, req.keep_alive(), req.method() == http::verb::head,
+                impl->limits.max_response_body);
+            auto [f, ec] = co_await s->read_head();
+            if (f != Failure::None) {
+                if (a.reused && may_resend(req) && !s->got_some() && detail::is_stale_error(ec)) {
+                    continue;
+                }
+                o.failure = f;
+                o.ec = ec;
+                co_return o;
+            }
+            if (!detail::answers_request(req, s->head())) {
+                o.failure = Failure::Protocol;
+                o.ec = Errc::UpstreamAnswerMismatch;
+                co_return o;  // the connection is dropped with `s`
+            }
+            if (!detail::plain_coding(s->head())) {
+                o.failure = Failure::Protocol;
+                o.ec = Errc::UpstreamEncoding;
+                co_return o;  // the connection is dropped with `s`
+            }
+            o.stream = std::move(s);
+            co_return o;
+        }
+    } catch (const boost::system::system_error& e) {
+        o.failure = Failure::Canceled;
+        o.ec = e.code();
+        o.stream.reset();
+    }
+    co_return o;
+}
+
+void Client::close_idle() {
+    impl_->close_all();
+}
+
+std::size_t Client::sweep_idle() {
+    return impl_->sweep();
+}
+
+void Client::close_idle(const Endpoint& ep) {
+    impl_->close_key(ep.authority());
+}
+
+std::size_t Client::idle_connections() const noexcept {
+    return impl_->idle_count;
+}
+
+Errc errc_for(Failure f) noexcept {
+    using F = Failure;
+    switch (f) {
+        case F::Connect:
+            return Errc::UpstreamConnect;
+        case F::ConnectTimeout:
+        case F::ResponseTimeout:
+        case F::IdleTimeout:
+            return Errc::UpstreamTimeout;
+        case F::Protocol:
+            return Errc::UpstreamProtocol;
+        case F::Write:
+        case F::Read:
+            return Errc::UpstreamClosed;
+        case F::Canceled:
+            return Errc::ShuttingDown;
+        case F::None:
+            break;
+    }
+    return Errc::Internal;
+}
+
+}  // namespace pdr::upstream

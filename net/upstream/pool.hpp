@@ -1,0 +1,120 @@
+#pragma once
+// Internals of upstream::Client (not a public header): pooled connections and failure
+// classification shared by client.cpp and response_stream.cpp.
+#include "net/common/deadline.hpp"
+#include "net/upstream/client.hpp"
+
+#include <unordered_map>
+#include <vector>
+
+namespace pdr::upstream::detail {
+
+struct Conn {
+    explicit Conn(const net::any_io_executor& ex);
+    // Reads go to stream.socket() under `deadline` (no per-read timer); Beast's own timer is
+    // used only for connects and for writes that did not go out at once (wire::send_or_rest).
+    beast::tcp_stream stream;
+    Deadline deadline;          // on expiry the socket is closed: the pending read ends at once
+    beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)
+    Clock::time_point idle_since{};
+    std::unique_ptr<char[]> body_buf;  // StreamImpl's body buffer, reused while pooled
+    std::string head_buf;              // scratch for the serialized request head
+};
+using ConnPtr = std::unique_ptr<Conn>;
+
+// An operation's error, with the close done by an expired Conn::deadline reported as a timeout.
+inline error_code io_error(const Conn& c, const error_code& ec) noexcept {
+    return ec && c.deadline.expired() ? error_code(beast::error::timeout) : ec;
+}
+
+}  // namespace pdr::upstream::detail
+
+namespace pdr::upstream {
+
+struct Client::Impl {
+    Impl(net::any_io_executor ex, PoolLimits l) : executor(std::move(ex)), limits(l) {}
+    ~Impl();
+
+    net::any_io_executor executor;
+    PoolLimits limits;
+    std::unordered_map<std::string, std::vector<detail::ConnPtr>> idle;  // by authority
+    std::size_t idle_count = 0;
+
+    // Newest idle connection that still looks alive, or null.
+    detail::ConnPtr take(const std::string& key);
+    // Returns a connection whose response was fully read and that allows keep-alive.
+    void give_back(const std::string& key, detail::ConnPtr c);
+    void close_all();
+    void close_key(const std::string& key);
+    std::size_t sweep();
+
+    // Connects `c` to `ep` under `t.connect`.
+    awaitable<std::pair<Failure, error_code>> connect(detail::Conn& c, const Endpoint& ep,
+                                                      const Timeouts& t);
+};
+
+namespace detail {
+
+inline constexpr std::uint32_t kMaxResponseHeader = 64 * 1024;
+
+bool is_stale_error(const error_code& ec) noexcept;
+// A status an upstream may end an exchange with. Not 1xx: nothing the router sends asks for an
+// interim answer (no Expect, no Upgrade), so one is a broken upstream, as is anything outside
+// 200-599 (a protocol failure, never relayed to the client as the answer). Nor 204, 205 or 304:
+// answers without a body to a completion or a probe (and the router never asks conditionally);
+// relayed, a stream would get a chunked body a client must not expect.
+bool final_status(unsigned status) noexcept;
+// False when the answer names another request: both carry X-Request-Id and the two differ (an
+// engine that echoes the id, as vLLM does with --enable-request-id-headers and pdsim always
+// does). Such an answer was meant for an earlier request on the same connection: an upstream
+// that wrote more than one answer to one request. The connection is closed, the exchange fails.
+bool answers_request(const Request& req, const http::response_header<>& head) noexcept;
+// False for an answer the router cannot relay as it is: a Content-Encoding other than identity
+// (the router sends no Accept-Encoding, and drops the header when relaying), or a
+// Transfer-Encoding other than one "chunked" (Beast would undo only the chunking).
+bool plain_coding(const http::response_header<>& head) noexcept;
+Failure classify_write(const error_code& ec) noexcept;
+Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;
+
+// The stream returned by Client::open(). It owns the connection until the body is complete
+// (then the connection goes back to the pool when keep-alive allows) or it is destroyed.
+class StreamImpl final : public ResponseStream {
+public:
+    static constexpr std::size_t kBufferSize = 16 * 1024;
+
+    StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn, const Timeouts& t,
+               bool keep_alive, bool head_request, std::size_t max_body);
+    ~StreamImpl() override;
+
+    // Reads the response head under Timeouts::response.
+    awaitable<std::pair<Failure, error_code>> read_head();
+    bool got_some() const noexcept { return parser_.got_some(); }
+
+    const http::response_header<>& head() const override { return parser_.get(); }
+    awaitable<Failure> read_some(std::string& out) override;
+    bool done() const override { return done_; }
+    bool body_buffered() const override { return done_ || (conn_ && conn_->buffer.size() > 0); }
+    awaitable<Failure> read_all(std::string& out) override;
+    void cancel() override;
+
+private:
+    void finish();  // body complete: pool or close the connection
+    void drop();    // close the connection
+
+    std::weak_ptr<Client::Impl> pool_;
+    std::string key_;
+    ConnPtr conn_;
+    Timeouts timeouts_;
+    bool keep_alive_;
+    std::size_t max_body_;
+    http::response_parser<http::buffer_body> parser_;
+    char* buf_ = nullptr;  // owned by conn_ (Conn::body_buf)
+    bool done_ = false;
+    bool canceled_ = false;
+    Failure deferred_ = Failure::None;  // an error that follows body bytes already passed on
+    bool closed_ = false;
+};
+
+}  // namespace detail
+
+}  // namespace pdr::upstream

@@ -1,0 +1,145 @@
+// SseCutter: a relayed stream is passed on in whole events; the unfinished rest is held.
+#include "net/common/sse_cut.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace pdr {
+namespace {
+
+// Feeds `pieces` one by one; returns what would be sent for each.
+std::vector<std::string> feed(SseCutter& c, const std::vector<std::string>& pieces) {
+    std::vector<std::string> sent;
+    for (std::string p : pieces) {
+        c.take(p);
+        sent.push_back(p);
+    }
+    return sent;
+}
+
+TEST(SseEventsEnd, FindsTheLastBlankLineOfAnyLineEnd) {
+    EXPECT_EQ(sse_events_end(""), 0u);
+    EXPECT_EQ(sse_events_end("data: a\n"), 0u);
+    EXPECT_EQ(sse_events_end("data: a\n\n"), 9u);
+    EXPECT_EQ(sse_events_end("data: a\n\ndata: b"), 9u);
+    EXPECT_EQ(sse_events_end("data: a\r\n\r\ndata: b\r\n"), 11u);
+    EXPECT_EQ(sse_events_end("data: a\r\rdata: b"), 9u);
+    EXPECT_EQ(sse_events_end("data: a\n\ndata: b\r\n\r\n"), 20u);
+    EXPECT_TRUE(ends_an_sse_event(""));
+    EXPECT_TRUE(ends_an_sse_event("x\r\n\r\n"));
+    EXPECT_FALSE(ends_an_sse_event("x\r\n"));
+    EXPECT_FALSE(ends_an_sse_event("x\n"));
+}
+
+TEST(SseEventsEnd, MixedLineEndsEndAnEvent) {
+    // LF lines with a CRLF blank line, CRLF lines with an LF blank line, CR with CRLF ...
+    EXPECT_EQ(sse_events_end("data: a\n\r\ndata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\r\n\ndata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\r\r\ndata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\r\n\rdata: b"), 10u);
+    EXPECT_EQ(sse_events_end("data: a\n\rdata: b"), 9u);
+    for (std::string_view e : {"x\n\r\n", "x\r\n\n", "x\r\r\n", "x\r\n\r", "x\n\r"}) {
+        EXPECT_TRUE(ends_an_sse_event(e)) << e;
+    }
+    // One line end, CRLF included, is not a blank line.
+    EXPECT_FALSE(ends_an_sse_event("x\r\n"));
+    EXPECT_FALSE(ends_an_sse_event("x\r"));
+    EXPECT_EQ(sse_events_end("data: a\r\ndata: b\r\n"), 0u);
+}
+
+// The one-pass scan against the definition: the end of the last "line end, line end" pair, over
+// every string of up to 9 characters from {a, LF, CR} (line ends: CRLF, LF, CR).
+TEST(SseEventsEnd, OnePassScanMatchesTheDefinitionExhaustively) {
+    auto reference = [](std::string_view b) {
+        std::size_t end = 0;
+        for (std::string_view blank :
+             {"\n\n", "\n\r", "\r\r", "\n\r\n", "\r\r\n", "\r\n\n", "\r\n\r", "\r\n\r\n"}) {
+            if (const std::size_t at = b.rfind(blank); at != std::string_view::npos) {
+                end = std::max(end, at + blank.size());
+            }
+        }
+        return end;
+    };
+    const char alphabet[] = {'a', '\n', '\r'};
+    std::size_t checked = 0;
+    for (std::size_t len = 0; len <= 9; ++len) {
+        std::size_t combos = 1;
+        for (std::size_t i = 0; i < len; ++i) {
+            combos *= 3;
+        }
+        for (std::size_t code = 0; code < combos; ++code) {
+            std::string b;
+            for (std::size_t i = 0, c = code; i < len; ++i, c /= 3) {
+                b += alphabet[c % 3];
+            }
+            ASSERT_EQ(sse_events_end(b), reference(b)) << testing::PrintToString(b);
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 29524u);
+}
+
+TEST(SseCutter, EventsWithMixedLineEndsPassAsTheyCome) {
+    SseCutter c;
+    auto sent = feed(c, {"data: 1\n\r\n", "data: 2\n\r\ndata: 3", "\n\r\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: 1\n\r\n", "data: 2\n\r\n", "data: 3\n\r\n"}));
+    EXPECT_EQ(c.held(), 0u);
+    EXPECT_TRUE(c.at_boundary());
+}
+
+TEST(SseCutter, WholeEventsPassAtOnce) {
+    SseCutter c;
+    auto sent = feed(c, {"data: 1\n\n", "data: 2\n\ndata: 3\n\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: 1\n\n", "data: 2\n\ndata: 3\n\n"}));
+    EXPECT_EQ(c.held(), 0u);
+    EXPECT_TRUE(c.at_boundary());
+}
+
+TEST(SseCutter, AnUnfinishedEventWaitsForItsEnd) {
+    SseCutter c;
+    auto sent = feed(c, {"data: 1\n\ndata: {\"par", "tial\":1}\n", "\ndata: 3"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: 1\n\n", "", "data: {\"partial\":1}\n\n"}));
+    EXPECT_EQ(c.held(), 7u);  // "data: 3"
+    EXPECT_TRUE(c.at_boundary());
+    EXPECT_EQ(c.flush(), "data: 3");  // the end of the stream lets it go as it is
+    EXPECT_EQ(c.held(), 0u);
+    EXPECT_FALSE(c.at_boundary());
+}
+
+TEST(SseCutter, CrlfBoundarySplitOverPieces) {
+    SseCutter c;
+    // A CR after a line end already ends the event (the LF that may follow is part of that
+    // CRLF, which a client skips): the event goes out at once, the LF with the next piece.
+    auto sent = feed(c, {"data: a\r\n\r", "\ndata: b\r\n", "\r\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"data: a\r\n\r", "", "\ndata: b\r\n\r\n"}));
+    EXPECT_TRUE(c.at_boundary());
+}
+
+TEST(SseCutter, OneBytePieces) {
+    SseCutter c;
+    const std::string stream = "data: x\n\ndata: y\n\n";
+    std::string out;
+    for (char ch : stream) {
+        std::string p(1, ch);
+        c.take(p);
+        out += p;
+        EXPECT_TRUE(out.empty() || out.ends_with("\n\n")) << out;
+    }
+    EXPECT_EQ(out, stream);
+}
+
+TEST(SseCutter, AnEventOverTheCapIsPassedOnUnfinished) {
+    SseCutter c(16);
+    auto sent = feed(c, {"data: 0123456789", "abcdef", "\n\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"", "data: 0123456789abcdef", "\n\n"}));
+    SseCutter d(16);
+    feed(d, {"data: 0123456789", "abcdef"});
+    EXPECT_FALSE(d.at_boundary());  // a failure now must end the half event first
+    EXPECT_EQ(d.held(), 0u);
+}
+
+}  // namespace
+}  // namespace pdr

@@ -17,12 +17,26 @@ namespace {
 constexpr std::string_view kInvalid = "invalid_request_error";
 constexpr std::string_view kServer = "server_error";
 
-// Per-request bookkeeping shared with the client-gone callback.
+// Per-request bookkeeping. A client that goes away cancels the request's coroutine (the
+// server's one signal): a delay it is in ends at once, and the request ends.
 struct RequestCtx {
     explicit RequestCtx(net::any_io_executor ex) : timer(std::move(ex)) {}
-    Timer timer;               // delays; cancelled when the client goes away
+    Timer timer;               // delays
     bool self_closed = false;  // we closed the connection on purpose (fault)
     bool finished = false;     // the whole answer was sent
+};
+
+// Counts the request as a client disconnect when it ends with its client gone (not closed by
+// pdsim itself, and not after the whole answer was sent).
+struct DisconnectCount {
+    Counters& c;
+    server::Exchange& x;
+    const RequestCtx& ctx;
+    ~DisconnectCount() {
+        if (x.client_gone() && !ctx.self_closed && !ctx.finished) {
+            ++c.client_disconnects;
+        }
+    }
 };
 
 struct InFlightGuard {
@@ -33,16 +47,6 @@ struct InFlightGuard {
         c.decode_blocks_in_use -= blocks;
     }
 };
-
-std::function<void()> gone_callback(std::shared_ptr<SimServer::Impl> self,
-                                    std::shared_ptr<RequestCtx> ctx) {
-    return [self = std::move(self), ctx = std::move(ctx)] {
-        ctx->timer.cancel();
-        if (!ctx->self_closed && !ctx->finished) {
-            ++self->state.counters.client_disconnects;
-        }
-    };
-}
 
 // Waits `d`. False when the client went away meanwhile.
 awaitable<bool> pause(RequestCtx& ctx, server::Exchange& x, Duration d) {
@@ -273,7 +277,7 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     ++state.counters.in_flight;
     InFlightGuard guard{state.counters};
     auto ctx = std::make_shared<RequestCtx>(ex);
-    x.on_client_gone(gone_callback(self, ctx));
+    DisconnectCount disconnect_count{state.counters, x, *ctx};
 
     std::optional<Fault> fault = faults.take();
     if (fault) {

@@ -91,25 +91,25 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
             break;
         case AdminAuth::Disabled:
             metrics.admin_request(name, "forbidden");
-            co_await disagg::respond_error(
+            co_await server::respond_error(
                 ex, Errc::Forbidden,
                 "admin routes are disabled: no admin API key is configured "
                 "(--admin-api-key or ADMIN_API_KEY)");
             co_return;
         case AdminAuth::Missing:
             metrics.admin_request(name, "unauthorized");
-            co_await disagg::respond_error(
+            co_await server::respond_error(
                 ex, Errc::Unauthorized,
                 "missing admin API key (send X-API-Key or Authorization: Bearer)");
             co_return;
         case AdminAuth::Wrong:
             metrics.admin_request(name, "forbidden");
-            co_await disagg::respond_error(ex, Errc::Forbidden, "invalid admin API key");
+            co_await server::respond_error(ex, Errc::Forbidden, "invalid admin API key");
             co_return;
     }
     if (action == AdminAction::List) {
         metrics.admin_request(name, "ok");
-        co_await disagg::respond_relayed(
+        co_await server::respond_relayed(
             ex, 200, "application/json",
             registry.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         co_return;
@@ -133,7 +133,7 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     }
     if (!err.ok()) {
         metrics.admin_request(name, "bad_request");
-        co_await disagg::respond_error(ex, err.errc, err.message, err.param);
+        co_await server::respond_error(ex, err.errc, err.message, err.param);
         co_return;
     }
     const std::string type_s = type->get<std::string>();
@@ -146,7 +146,7 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     }
     PDR_INFO("admin", std::string(name) + " " + type_s + " " + instance_s + " -> " +
                           std::to_string(result.status));
-    co_await disagg::respond_relayed(ex, result.status, "application/json", std::move(result.body));
+    co_await server::respond_relayed(ex, result.status, "application/json", std::move(result.body));
 }
 
 }  // namespace pdr::api

@@ -75,7 +75,7 @@ awaitable<void> App::handle(server::Exchange& raw) {
     try {
         co_await dispatch(ex, route, started);
         if (!ex.responded() && !ex.client_gone()) {
-            co_await disagg::respond_error(ex, Errc::Internal, "no answer was produced");
+            co_await server::respond_error(ex, Errc::Internal, "no answer was produced");
         }
     } catch (const boost::system::system_error& e) {
         // The server cancelled us (client gone, or drain grace over).
@@ -108,7 +108,7 @@ awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
                               Clock::time_point started) {
     if (route.kind == RouteMatch::Kind::NotFound) {
         router_metrics_.bad_request(error_info(Errc::NotFound).code);
-        co_await disagg::respond_error(ex, Errc::NotFound,
+        co_await server::respond_error(ex, Errc::NotFound,
                                        "no route for " + std::string(route.path));
         co_return;
     }

@@ -3,7 +3,8 @@
 #include "net/common/log.hpp"
 #include "router/api/app.hpp"
 #include "router/api/validate.hpp"
-#include "router/disagg/pull_flow.hpp"
+#include "router/disagg/attempts.hpp"
+#include "router/disagg/run_flow.hpp"
 
 #include <algorithm>
 
@@ -63,7 +64,7 @@ private:
 };
 
 awaitable<void> respond_json(server::Exchange& ex, unsigned status, const disagg::Json& body) {
-    co_await disagg::respond_relayed(ex, status, "application/json", disagg::dump(body));
+    co_await server::respond_relayed(ex, status, "application/json", disagg::dump(body));
 }
 
 }  // namespace
@@ -71,13 +72,13 @@ awaitable<void> respond_json(server::Exchange& ex, unsigned status, const disagg
 awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::string_view path,
                                        Clock::time_point started) {
     if (shutting_down_) {
-        co_await disagg::respond_error(ex, Errc::ShuttingDown, "the router is shutting down");
+        co_await server::respond_error(ex, Errc::ShuttingDown, "the router is shutting down");
         co_return;
     }
     if (generations_in_flight_ >= cfg_.max_concurrent_requests) {
         router_metrics_.bad_request(error_info(Errc::TooManyRequests).code);
         PDR_INFO(kLog, "rejected: max_concurrent_requests reached", ex.request_id());
-        co_await disagg::respond_error(ex, Errc::TooManyRequests,
+        co_await server::respond_error(ex, Errc::TooManyRequests,
                                        "too many concurrent requests (max_concurrent_requests=" +
                                            std::to_string(cfg_.max_concurrent_requests) + ")");
         co_return;
@@ -90,7 +91,7 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
     if (!id_claim.claimed()) {
         router_metrics_.bad_request(error_info(Errc::DuplicateRequestId).code);
         PDR_INFO(kLog, "rejected: X-Request-Id already in flight", ex.request_id());
-        co_await disagg::respond_error(
+        co_await server::respond_error(
             ex, Errc::DuplicateRequestId,
             "X-Request-Id '" + ex.request_id() +
                 "' is already used by a request in flight; request ids must be unique",
@@ -105,7 +106,7 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
     if (!err.ok()) {
         router_metrics_.bad_request(error_info(err.errc).code);
         log_bad_request(ex, err);
-        co_await disagg::respond_error(ex, err.errc, err.message, err.param);
+        co_await server::respond_error(ex, err.errc, err.message, err.param);
         co_return;
     }
     disagg::FlowRequest req{ex,
@@ -117,7 +118,7 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
                             parsed.stream,
                             started,
                             disagg::leg_headers(request, cfg_.upstream_api_key)};
-    co_await disagg::run_pull_flow(deps_, req);
+    co_await disagg::run_flow(deps_, req);
 }
 
 awaitable<void> App::handle_models(TrackedExchange& ex) {
@@ -125,17 +126,10 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
     // --decode-timeout-ms, before the next one is asked.
     const upstream::Timeouts timeouts = registry_.probe_timeouts();
     const disagg::LegHeaders headers = disagg::leg_headers(ex.request(), cfg_.upstream_api_key);
-    const instances::Instance* exclude = nullptr;
-    std::string last_error;
+    disagg::InstanceAttempts tries(registry_, Role::Decode, cfg_.decode_retries);
     upstream::Failure last_failure = upstream::Failure::None;
-    const int attempts = 1 + std::max(0, cfg_.decode_retries);
-    for (int attempt = 0; attempt < attempts; ++attempt) {
-        instances::InstancePtr decode = registry_.pick(instances::Role::Decode, exclude);
-        if (!decode) {
-            break;
-        }
+    while (instances::InstancePtr decode = tries.next()) {
         // Counted like a leg: in flight, and in the instance's request total (its failures are).
-        instances::InFlight in_flight = registry_.acquire(decode);
         upstream::Request req =
             disagg::make_leg_request(http::verb::get, "/v1/models", ex.request_id(), headers, {});
         upstream::Result res = co_await client_.request(decode->endpoint, std::move(req), timeouts);
@@ -144,28 +138,27 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
         }
         if (!res.ok()) {
             last_failure = res.failure;
-            last_error = decode->name + ": " + std::string(upstream::to_string(res.failure));
+            tries.failed(decode->name + ": " + std::string(upstream::to_string(res.failure)));
             registry_.report_leg_failure(*decode, res.failure, upstream::to_string(res.failure));
-            if (attempt + 1 < attempts) {
+            if (!tries.last()) {
                 disagg::log_retry(ex.request_id(), "models", decode->name,
                                   upstream::to_string(res.failure));
             }
-            exclude = decode.get();
             continue;
         }
         auto ct = res.response[http::field::content_type];
-        co_await disagg::respond_relayed(ex, res.response.result_int(), ct,
+        co_await server::respond_relayed(ex, res.response.result_int(), ct,
                                          std::move(res.response.body()));
         co_return;
     }
-    if (last_error.empty()) {
+    if (tries.tried() == 0) {
         router_metrics_.upstream_error(metrics::Leg::Decode,
                                        metrics::UpstreamErrorKind::NoInstance);
-        co_await disagg::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
+        co_await server::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
     } else {
-        disagg::log_failure(ex.request_id(), "models", {}, "last try: " + last_error);
-        co_await disagg::respond_error(ex, disagg::errc_for(last_failure),
-                                       "decode instance " + last_error);
+        disagg::log_failure(ex.request_id(), "models", {}, "last try: " + tries.last_error());
+        co_await server::respond_error(ex, disagg::errc_for(last_failure),
+                                       "decode instance " + tries.last_error());
     }
 }
 
@@ -216,7 +209,7 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
 }
 
 awaitable<void> App::handle_metrics(TrackedExchange& ex) {
-    co_await disagg::respond_relayed(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
+    co_await server::respond_relayed(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
                                      metrics_registry_.render());
 }
 
@@ -244,7 +237,7 @@ awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
     if (!err.ok()) {
         router_metrics_.bad_request(error_info(err.errc).code);
         log_bad_request(ex, err);
-        co_await disagg::respond_error(ex, err.errc, err.message, err.param);
+        co_await server::respond_error(ex, err.errc, err.message, err.param);
         co_return;
     }
     kv::LeaseKeeper::ForwardResult r = co_await lease_keeper_.forward(ids);

@@ -1,6 +1,8 @@
 #include "router/disagg/decode_leg.hpp"
 
 #include "net/common/log.hpp"
+#include "router/disagg/attempts.hpp"
+#include "router/disagg/relay.hpp"
 
 #include <algorithm>
 
@@ -16,46 +18,32 @@ Duration handover_margin(const config::Config& cfg) {
 
 }  // namespace
 
-awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCanceler& canceler,
-                               std::string body, FirstByteHook on_first_byte,
-                               HandleValidity handle) {
-    using instances::Role;
+awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& canceler,
+                               std::string body, KvHandover* handover) {
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
                                       deps.cfg.decode_idle_timeout};
-    const int attempts = 1 + std::max(0, deps.cfg.decode_retries);
-    const instances::Instance* exclude = nullptr;
-    std::string last_error;
-    for (int attempt = 0;; ++attempt) {
-        if (handle.until != nullptr &&
-            handle.until(handle.ctx) - Clock::now() < handover_margin(deps.cfg)) {
+    InstanceAttempts tries(deps.registry, Role::Decode, deps.cfg.decode_retries);
+    for (;;) {
+        if (handover != nullptr &&
+            handover->valid_until() - Clock::now() < handover_margin(deps.cfg)) {
             deps.metrics.upstream_error(metrics::Leg::Decode,
                                         metrics::UpstreamErrorKind::KvLeaseExpiring);
             const std::string why =
                 "the prefill's KV lease would expire before a decode instance "
                 "could take the request" +
-                (last_error.empty() ? "" : " (last try: " + last_error + ")");
+                (tries.last_error().empty() ? "" : " (last try: " + tries.last_error() + ")");
             log_failure(req.request_id, "decode", {}, why);
             co_await respond_error(req.exchange, Errc::UpstreamTimeout, why);
             co_return;
         }
-        instances::InstancePtr decode = deps.registry.pick(Role::Decode, exclude);
+        instances::InstancePtr decode = tries.next();
         if (!decode) {
-            if (attempt == 0) {
-                co_await respond_no_instance(deps, req, metrics::Leg::Decode);
-            } else {
-                log_failure(
-                    req.request_id, "decode", {},
-                    "no other healthy decode instance to retry on (last try: " + last_error + ")");
-                co_await respond_error(req.exchange, Errc::UpstreamConnect,
-                                       "could not reach a decode instance: " + last_error);
-            }
-            co_return;
+            break;
         }
-        if (attempt > 0) {
+        if (tries.is_retry()) {
             deps.metrics.retry(metrics::Leg::Decode);
         }
-        instances::InFlight in_flight = deps.registry.acquire(decode);
-        const bool last = attempt + 1 >= attempts;
+        const bool last = tries.last();
         // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
         upstream::Request attempt_req =
             make_leg_request(http::verb::post, req.target, req.request_id, req.headers,
@@ -72,25 +60,35 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, UpstreamCancele
             const upstream::Failure f = opened.failure;
             deps.metrics.upstream_error(metrics::Leg::Decode, error_kind_for(f));
             const std::string reason = upstream::describe(f, opened.ec);
-            last_error = decode->name + ": " + reason;
+            tries.failed(decode->name + ": " + reason);
             deps.registry.report_leg_failure(*decode, f, reason);
             if (upstream::request_not_sent(f) && !last) {
                 log_retry(req.request_id, "decode", decode->name, reason);
-                exclude = decode.get();
                 continue;
             }
             log_failure(req.request_id, "decode", decode->name, reason);
-            co_await respond_error(req.exchange, errc_for(f), "decode instance " + last_error);
+            co_await respond_error(req.exchange, errc_for(f),
+                                   "decode instance " + tries.last_error());
             co_return;
         }
         if (opened.stream->status() < 500) {
             deps.registry.report_success(*decode);
         }
-        canceler.set(opened.stream.get());
-        co_await relay_answer(deps, req, *opened.stream, *decode, on_first_byte);
-        canceler.set(nullptr);
+        {
+            LegCanceler::Registration open = canceler.add(*opened.stream);
+            co_await relay_answer(deps, req, *opened.stream, *decode, handover);
+        }
         deps.metrics.leg_done(metrics::Leg::Decode, seconds_since(leg_start));
         co_return;
+    }
+    if (tries.tried() == 0) {
+        co_await respond_no_instance(deps, req, metrics::Leg::Decode);
+    } else {
+        log_failure(
+            req.request_id, "decode", {},
+            "no other healthy decode instance to retry on (last try: " + tries.last_error() + ")");
+        co_await respond_error(req.exchange, Errc::UpstreamConnect,
+                               "could not reach a decode instance: " + tries.last_error());
     }
 }
 

@@ -4,30 +4,6 @@
 
 namespace pdr::disagg {
 
-UpstreamCanceler::UpstreamCanceler(server::Exchange& ex) : state_(std::make_shared<State>()) {
-    std::weak_ptr<State> weak = state_;
-    ex.on_client_gone([weak] {
-        if (auto s = weak.lock()) {
-            s->gone = true;
-            if (s->stream != nullptr) {
-                s->stream->cancel();
-            }
-        }
-    });
-}
-
-UpstreamCanceler::~UpstreamCanceler() {
-    state_->stream = nullptr;
-}
-
-void UpstreamCanceler::set(upstream::ResponseStream* stream) noexcept {
-    state_->stream = stream;
-}
-
-bool UpstreamCanceler::gone() const noexcept {
-    return state_->gone;
-}
-
 metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept {
     using F = upstream::Failure;
     using K = metrics::UpstreamErrorKind;
@@ -54,37 +30,6 @@ metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept {
 
 double seconds_since(Clock::time_point t) noexcept {
     return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-awaitable<void> respond_error(server::Exchange& ex, Errc e, std::string_view message,
-                              std::string_view param) {
-    if (ex.responded() || ex.client_gone()) {
-        co_return;
-    }
-    server::Response res{error_info(e).status, ex.request().version()};
-    res.set(http::field::content_type, "application/json");
-    if (e == Errc::TooManyRequests) {
-        res.set(http::field::retry_after, "1");  // slots free as requests end: soon
-    }
-    res.body() = openai_error_body(e, message, param);
-    co_await ex.respond(std::move(res));
-}
-
-awaitable<void> respond_relayed(server::Exchange& ex, unsigned status,
-                                std::string_view content_type, std::string body,
-                                std::string_view retry_after) {
-    if (ex.responded() || ex.client_gone()) {
-        co_return;
-    }
-    server::Response res{static_cast<http::status>(status), ex.request().version()};
-    if (!content_type.empty()) {
-        res.set(http::field::content_type, content_type);
-    }
-    if (!retry_after.empty()) {
-        res.set(http::field::retry_after, retry_after);
-    }
-    res.body() = std::move(body);
-    co_await ex.respond(std::move(res));
 }
 
 namespace {

@@ -33,11 +33,11 @@ void count_failure(FlowDeps& deps, FlowRequest& req, const instances::Instance& 
 
 // Whole answers (errors, non-stream completions): read everything, answer once.
 awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                const instances::Instance& decode, FirstByteHook on_first_byte) {
+                                const instances::Instance& decode, KvHandover* handover) {
     std::string body;
     upstream::Failure f = co_await up.read_some(body);
-    if (f == upstream::Failure::None) {
-        on_first_byte();
+    if (f == upstream::Failure::None && handover != nullptr) {
+        handover->first_byte();
         if (!up.done()) {
             f = co_await up.read_all(body);
         }
@@ -110,6 +110,17 @@ LastEvent last_event(std::string_view sent) {
     return LastEvent::Other;
 }
 
+// Where a relayed stream stands: one struct, named states.
+struct StreamState {
+    // The client's head: held to go out with the first events that came with D's head, or sent.
+    enum class Head { Held, Sent } head = Head::Sent;
+    bool first_byte_seen = false;  // D's first body byte has arrived (the handover is over)
+    // The last whole event relayed: D's own error event (the client has been told; no second
+    // error event), [DONE] (the client has the whole answer), or another.
+    LastEvent last = LastEvent::Other;
+    SseCutter cutter;  // whole events only: a failure never leaves a truncated one behind
+};
+
 // Ends a started stream after a decode failure: drops the unfinished event the cutter holds,
 // sends one error event after the last whole one (none when D's last event was its own error
 // event: the client has been told), closes the client connection.
@@ -148,7 +159,7 @@ awaitable<void> end_with_error(FlowRequest& req, SseCutter& cutter,
 }
 
 awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, FirstByteHook on_first_byte) {
+                                 const instances::Instance& decode, KvHandover* handover) {
     server::Exchange& ex = req.exchange;
     http::response<http::empty_body> head{static_cast<http::status>(up.status()),
                                           ex.request().version()};
@@ -158,9 +169,10 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     // D's first events usually came with its head: the client's head then goes out with them
     // in one write. A head that came alone is passed on at once.
     // (No co_await on a conditional expression: GCC 12 frees its awaitable's frame too early.)
+    StreamState st;
+    st.head = up.body_buffered() ? StreamState::Head::Held : StreamState::Head::Sent;
     error_code begun;
-    bool head_held = up.body_buffered();
-    if (head_held) {
+    if (st.head == StreamState::Head::Held) {
         begun = co_await ex.begin_stream_held(std::move(head));
     } else {
         begun = co_await ex.begin_stream(std::move(head));
@@ -170,10 +182,6 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         co_return RelayEnd::ClientGone;
     }
     std::string piece;
-    bool first = true;
-    SseCutter cutter;   // whole events only: a failure never leaves a truncated one behind
-    bool told = false;  // the last whole event relayed was D's own error event
-    bool done = false;  // the last whole event relayed was [DONE]: the client has it all
     for (;;) {
         piece.clear();
         upstream::Failure f = co_await up.read_some(piece);
@@ -181,7 +189,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
             co_return RelayEnd::ClientGone;
         }
-        if (f != upstream::Failure::None && done && cutter.held() == 0) {
+        if (f != upstream::Failure::None && st.last == LastEvent::Done && st.cutter.held() == 0) {
             // Only the end of the body failed: the answer is whole, so it ends cleanly (an
             // error event after [DONE] would contradict it). D's failure is still counted.
             deps.metrics.upstream_error(Leg::Decode, error_kind_for(f));
@@ -195,34 +203,34 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         if (f != upstream::Failure::None) {
             count_failure(deps, req, decode, f, true);
             co_await end_with_error(
-                req, cutter, decode, errc_for(f),
+                req, st.cutter, decode, errc_for(f),
                 std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)),
-                told && cutter.held() == 0);
+                st.last == LastEvent::Error && st.cutter.held() == 0);
             co_return RelayEnd::UpstreamFailed;
         }
-        if (!piece.empty() && first) {
-            first = false;
-            on_first_byte();
+        if (!piece.empty() && !st.first_byte_seen) {
+            st.first_byte_seen = true;
+            if (handover != nullptr) {
+                handover->first_byte();
+            }
             deps.metrics.first_byte(req.route, seconds_since(req.started));
         }
-        cutter.take(piece);
+        st.cutter.take(piece);
         // A body that only its close ends (no chunking, no length) cannot say whether it is
         // complete: a close inside an event is taken for a decode that died there.
-        const bool cut_off = up.done() && cutter.held() > 0 && ended_by_close(up);
-        if (up.done() && cutter.held() > 0 && !cut_off) {
-            piece.append(cutter.flush());  // a last event without its blank line
+        const bool cut_off = up.done() && st.cutter.held() > 0 && ended_by_close(up);
+        if (up.done() && st.cutter.held() > 0 && !cut_off) {
+            piece.append(st.cutter.flush());  // a last event without its blank line
         }
         // A held head goes out with this piece; when what came with D's head was only the start
         // of an event (nothing whole to pass on yet), it goes out alone now rather than wait
         // for the rest of that event.
-        if (!piece.empty() || (head_held && !up.done() && !cut_off)) {
-            head_held = false;
-            if (cutter.at_boundary() && !piece.empty()) {
-                const LastEvent kind = last_event(piece);
-                told = kind == LastEvent::Error;
-                done = kind == LastEvent::Done;
+        if (!piece.empty() || (st.head == StreamState::Head::Held && !up.done() && !cut_off)) {
+            st.head = StreamState::Head::Sent;
+            if (st.cutter.at_boundary() && !piece.empty()) {
+                st.last = last_event(piece);
             } else if (!piece.empty()) {
-                told = done = false;  // part of a later (over-long) event went out after them
+                st.last = LastEvent::Other;  // part of a later (over-long) event went out after it
             }
             // The last piece and the end of the body go out in one write.
             const bool last = up.done() && !cut_off;
@@ -247,7 +255,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         }
         if (cut_off) {
             count_failure(deps, req, decode, upstream::Failure::Read, true);
-            co_await end_with_error(req, cutter, decode, Errc::UpstreamClosed,
+            co_await end_with_error(req, st.cutter, decode, Errc::UpstreamClosed,
                                     "decode instance closed the stream inside an event", false);
             co_return RelayEnd::UpstreamFailed;
         }
@@ -255,8 +263,8 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             break;
         }
     }
-    if (first) {
-        on_first_byte();
+    if (!st.first_byte_seen && handover != nullptr) {
+        handover->first_byte();
     }
     co_await ex.end_stream();
     co_return RelayEnd::Complete;
@@ -265,11 +273,11 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
 }  // namespace
 
 awaitable<RelayEnd> relay_answer(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, FirstByteHook on_first_byte) {
+                                 const instances::Instance& decode, KvHandover* handover) {
     if (req.stream && up.status() < 300) {
-        co_return co_await relay_stream(deps, req, up, decode, on_first_byte);
+        co_return co_await relay_stream(deps, req, up, decode, handover);
     }
-    co_return co_await relay_whole(deps, req, up, decode, on_first_byte);
+    co_return co_await relay_whole(deps, req, up, decode, handover);
 }
 
 }  // namespace pdr::disagg

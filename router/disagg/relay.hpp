@@ -4,26 +4,15 @@
 // answers unchanged. A failure after the stream has started becomes one SSE error event
 // (no [DONE]) and the client connection is closed.
 #include "router/disagg/flow.hpp"
-
-#include <functional>
+#include "router/disagg/handover.hpp"
 
 namespace pdr::disagg {
 
 enum class RelayEnd { Complete, UpstreamFailed, ClientGone };
 
-// Called once, when the first body byte of D's answer arrives (or the whole answer, for an
-// empty body).
-struct FirstByteHook {
-    void (*fn)(void* ctx) = nullptr;
-    void* ctx = nullptr;
-    void operator()() const {
-        if (fn != nullptr) {
-            fn(ctx);
-        }
-    }
-};
-
+// `handover` (nullable): told of D's first body byte (or of the whole answer, for an empty
+// body).
 awaitable<RelayEnd> relay_answer(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, FirstByteHook on_first_byte);
+                                 const instances::Instance& decode, KvHandover* handover);
 
 }  // namespace pdr::disagg

@@ -80,10 +80,10 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
                                openai_error_body(Errc::Conflict, "Instance already exists."));
     }
 
-    auto alive = alive_;
+    const TaskGroup::Alive alive = tasks_.alive();
     upstream::Endpoint ep{addr.host, addr.port};
     const auto probe = co_await probe_models(ep);
-    if (!*alive) {
+    if (!alive) {
         co_return AdminResult{503, openai_error_body(Errc::ShuttingDown, "Shutting down.")};
     }
     if (!probe.ok) {
@@ -127,8 +127,8 @@ Registry::AdminResult Registry::remove(std::string_view type_in, std::string_vie
                               "Instance " + name + " not found in " + type + "_instances."));
     }
     inst->removed = true;
-    inst->on_drained = [this, alive = std::weak_ptr<bool>(alive_)] {
-        if (auto a = alive.lock(); a && *a) {
+    inst->on_drained = [this, alive = tasks_.alive()] {
+        if (alive) {
             wake_health_loop();  // the loop prunes it at once
         }
     };
@@ -145,11 +145,11 @@ awaitable<bool> Registry::probe_all_at_startup() {
         co_return true;
     }
     bool ok = true;
-    auto alive = alive_;
+    const TaskGroup::Alive alive = tasks_.alive();
     for (auto role : {Role::Prefill, Role::Decode}) {
         for (const auto& inst : list(role)) {
             const auto probe = co_await probe_models(inst->endpoint);
-            if (!*alive) {
+            if (!alive) {
                 co_return false;
             }
             const std::string who = std::string(to_string(role)) + " instance " + inst->name;

@@ -102,7 +102,7 @@ void Registry::start() {
         return;
     }
     started_ = true;
-    net::co_spawn(ex_, health_loop(), net::detached);
+    tasks_.spawn(health_loop());
 }
 
 void Registry::stop() {
@@ -111,7 +111,7 @@ void Registry::stop() {
     }
     stopped_ = true;
     health_timer_.cancel();
-    stop_timer_.cancel();
+    tasks_.stop();
 }
 
 void Registry::wake_health_loop() {
@@ -120,14 +120,8 @@ void Registry::wake_health_loop() {
     }
 }
 
-awaitable<void> Registry::wait_stop() {
-    if (!stopped_) {
-        co_await stop_timer_.async_wait();
-    }
-}
-
 awaitable<void> Registry::health_loop() {
-    auto alive = alive_;
+    const TaskGroup::Alive alive = tasks_.alive();
     while (!stopped_) {
         const auto now = Clock::now();
         auto next = now + cfg_.health_interval;
@@ -139,7 +133,7 @@ awaitable<void> Registry::health_loop() {
                 }
                 if (inst->next_probe <= now) {
                     inst->probing = true;
-                    net::co_spawn(ex_, run_probe(inst), net::detached);
+                    tasks_.spawn(run_probe(inst));
                 } else {
                     next = std::min(next, inst->next_probe);
                 }
@@ -150,24 +144,22 @@ awaitable<void> Registry::health_loop() {
         client_.sweep_idle();
         health_timer_.expires_at(next);
         co_await health_timer_.async_wait();
-        if (!*alive) {
+        if (!alive) {
             co_return;
         }
     }
 }
 
 awaitable<void> Registry::run_probe(InstancePtr inst) {
-    using namespace net::experimental::awaitable_operators;
-    auto alive = alive_;
-    auto raced = co_await (probe_health(inst->endpoint) || wait_stop());
-    if (!*alive) {
+    const TaskGroup::Alive alive = tasks_.alive();
+    const ProbeOutcome outcome = co_await probe_health(inst->endpoint);
+    if (!alive) {
         co_return;
     }
     inst->probing = false;
-    if (stopped_ || inst->removed || raced.index() != 0) {
-        co_return;
+    if (stopped_ || inst->removed) {
+        co_return;  // a stop cancelled the probe: its outcome says nothing of the instance
     }
-    const auto& outcome = std::get<0>(raced);
     const auto now = Clock::now();
     if (outcome.ok) {
         // Brings a down instance back. An up one keeps its error count: an engine that answers

@@ -78,18 +78,12 @@ void InFlight::release() noexcept {
 
 Registry::Registry(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
                    const config::Config& cfg)
-    : ex_(std::move(ex)),
-      client_(client),
-      metrics_(m),
-      cfg_(cfg),
-      health_timer_(ex_),
-      stop_timer_(ex_, Clock::time_point::max()) {
+    : ex_(std::move(ex)), client_(client), metrics_(m), cfg_(cfg), health_timer_(ex_), tasks_(ex_) {
     update_counts(Role::Prefill);
     update_counts(Role::Decode);
 }
 
 Registry::~Registry() {
-    *alive_ = false;
     stop();
 }
 

@@ -26,6 +26,7 @@
 #include "config/config.hpp"
 #include "net/common/error.hpp"
 #include "net/common/io.hpp"
+#include "net/common/task_group.hpp"
 #include "net/upstream/client.hpp"
 #include "router/instances/instance.hpp"
 #include "router/metrics/router_metrics.hpp"
@@ -123,7 +124,6 @@ private:
     awaitable<ProbeOutcome> probe_health(upstream::Endpoint ep);
     awaitable<void> health_loop();
     awaitable<void> run_probe(InstancePtr inst);
-    awaitable<void> wait_stop();
     void wake_health_loop();
 
     net::any_io_executor ex_;
@@ -134,11 +134,11 @@ private:
     std::array<std::size_t, kRoleCount> next_{};  // round-robin cursor per role
 
     Timer health_timer_;  // the health loop sleeps on it; cancel() wakes it to re-plan
-    Timer stop_timer_;    // never expires; stop() cancels it, which ends every running probe
     bool started_ = false;
     bool stopped_ = false;
-    // Coroutines still running when the Registry is destroyed see false here and touch nothing.
-    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+    // The health loop and its probes; stop() cancels them. Last member: destroyed first, so a
+    // task resuming later sees its Alive token false and touches nothing.
+    TaskGroup tasks_;
 };
 
 }  // namespace pdr::instances

@@ -7,7 +7,9 @@
 #include <utility>
 #include <variant>
 
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <nlohmann/json.hpp>
 
 #include "net/common/log.hpp"
@@ -21,13 +23,6 @@ Duration period_of(const config::Config& cfg) {
     return std::max<Duration>(cfg.kv_lease_timeout / 3, Duration{1});
 }
 }  // namespace
-
-// Completion count for forward()'s concurrent POSTs; shared so a cancelled forward() can go.
-struct LeaseKeeper::Join {
-    Join(net::any_io_executor ex, std::size_t n) : timer(ex), left(n) {}
-    Timer timer;
-    std::size_t left;
-};
 
 LeaseKeeper::Hold::Hold(Hold&& o) noexcept
     : keeper_(std::exchange(o.keeper_, nullptr)), token_(o.token_) {}
@@ -66,10 +61,9 @@ LeaseKeeper::LeaseKeeper(net::any_io_executor ex, upstream::Client& client,
       enabled_(cfg.lease_refresh),
       period_(period_of(cfg)),
       tick_timer_(ex_),
-      stop_timer_(ex_, Clock::time_point::max()) {}
+      tasks_(ex_) {}
 
 LeaseKeeper::~LeaseKeeper() {
-    *alive_ = false;
     stop();
 }
 
@@ -179,18 +173,12 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
     co_return all_ok;
 }
 
-awaitable<void> LeaseKeeper::wait_stop() {
-    if (!stopped_) {
-        co_await stop_timer_.async_wait();
-    }
-}
-
 void LeaseKeeper::start() {
     if (started_ || stopped_ || !enabled_) {
         return;
     }
     started_ = true;
-    net::co_spawn(ex_, refresh_loop(), net::detached);
+    tasks_.spawn(refresh_loop());
 }
 
 void LeaseKeeper::stop() {
@@ -199,11 +187,11 @@ void LeaseKeeper::stop() {
     }
     stopped_ = true;
     tick_timer_.cancel();
-    stop_timer_.cancel();
+    tasks_.stop();
 }
 
 awaitable<void> LeaseKeeper::refresh_loop() {
-    auto alive = alive_;
+    const TaskGroup::Alive alive = tasks_.alive();
     const Duration tick = std::max<Duration>(period_ / 4, Duration{1});
     while (!stopped_) {
         const auto now = Clock::now();
@@ -221,12 +209,11 @@ awaitable<void> LeaseKeeper::refresh_loop() {
             ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
             g.in_progress = true;
             g.due = now + period_;
-            net::co_spawn(ex_, refresh_group(key, std::move(ids), std::move(tokens)),
-                          net::detached);
+            tasks_.spawn(refresh_group(key, std::move(ids), std::move(tokens)));
         }
         tick_timer_.expires_after(tick);
         co_await tick_timer_.async_wait();
-        if (!*alive) {
+        if (!alive) {
             co_return;
         }
     }
@@ -234,16 +221,14 @@ awaitable<void> LeaseKeeper::refresh_loop() {
 
 awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::string> ids,
                                            std::vector<std::uint64_t> tokens) {
-    using namespace net::experimental::awaitable_operators;
-    auto alive = alive_;
+    const TaskGroup::Alive alive = tasks_.alive();
     const upstream::Endpoint ep = groups_.at(key).endpoint;
     const Clock::time_point sent = Clock::now();
-    auto done = co_await (post_batches(ep, std::move(ids), true) || wait_stop());
-    if (!*alive) {
+    const bool all_ok = co_await post_batches(ep, std::move(ids), true);
+    if (!alive) {
         co_return;
     }
-    const bool* all_ok = std::get_if<0>(&done);
-    if (all_ok != nullptr && *all_ok) {
+    if (all_ok) {
         // P extended these leases at the latest when it got the refresh.
         for (auto token : tokens) {
             auto e = entries_.find(token);
@@ -260,15 +245,16 @@ awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::str
     maybe_erase_group(key);
 }
 
-awaitable<void> LeaseKeeper::forward_group(upstream::Endpoint ep, std::vector<std::string> ids,
-                                           std::shared_ptr<Join> join) {
-    using namespace net::experimental::awaitable_operators;
-    if (!stopped_) {
-        co_await (post_batches(std::move(ep), std::move(ids), false) || wait_stop());
+// forward()'s POSTs, one per P, at once; ends when all have ended.
+awaitable<void> LeaseKeeper::post_all(std::vector<awaitable<bool>> posts) {
+    using Op = decltype(net::co_spawn(ex_, std::declval<awaitable<bool>>(), net::deferred));
+    std::vector<Op> ops;
+    ops.reserve(posts.size());
+    for (auto& p : posts) {
+        ops.push_back(net::co_spawn(ex_, std::move(p), net::deferred));
     }
-    if (--join->left == 0) {
-        join->timer.cancel();
-    }
+    auto group = net::experimental::make_parallel_group(std::move(ops));
+    co_await group.async_wait(net::experimental::wait_for_all(), use_tuple);
 }
 
 awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std::string>& ids) {
@@ -299,15 +285,15 @@ awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std
         co_return r;
     }
 
-    auto join = std::make_shared<Join>(ex_, by_p.size());
+    std::vector<awaitable<bool>> posts;
+    posts.reserve(by_p.size());
     for (auto& entry : by_p) {
         auto& [endpoint, group_ids] = entry.second;
-        net::co_spawn(ex_, forward_group(std::move(endpoint), std::move(group_ids), join),
-                      net::detached);
+        posts.push_back(post_batches(std::move(endpoint), std::move(group_ids), false));
     }
-    while (join->left > 0) {
-        join->timer.expires_at(Clock::time_point::max());
-        co_await join->timer.async_wait();
+    if (!tasks_.stopped()) {
+        using namespace net::experimental::awaitable_operators;
+        co_await (post_all(std::move(posts)) || tasks_.until_stopped());
     }
     co_return r;
 }

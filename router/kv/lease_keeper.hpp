@@ -22,6 +22,7 @@
 
 #include "config/config.hpp"
 #include "net/common/io.hpp"
+#include "net/common/task_group.hpp"
 #include "net/upstream/client.hpp"
 #include "router/metrics/router_metrics.hpp"
 
@@ -96,8 +97,6 @@ private:
         Clock::time_point due{};
         bool in_progress = false;
     };
-    struct Join;
-
     void stop_refreshing(std::uint64_t token);
     void release(std::uint64_t token);
     void maybe_erase_group(const std::string& key);
@@ -107,9 +106,7 @@ private:
     awaitable<void> refresh_loop();
     awaitable<void> refresh_group(std::string key, std::vector<std::string> ids,
                                   std::vector<std::uint64_t> tokens);
-    awaitable<void> forward_group(upstream::Endpoint ep, std::vector<std::string> ids,
-                                  std::shared_ptr<Join> join);
-    awaitable<void> wait_stop();
+    awaitable<void> post_all(std::vector<awaitable<bool>> posts);
 
     net::any_io_executor ex_;
     upstream::Client& client_;
@@ -125,10 +122,11 @@ private:
     std::size_t refreshing_ = 0;
 
     Timer tick_timer_;
-    Timer stop_timer_;  // never expires; stop() cancels it, ending every running POST
     bool started_ = false;
     bool stopped_ = false;
-    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+    // The refresh loop and its POSTs; stop() cancels them (and forward()'s POSTs, which race the
+    // stop). Last member: destroyed first, so a task resuming later touches nothing.
+    TaskGroup tasks_;
 };
 
 }  // namespace pdr::kv

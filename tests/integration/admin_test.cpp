@@ -185,10 +185,11 @@ TEST_F(AdminTest, RemovedInstanceGoesWhenItsLastRequestEnds) {
 TEST_F(AdminTest, StatusHealthModels) {
     auto& pd = start(
         PdOptions{}.p(2).d(1).router({"--health-interval-ms", "200", "--health-backoff-max-ms",
-                                      "400", "--admin-api-key", kKey}));
+                                      "400", "--admin-api-key", kKey, "--kv-mode", "pull"}));
     auto st = http_get(pd.router->port, "/status");
     ASSERT_EQ(st.status, 200) << st.describe();
     auto s = st.json();
+    EXPECT_EQ(s.value("mode", ""), "pull") << st.body;
     EXPECT_EQ(s.value("prefill_node_count", -1), 2) << st.body;
     EXPECT_EQ(s.value("decode_node_count", -1), 1) << st.body;
     ASSERT_TRUE(s.contains("prefill_nodes") && s["prefill_nodes"].is_array()) << st.body;

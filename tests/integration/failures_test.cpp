@@ -1,5 +1,6 @@
 // Failure behaviour of the pull flow with real processes: upstream errors on either leg, dead
 // instances, timeouts, missing KV params, mid-stream failures, and no stranded KV after any.
+// Long: one fixture and its helpers serve every failure case; split, each file would repeat them.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -95,6 +95,11 @@ TEST(ConfigErrors, BadEnumsAndBooleans) {
     expect_error(parse(with_instances({"--on-missing-kv-params", "ignore"})),
                  "pdrouter: invalid value 'ignore' for --on-missing-kv-params: expected one of "
                  "error, recompute");
+    expect_error(parse(with_instances({"--kv-mode", "nixl"})),
+                 "pdrouter: invalid value 'nixl' for --kv-mode: expected pull");
+    expect_error(parse(with_instances({"--kv-mode=push"})),
+                 "pdrouter: invalid value 'push' for --kv-mode: expected pull (the push mode is "
+                 "not in this version yet)");
     expect_error(parse(with_instances({"--demo=maybe"})),
                  "pdrouter: invalid value 'maybe' for --demo: expected true or false (also yes/no, "
                  "on/off, 1/0)");

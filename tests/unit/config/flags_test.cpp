@@ -211,6 +211,11 @@ TEST(ConfigFlags, EqualsFormAndLastWins) {
     EXPECT_EQ(parse(with_instances({"--log-level", "info"})).config.log_level, log::Level::Info);
     auto e = parse(with_instances({"--on-missing-kv-params=error"}));
     EXPECT_EQ(e.config.on_missing_kv_params, OnMissingKvParams::Error);
+    EXPECT_EQ(parse(with_instances({})).config.kv_mode, KvMode::Pull);
+    auto m = parse(with_instances({"--kv-mode", "PULL"}));
+    EXPECT_EQ(m.action, ParseOutcome::Action::Run) << m.output;
+    EXPECT_EQ(m.config.kv_mode, KvMode::Pull);
+    EXPECT_EQ(to_string(m.config.kv_mode), "pull");
     EXPECT_EQ(parse(with_instances({"--log-format", "text"})).config.log_format, log::Format::Text);
 }
 

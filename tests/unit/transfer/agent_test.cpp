@@ -1,5 +1,6 @@
 // The agent API suite, run on every backend available in-process: loopback, UCX over tcp
 // (127.0.0.1) and UCX over shared memory. Multi-process UCX tests live in tests/transfer.
+// Long: every case runs on every backend through one parameterised fixture.
 #include <gtest/gtest.h>
 #include <poll.h>
 

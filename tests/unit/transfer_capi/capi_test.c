@@ -2,6 +2,7 @@
  * backend: descriptors, peers, write + read back with byte checks, notifications, errors
  * (empty / out of range / bad blob / small buffer), cancel-free terminal states, completion
  * callbacks (thread and event-fd mode), leases, stats.
+ * Long: plain C without a test framework, so each check spells out its own reporting.
  * With "--ucx tcp|shm" it runs the write/read part between two processes over UCX instead. */
 #include <pthread.h>
 #include <stdio.h>

@@ -1,5 +1,6 @@
 // HttpServer on loopback: plain answers, keep-alive, limits (413/431/400 with OpenAI bodies),
 // Expect: 100-continue, chunked request bodies, pipelining, max_connections.
+// Long: the conformance cases of one server share its raw-socket fixture.
 #include "net/server/http_server.hpp"
 
 #include "tests/unit/net/server/net_test_util.hpp"

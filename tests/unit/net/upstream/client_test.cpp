@@ -1,5 +1,6 @@
 // upstream::Client against a loopback HttpServer (or a raw scripted server): whole answers,
 // pooling, stale-connection retry, failure classification, IPv6 and DNS names.
+// Long: the whole-answer cases share one scripted-server fixture (streams: client_stream_test).
 #include "net/upstream/client.hpp"
 
 #include "net/common/error.hpp"

@@ -1,7 +1,8 @@
 // TrackedExchange puts X-Request-Id on every answer and records the status sent.
 #include "router/api/tracked_exchange.hpp"
 
-#include "router/disagg/flow.hpp"
+#include "net/server/reply.hpp"
+#include "router/disagg/canceler.hpp"
 
 #include <gtest/gtest.h>
 
@@ -65,9 +66,9 @@ TEST(TrackedExchange, RespondCarriesRequestIdAndStatus) {
     TrackedExchange ex(inner, "rid-1");
     EXPECT_EQ(ex.status(), 0u);
     run([&]() -> awaitable<void> {
-        co_await disagg::respond_error(ex, Errc::NoDecodeInstance, "none");
+        co_await server::respond_error(ex, Errc::NoDecodeInstance, "none");
         // A second answer is never sent.
-        co_await disagg::respond_error(ex, Errc::Internal, "again");
+        co_await server::respond_error(ex, Errc::Internal, "again");
     });
     EXPECT_EQ(ex.status(), 503u);
     EXPECT_EQ(inner.response.result_int(), 503u);
@@ -96,7 +97,7 @@ TEST(TrackedExchange, RelayedAnswerKeepsStatusTypeAndBody) {
     FakeExchange inner;
     TrackedExchange ex(inner, "rid-3");
     run([&]() -> awaitable<void> {
-        co_await disagg::respond_relayed(ex, 422, "application/problem+json", "{\"x\":1}");
+        co_await server::respond_relayed(ex, 422, "application/problem+json", "{\"x\":1}");
     });
     EXPECT_EQ(inner.response.result_int(), 422u);
     EXPECT_EQ(inner.response[http::field::content_type], "application/problem+json");
@@ -120,23 +121,42 @@ public:
     int cancels = 0;
 };
 
-TEST(UpstreamCanceler, ClientGoneCancelsTheOpenStreamOnly) {
+TEST(LegCanceler, ClientGoneCancelsEveryOpenStreamAndOnlyThose) {
     FakeExchange ex;
-    FakeStream stream;
+    FakeStream prefill, decode, closed;
     {
-        disagg::UpstreamCanceler canceler(ex);
+        disagg::LegCanceler canceler(ex);
         ASSERT_EQ(ex.callbacks.size(), 1u);
-        canceler.set(&stream);
-        canceler.set(nullptr);  // stream closed normally: nothing to cancel any more
-        canceler.set(&stream);
+        {
+            auto c = canceler.add(closed);  // a stream that ended normally: unregistered
+        }
+        auto p = canceler.add(prefill);  // two legs open at once (push mode)
+        auto d = canceler.add(decode);
+        EXPECT_EQ(canceler.open(), 2u);
         EXPECT_FALSE(canceler.gone());
         ex.callbacks[0]();
         EXPECT_TRUE(canceler.gone());
-        EXPECT_EQ(stream.cancels, 1);
+        EXPECT_EQ(prefill.cancels, 1);
+        EXPECT_EQ(decode.cancels, 1);
+        EXPECT_EQ(closed.cancels, 0);
+        // A stream opened after the client went away is cancelled at once.
+        FakeStream late;
+        auto l = canceler.add(late);
+        EXPECT_EQ(late.cancels, 1);
     }
     // The callback outliving the canceler is harmless.
     ex.callbacks[0]();
-    EXPECT_EQ(stream.cancels, 1);
+    EXPECT_EQ(prefill.cancels, 1);
+}
+
+TEST(LegCanceler, CancelAllEndsTheOtherLegWithoutAClientGone) {
+    FakeExchange ex;
+    FakeStream prefill;
+    disagg::LegCanceler canceler(ex);
+    auto p = canceler.add(prefill);
+    canceler.cancel_all();
+    EXPECT_EQ(prefill.cancels, 1);
+    EXPECT_FALSE(canceler.gone());
 }
 
 }  // namespace

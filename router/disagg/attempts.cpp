@@ -1,0 +1,28 @@
+#include "router/disagg/attempts.hpp"
+
+#include <algorithm>
+
+namespace pdr::disagg {
+
+InstanceAttempts::InstanceAttempts(instances::Registry& registry, Role role, int retries) noexcept
+    : registry_(registry), role_(role), attempts_(1 + std::max(0, retries)) {}
+
+instances::InstancePtr InstanceAttempts::next() {
+    in_flight_.release();
+    if (tried_ >= attempts_) {
+        return nullptr;
+    }
+    instances::InstancePtr inst = registry_.pick(role_, exclude_);
+    if (inst) {
+        ++tried_;
+        in_flight_ = registry_.acquire(inst);
+    }
+    return inst;
+}
+
+void InstanceAttempts::failed(std::string error) {
+    exclude_ = in_flight_.instance().get();
+    last_error_ = std::move(error);
+}
+
+}  // namespace pdr::disagg

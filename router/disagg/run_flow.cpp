@@ -1,0 +1,17 @@
+#include "router/disagg/run_flow.hpp"
+
+#include "router/disagg/pull_flow.hpp"
+
+namespace pdr::disagg {
+
+awaitable<void> run_flow(FlowDeps& deps, FlowRequest& req) {
+    switch (deps.cfg.kv_mode) {
+        case config::KvMode::Pull:
+            co_await run_pull_flow(deps, req);
+            co_return;
+    }
+    // Config parsing admits only the modes above.
+    co_await respond_error(req.exchange, Errc::Internal, "unknown KV mode");
+}
+
+}  // namespace pdr::disagg

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "config/ascii.hpp"
 #include "config/options.hpp"
 
 namespace pdr::config {
@@ -55,18 +56,8 @@ bool parse_uint(std::string_view s, std::uint64_t& out) {
     return ec == std::errc() && ptr == s.data() + s.size();
 }
 
-std::string lowercase(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) {
-        if (c >= 'A' && c <= 'Z') {
-            c = static_cast<char>(c - 'A' + 'a');
-        }
-    }
-    return out;
-}
-
 bool parse_bool(std::string_view s, bool& out) {
-    std::string v = lowercase(s);
+    std::string v = ascii::lower(s);
     if (v == "true" || v == "1" || v == "yes" || v == "on") {
         out = true;
     } else if (v == "false" || v == "0" || v == "no" || v == "off") {
@@ -77,16 +68,6 @@ bool parse_bool(std::string_view s, bool& out) {
     return true;
 }
 
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-        s.remove_prefix(1);
-    }
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-        s.remove_suffix(1);
-    }
-    return s;
-}
-
 // Splits each value on commas, and each comma item on spaces and tabs ("a:1 b:2", as a quoted
 // "$LIST" gives it, is two items); an empty comma item is an error.
 std::vector<std::string> split_items(const Source& src, const RawSetting& s) {
@@ -95,14 +76,15 @@ std::vector<std::string> split_items(const Source& src, const RawSetting& s) {
         std::string_view rest = v;
         while (true) {
             auto comma = rest.find(',');
-            std::string_view item = trim(rest.substr(0, comma));
+            std::string_view item = ascii::trim(rest.substr(0, comma));
             if (item.empty()) {
                 bad_value(src, s, v, "empty list item");
             }
             while (!item.empty()) {
                 const auto gap = item.find_first_of(" \t");
                 items.emplace_back(item.substr(0, gap));
-                item = gap == std::string_view::npos ? std::string_view() : trim(item.substr(gap));
+                item = gap == std::string_view::npos ? std::string_view()
+                                                     : ascii::trim(item.substr(gap));
             }
             if (comma == std::string_view::npos) {
                 break;
@@ -308,7 +290,7 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 break;
             }
             case Kind::LogLevel: {
-                std::string v = lowercase(value);
+                std::string v = ascii::lower(value);
                 if (v == "debug") {
                     cfg.log_level = log::Level::Debug;
                 } else if (v == "info") {
@@ -323,7 +305,7 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 break;
             }
             case Kind::LogFormat: {
-                std::string v = lowercase(value);
+                std::string v = ascii::lower(value);
                 if (v != "text" && v != "json") {
                     bad_value(src, s, value, "expected one of text, json");
                 }
@@ -331,7 +313,7 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 break;
             }
             case Kind::OnMissingKv: {
-                std::string v = lowercase(value);
+                std::string v = ascii::lower(value);
                 if (v != "error" && v != "recompute") {
                     bad_value(src, s, value, "expected one of error, recompute");
                 }
@@ -340,7 +322,7 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 break;
             }
             case Kind::KvMode: {
-                std::string v = lowercase(value);
+                std::string v = ascii::lower(value);
                 if (v != "pull") {
                     bad_value(src, s, value,
                               v == "push" || v == "lmcache"

@@ -1,5 +1,6 @@
 #include "net/server/connection.hpp"
 
+#include "config/ascii.hpp"
 #include "net/common/http_wire.hpp"
 #include "net/common/log.hpp"
 #include "net/common/request_id.hpp"
@@ -22,33 +23,13 @@ bool is_http_error(const error_code& ec) {
     return &ec.category() == &http::make_error_code(http::error::bad_method).category();
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        char x = a[i];
-        char y = b[i];
-        if (x >= 'A' && x <= 'Z') {
-            x = static_cast<char>(x - 'A' + 'a');
-        }
-        if (y >= 'A' && y <= 'Z') {
-            y = static_cast<char>(y - 'A' + 'a');
-        }
-        if (x != y) {
-            return false;
-        }
-    }
-    return true;
-}
-
 // True when the request has no Transfer-Encoding or exactly "chunked" (one field). Anything
 // else is refused: a coding that does not end in chunked leaves the body's length unknown
 // (RFC 9112 6.3: 400 and close, or bytes of the body would be taken for the next request), and
 // the router decodes no other coding. (Beast's parser has trimmed the value's whitespace.)
 bool plain_transfer_encoding(const Request& req) {
     auto [first, last] = req.equal_range(http::field::transfer_encoding);
-    return first == last || (std::next(first) == last && iequals(first->value(), "chunked"));
+    return first == last || (std::next(first) == last && ascii::iequals(first->value(), "chunked"));
 }
 
 // Drops the CR and LF bytes at the front of what is buffered; returns how many.
@@ -656,7 +637,7 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
             // RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored (it cannot expect
             // an interim answer).
             auto expect = parser->get()[http::field::expect];
-            if (parser->get().version() >= 11 && iequals(expect, "100-continue")) {
+            if (parser->get().version() >= 11 && ascii::iequals(expect, "100-continue")) {
                 static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
                 auto [wec, wn] = co_await net::async_write(
                     conn.stream.socket(), net::buffer(kContinue.data(), kContinue.size()),

@@ -4,27 +4,12 @@
 #include <cctype>
 #include <charconv>
 
+#include "config/ascii.hpp"
 #include "config/config.hpp"
 
 namespace pdr::config {
 
 namespace {
-
-char lower(char c) {
-    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-}
-
-bool starts_with_nocase(std::string_view s, std::string_view prefix) {
-    if (s.size() < prefix.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < prefix.size(); ++i) {
-        if (lower(s[i]) != prefix[i]) {
-            return false;
-        }
-    }
-    return true;
-}
 
 // Host name syntax (RFC 1123 2.1, with '_' allowed for internal names): at most 253 characters
 // (one trailing dot allowed), dot-separated labels of 1 to 63 letters, digits, '-' or '_', none
@@ -147,11 +132,11 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
         error = std::string("empty address") + std::string(kExpect);
         return false;
     }
-    if (starts_with_nocase(rest, "https://")) {
+    if (ascii::istarts_with(rest, "https://")) {
         error = "https:// is not supported (upstreams are plain HTTP)";
         return false;
     }
-    if (starts_with_nocase(rest, "http://")) {
+    if (ascii::istarts_with(rest, "http://")) {
         rest.remove_prefix(7);
     }
     if (!rest.empty() && rest.back() == '/') {
@@ -221,7 +206,7 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
     out.host.clear();
     const auto zone = host.find('%');  // an interface name keeps its case
     for (std::size_t i = 0; i < host.size(); ++i) {
-        out.host += i < zone ? lower(host[i]) : host[i];  // names and IPv6 hex: any case
+        out.host += i < zone ? ascii::lower(host[i]) : host[i];  // names and IPv6 hex: any case
     }
     out.port = static_cast<unsigned short>(value);
     return true;

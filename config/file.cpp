@@ -29,15 +29,11 @@ std::string one_line(std::string s) {
     return s;
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 bool looks_like_json(const std::string& path, const std::string& text) {
-    if (ends_with(path, ".json")) {
+    if (path.ends_with(".json")) {
         return true;
     }
-    if (ends_with(path, ".yaml") || ends_with(path, ".yml")) {
+    if (path.ends_with(".yaml") || path.ends_with(".yml")) {
         return false;
     }
     auto pos = text.find_first_not_of(" \t\r\n");

@@ -1,6 +1,7 @@
 #include "sim/openai.hpp"
 #include "net/common/json_limits.hpp"
 
+#include "net/common/sse_cut.hpp"
 #include "net/common/uuid.hpp"
 #include "sim/generation.hpp"
 
@@ -246,10 +247,7 @@ json usage_chunk(const AnswerMeta& meta, int prompt_tokens, int completion_token
 }
 
 std::string sse_event(const json& chunk) {
-    std::string s = "data: ";
-    s += chunk.dump();
-    s += "\n\n";
-    return s;
+    return sse_data_event(chunk.dump());
 }
 
 std::string error_body(std::string_view message, std::string_view type, int code,

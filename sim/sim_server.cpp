@@ -1,3 +1,4 @@
+#include "config/ascii.hpp"
 #include "net/common/json_limits.hpp"
 #include "net/common/log.hpp"
 #include "sim/generation.hpp"
@@ -100,10 +101,7 @@ awaitable<void> send_error(server::Exchange& x, http::status status, std::string
 json headers_json(const server::Request& req) {
     json h = json::object();
     for (const auto& field : req) {
-        std::string name(field.name_string());
-        for (auto& c : name) {
-            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        }
+        std::string name = ascii::lower(field.name_string());
         std::string value(field.value());
         if (auto it = h.find(name); it != h.end()) {
             value = it->get<std::string>() + ", " + value;

@@ -1,5 +1,7 @@
 #include "net/common/error.hpp"
 
+#include "net/common/sse_cut.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -141,10 +143,7 @@ std::string openai_error_body(Errc e, std::string_view message, std::string_view
 }
 
 std::string openai_error_event(Errc e, std::string_view message) {
-    std::string out = "data: ";
-    out += openai_error_body(e, message);
-    out += "\n\n";
-    return out;
+    return sse_data_event(openai_error_body(e, message));
 }
 
 }  // namespace pdr

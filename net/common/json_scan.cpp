@@ -1,3 +1,5 @@
+// JsonObjectView (json_scan.hpp) and the RFC 8259 validator that fills it. Over 500 lines as one
+// idea: the validator's grammar rules call one another, and the view is what they collect.
 #include "net/common/json_scan.hpp"
 
 #include <algorithm>

@@ -31,6 +31,13 @@ bool ends_an_sse_event(std::string_view bytes) noexcept {
     return bytes.empty() || sse_events_end(bytes) == bytes.size();  // at once when it does
 }
 
+std::string sse_data_event(std::string_view data) {
+    std::string out = "data: ";
+    out += data;
+    out += "\n\n";
+    return out;
+}
+
 void SseCutter::take(std::string& piece) {
     if (piece.empty()) {
         return;

@@ -5,6 +5,7 @@
 // error event follows a clean boundary. Engines write whole events, so in normal running nothing
 // is held and nothing is delayed. An "event" longer than the cap (or a stream that is not SSE)
 // is passed on anyway once the cap is reached, and the rest at the end of the stream. No I/O.
+// Also the framing of the events the router and pdsim write themselves (sse_data_event).
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -16,6 +17,9 @@ bool ends_an_sse_event(std::string_view bytes) noexcept;
 
 // Length of the longest prefix of `bytes` that ends with a blank line; 0 when none.
 std::size_t sse_events_end(std::string_view bytes) noexcept;
+
+// One event of one data line: "data: <data>\n\n" (`data`, e.g. a JSON text, has no line end).
+std::string sse_data_event(std::string_view data);
 
 class SseCutter {
 public:

@@ -1,5 +1,5 @@
 #pragma once
-// Internals of HttpServer shared by http_server.cpp and connection.cpp (not a public header).
+// Internals of HttpServer shared by the files of net/server (not a public header).
 #include "net/common/deadline.hpp"
 #include "net/common/error.hpp"
 #include "net/server/http_server.hpp"

@@ -91,6 +91,19 @@ bool may_resend(const Request& req) {
     return req.method() == http::verb::get || req.method() == http::verb::head;
 }
 
+// Why an answer's head cannot be relayed (a protocol failure): it names another request
+// (X-Request-Id), or it has a content or transfer coding the router does not pass on. Clear
+// when it can.
+error_code unrelayable_head(const Request& req, const http::response_header<>& head) {
+    if (!detail::answers_request(req, head)) {
+        return Errc::UpstreamAnswerMismatch;
+    }
+    if (!detail::plain_coding(head)) {
+        return Errc::UpstreamEncoding;
+    }
+    return {};
+}
+
 // Gets a connection: the newest live pooled one (reused = true) unless `fresh`, or a new one.
 struct Acquired {
     Failure failure = Failure::None;
@@ -177,14 +190,9 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 r.ec = http::error::bad_status;
                 co_return r;  // the connection is dropped with `a`
             }
-            if (!detail::answers_request(req, parser.get())) {
+            if (const error_code hec = unrelayable_head(req, parser.get())) {
                 r.failure = Failure::Protocol;
-                r.ec = Errc::UpstreamAnswerMismatch;
-                co_return r;  // the connection is dropped with `a`
-            }
-            if (!detail::plain_coding(parser.get())) {
-                r.failure = Failure::Protocol;
-                r.ec = Errc::UpstreamEncoding;
+                r.ec = hec;
                 co_return r;  // the connection is dropped with `a`
             }
             r.response = parser.release();
@@ -236,14 +244,9 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 o.ec = ec;
                 co_return o;
             }
-            if (!detail::answers_request(req, s->head())) {
+            if (const error_code hec = unrelayable_head(req, s->head())) {
                 o.failure = Failure::Protocol;
-                o.ec = Errc::UpstreamAnswerMismatch;
-                co_return o;  // the connection is dropped with `s`
-            }
-            if (!detail::plain_coding(s->head())) {
-                o.failure = Failure::Protocol;
-                o.ec = Errc::UpstreamEncoding;
+                o.ec = hec;
                 co_return o;  // the connection is dropped with `s`
             }
             o.stream = std::move(s);

@@ -1,5 +1,6 @@
 #include "net/upstream/pool.hpp"
 
+#include "config/ascii.hpp"
 #include "net/common/request_id.hpp"
 
 #include <sys/socket.h>
@@ -223,25 +224,16 @@ bool answers_request(const Request& req, const http::response_header<>& head) no
 }
 
 bool plain_coding(const http::response_header<>& head) noexcept {
-    auto lower_equals = [](std::string_view v, std::string_view want) {
-        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
-            v.remove_prefix(1);
-        }
-        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) {
-            v.remove_suffix(1);
-        }
-        return beast::iequals(v, want);
-    };
     for (auto range = head.equal_range(http::field::content_encoding); range.first != range.second;
          ++range.first) {
-        if (!lower_equals(range.first->value(), "identity")) {
+        if (!ascii::iequals(ascii::trim(range.first->value()), "identity")) {
             return false;
         }
     }
     std::size_t te_fields = 0;
     for (auto range = head.equal_range(http::field::transfer_encoding); range.first != range.second;
          ++range.first) {
-        if (++te_fields > 1 || !lower_equals(range.first->value(), "chunked")) {
+        if (++te_fields > 1 || !ascii::iequals(ascii::trim(range.first->value()), "chunked")) {
             return false;
         }
     }

@@ -1,4 +1,6 @@
-// Agent: transfers, notifications, backend events, deadlines, heartbeats and progress.
+// Agent: a transfer from post to result (posting, completion and the notification it sends,
+// backend events) and the Agent calls on transfers and notifications. Some 500 lines kept as
+// one: every part works on the same per-transfer state (Xfer) under the agent's lock.
 #include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -33,68 +35,6 @@ bool known_kind(NotifyKind k) {
 }
 
 }  // namespace
-
-// ---- peers -------------------------------------------------------------------------------
-
-Result<Agent::Impl::Peer*> Agent::Impl::live_peer(PeerHandle h) {
-    Peer* pp = h == last_peer_handle_ ? last_peer_ : nullptr;
-    if (!pp) {
-        auto it = peers_.find(h);
-        if (it == peers_.end()) {
-            return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
-        }
-        pp = &it->second;
-        last_peer_handle_ = h;
-        last_peer_ = pp;
-    }
-    Peer& p = *pp;
-    if (p.state == PeerState::Replaced) {
-        return {Status::NotFound, "stale peer handle " + std::to_string(h) + " ('" + p.name +
-                                      "' generation " + std::to_string(p.generation) +
-                                      "): " + p.gone_reason};
-    }
-    if (p.state == PeerState::Gone) {
-        return {Status::PeerGone, "peer '" + p.name + "' gone: " + p.gone_reason};
-    }
-    return &p;
-}
-
-void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason) {
-    if (p.state != PeerState::Alive) {
-        if (state == PeerState::Replaced) {
-            p.state = state;
-        }
-        return;
-    }
-    p.state = state;
-    p.gone_reason = reason;
-    --stats_.peers;
-    ++stats_.peers_gone;
-    auto in_flight = std::move(p.in_flight);
-    p.in_flight.clear();
-    for (TransferHandle h : in_flight) {
-        auto it = xfers_.find(h);
-        if (it != xfers_.end()) {
-            finish(h, it->second, Status::PeerGone, reason);
-        }
-    }
-    if (p.conn) {
-        backend_->disconnect(p.conn);  // the backend no longer touches those operations' memory
-        for (auto it = xfers_.begin(); it != xfers_.end();) {
-            if (it->second.conn == p.conn && it->second.backend_pending) {
-                drop_backend_op(it->second);
-                it = xfers_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        by_conn_.erase(p.conn);
-        p.conn = 0;
-    }
-    if (by_instance_.count(p.instance) && by_instance_[p.instance] == p.handle) {
-        by_instance_.erase(p.instance);
-    }
-}
 
 // ---- transfers ---------------------------------------------------------------------------
 

@@ -6,6 +6,8 @@
 // and the transfer completes on the last acknowledgement. Notifications are eager active
 // messages. UCX calls happen under the agent's lock (worker in SERIALIZED mode); request
 // callbacks only record results, which progress() reports after ucp_worker_progress returns.
+// Over 500 lines as one class: every write path and callback shares the one worker and its maps
+// of connections and operations.
 #include <ucp/api/ucp.h>
 
 #include <algorithm>

@@ -1,0 +1,36 @@
+#pragma once
+// Reading one request off a Connection, and the HTTP/1.1 conformance around it (RFC 9112): blank
+// lines before a request line, versions Beast does not take, Transfer-Encoding, 100-continue,
+// the header and body limits; and the error answers for what the server refuses before a
+// handler sees it. Internal to net/server.
+#include "net/server/connection.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace pdr::server::detail {
+
+// RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after a
+// POST body). Drops the CR and LF bytes at the front of conn.buffer; `blank` counts them since
+// the last request (and is reset when a request starts).
+enum class BlankLines {
+    None,     // what is buffered starts a request
+    Only,     // only blank lines so far: wait for more bytes (the connection stays idle)
+    TooMany,  // more blank bytes than the header limit: a malformed request
+};
+BlankLines skip_blank_lines(Connection& conn, std::size_t& blank);
+
+// Reads the request whose first bytes are in conn.buffer, head and body, under the read
+// timeout. Nothing when the connection must close: a request the server refuses has been
+// answered (400, 413, 431, 505) by then; a client that went away, or a timeout, has not.
+awaitable<std::optional<Request>> read_request(Connection& conn);
+
+// Answers a request the server refuses itself (an OpenAI error body, `Connection: close`), then
+// lingers a moment reading what the client still sends so that the close does not reset the
+// connection before the client reads the answer. `head`: the request's head when it was read
+// (its X-Request-Id, if sane, is answered back, as for every other answer); else a fresh id.
+awaitable<void> refuse(Connection& conn, Errc e, std::string_view message, unsigned version,
+                       const Request* head = nullptr);
+
+}  // namespace pdr::server::detail

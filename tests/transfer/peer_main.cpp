@@ -5,6 +5,7 @@
 //   VERIFY <seed> <dst>:<src> ...   byte-compare blocks -> OK | BAD <dst> <offset>
 //   FREEZE <ms>                     stop progressing    -> OK (sent before freezing)
 //   WAITNOTE <kind> <xfer> <ms>     wait for a notification -> OK <payload> | TIMEOUT
+//   ALIVE <handle>                  peer_info           -> OK <alive 0|1> | ERR <status>
 //   QUIT
 #include <poll.h>
 
@@ -160,6 +161,12 @@ int main(int argc, char** argv) {
         } else if (cmd == "RELEASE") {  // unmaps the region (the descriptor sent is stale)
             auto r = a.release_region(*region);
             ch.send(r ? std::string("OK") : "ERR " + r.message());
+        } else if (cmd == "ALIVE") {
+            pdx::PeerHandle h = 0;
+            in >> h;
+            auto info = a.peer_info(h);
+            ch.send(info ? "OK " + std::to_string(info->alive ? 1 : 0)
+                         : std::string("ERR ") + pdx::to_string(info.status()));
         } else if (cmd == "QUIT") {
             ch.send("OK");
             return 0;

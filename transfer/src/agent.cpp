@@ -163,7 +163,7 @@ Agent::Impl::~Impl() {
     std::lock_guard lk(mu_);
     for (auto& [h, p] : peers_) {
         if (p.conn) {
-            backend_->disconnect(p.conn);
+            backend_->disconnect(p.conn, detail::Backend::Close::Abort);
         }
     }
     for (auto& r : regions_) {

@@ -76,7 +76,10 @@ public:
     // memory / peers (agent.cpp)
     Result<RegionId> add_region(Result<detail::LocalRegion> r);
     Result<Peer*> live_peer(PeerHandle h);
-    void peer_gone(Peer& p, PeerState state, const std::string& reason);
+    // Ends the peer's transfers (PeerGone) and closes its connection: Graceful unless the
+    // peer is known dead (see Backend::disconnect).
+    void peer_gone(Peer& p, PeerState state, const std::string& reason,
+                   detail::Backend::Close how = detail::Backend::Close::Graceful);
     bool decide_peer_error_mode(bool same_host) const;
     PeerInfo info(const Peer& p) const;
 

@@ -59,7 +59,8 @@ Result<Agent::Impl::Peer*> Agent::Impl::live_peer(PeerHandle h) {
     return &p;
 }
 
-void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason) {
+void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason,
+                            detail::Backend::Close how) {
     if (p.state != PeerState::Alive) {
         if (state == PeerState::Replaced) {
             p.state = state;
@@ -79,8 +80,11 @@ void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason)
         }
     }
     if (p.conn) {
-        backend_->disconnect(p.conn);  // the backend no longer touches those operations' memory
-        for (auto it = xfers_.begin(); it != xfers_.end();) {
+        // A peer that may still run (timeout, removed, replaced) is closed gracefully: its
+        // posted operations may still complete, and keep their region pinned until then.
+        const bool settled = backend_->disconnect(p.conn, how);
+        for (auto it = xfers_.begin(); settled && it != xfers_.end();) {
+            // the backend never touches these operations' memory again
             if (it->second.conn == p.conn && it->second.backend_pending) {
                 drop_backend_op(it->second);
                 it = xfers_.erase(it);
@@ -413,7 +417,9 @@ void Agent::Impl::on_conn_error(std::uint64_t conn, std::string message) {
     }
     auto p = peers_.find(it->second);
     if (p != peers_.end()) {
-        peer_gone(p->second, PeerState::Gone, "endpoint error: " + message);
+        // the connection failed: nothing more can come over it, so it is torn down at once
+        peer_gone(p->second, PeerState::Gone, "endpoint error: " + message,
+                  detail::Backend::Close::Abort);
     }
 }
 

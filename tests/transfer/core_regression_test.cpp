@@ -13,6 +13,7 @@
 #include "plan.hpp"
 #include "tests/transfer/peer_proto.hpp"
 #include "tests/transfer/regression_fixture.hpp"
+#include "wire.hpp"
 
 namespace pdx::test {
 namespace {
@@ -48,6 +49,7 @@ TEST_P(CoreRegressionTest, DescriptorWithStrideZeroIsRefused) {
     auto blob = b->descriptor();
     // The last layout record ends with u64 stride, u32 count (docs/transfer.md).
     std::memset(blob.data() + blob.size() - 12, 0, 8);
+    detail::reseal_descriptor(blob);  // a valid checksum: the stride check itself must refuse it
     auto s = inspect_descriptor(blob);
     EXPECT_EQ(s.status(), Status::Invalid);
     EXPECT_NE(s.message().find("stride"), std::string::npos) << s.message();

@@ -57,7 +57,8 @@ constexpr auto kHeard = 20s;   // wire-up until each side has heard the other
 
 class Child {
 public:
-    Child(const Transport& t, const std::string& name, std::chrono::milliseconds dead) {
+    Child(const Transport& t, const std::string& name, std::chrono::milliseconds dead,
+          std::uint32_t split = 0) {
         int sv[2];
         if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
             return;
@@ -75,7 +76,8 @@ public:
                 "--blocks=" + std::to_string(kBlocks),
                 "--bytes=" + std::to_string(kBlockBytes),
                 "--hb=200",
-                "--dead=" + std::to_string(dead.count())};
+                "--dead=" + std::to_string(dead.count()),
+                "--split=" + std::to_string(split)};
             std::vector<char*> argv;
             for (auto& a : args) {
                 argv.push_back(a.data());
@@ -128,6 +130,19 @@ private:
     std::vector<std::byte> desc_;
 };
 
+// Waits (bounded) until `cond` holds.
+template <class F>
+bool until(F cond, std::chrono::milliseconds timeout = 10s) {
+    const auto end = Clock::now() + timeout;
+    while (!cond()) {
+        if (Clock::now() >= end) {
+            return false;
+        }
+        std::this_thread::sleep_for(2ms);
+    }
+    return true;
+}
+
 // One agent in this process (Thread mode) and helpers to start children and build requests.
 class TwoProcess : public ::testing::TestWithParam<Transport> {
 protected:
@@ -153,11 +168,13 @@ protected:
         agent_ = std::move(*a);
         auto r = agent_->allocate_region(kBlocks * kBlockBytes);
         ASSERT_TRUE(r) << r.message();
+        region_ = *r;
         layout_ = *agent_->add_layout({*r, 0, kBlockBytes, 0, kBlocks});
     }
     // Starts a child, adds it, and has it add us; waits until each side has heard the other.
-    PeerHandle start(std::unique_ptr<Child>& child, const std::string& name = "child") {
-        child = std::make_unique<Child>(GetParam(), name, peer_timeout_);
+    PeerHandle start(std::unique_ptr<Child>& child, const std::string& name = "child",
+                     std::uint32_t split = 0) {
+        child = std::make_unique<Child>(GetParam(), name, peer_timeout_, split);
         EXPECT_FALSE(child->descriptor().empty());
         auto h = agent_->add_peer(child->descriptor());
         EXPECT_TRUE(h) << h.message();
@@ -191,6 +208,7 @@ protected:
         }
     }
     std::unique_ptr<Agent> agent_;
+    RegionId region_ = 0;
     LayoutId layout_ = 0;
     std::chrono::milliseconds peer_timeout_ = kPeerTimeout;
 };

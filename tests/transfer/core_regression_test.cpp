@@ -37,7 +37,9 @@ void post_one_c_write(pdx_config_t cc, const Config& cpp, Agent& b, LayoutId lb,
     std::uint64_t peer = 0;
     ASSERT_EQ(pdx_add_peer(*ca, blob.data(), blob.size(), &peer), PDX_OK) << pdx_last_error();
     const std::uint32_t one[] = {0};
-    ASSERT_EQ(pdx_write_blocks(*ca, peer, layout, one, lb, one, 1, 1, 0, nullptr, h), PDX_OK)
+    ASSERT_EQ(
+        pdx_write_blocks(*ca, peer, layout, one, lb, one, 1, 1, PDX_DEADLINE_DEFAULT, nullptr, h),
+        PDX_OK)
         << pdx_last_error();
 }
 

@@ -2,6 +2,7 @@
 // Thread mode; pdx_test_peer (fork+exec) runs the other one and obeys commands on a socketpair.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -313,6 +314,83 @@ TEST_P(MultiProcess, AmWriteIntoAReleasedRegionFailsAndTheTargetSurvives) {
         << agent_->result(*h)->message;
     EXPECT_EQ(child->cmd("WAITNOTE 1 999 10"), "TIMEOUT");  // still answers commands
     EXPECT_TRUE(agent_->peer_info(p)->alive);
+}
+
+// One batched write over 2L layouts (K and V of L = 4 layers, each its own layout on both
+// sides, paired crosswise) is one transfer: one handle, one terminal state, one Done; a read
+// batch brings the blocks back. Groups that name the same destination are refused.
+TEST_P(MultiProcess, BatchedTransferOverTwoLLayoutsIsOneTransferWithOneDone) {
+    constexpr std::uint32_t kLayers = 4, kSplit = 2 * kLayers, kPer = kBlocks / kSplit;
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child, "child", kSplit);
+    ASSERT_NE(p, kNoPeer);
+    std::vector<LayoutId> mine;
+    const auto region = region_;
+    for (std::uint32_t k = 0; k < kSplit; ++k) {
+        auto l = agent_->add_layout(
+            {region, std::uint64_t(k) * kPer * kBlockBytes, kBlockBytes, 0, kPer});
+        ASSERT_TRUE(l) << l.message();
+        mine.push_back(*l);
+    }
+    fill_local(77);
+    // group k: my layout k, blocks {0, 1} -> its layout (kSplit - 1 - k) + 1, blocks {1, 0}
+    const std::vector<BlockId> fwd = {0, 1}, rev = {1, 0};
+    std::vector<TransferGroup> groups;
+    std::ostringstream expect;  // VERIFY pairs over layout 0: dst:src global block ids
+    for (std::uint32_t k = 0; k < kSplit; ++k) {
+        const std::uint32_t theirs = kSplit - 1 - k;
+        groups.push_back({mine[k], fwd, theirs + 1, rev});
+        for (std::uint32_t j = 0; j < kPer; ++j) {
+            expect << " " << theirs * kPer + rev[j] << ":" << k * kPer + fwd[j];
+        }
+    }
+    const Stats before = agent_->stats();
+    TransferRequest w;
+    w.peer = p;
+    w.groups = groups;
+    w.transfer_id = 808;
+    w.deadline = Clock::now() + 20s;
+    w.notify = Notification{NotifyKind::Done, 808, 0, 1, Status::Ok, "batch-808"};
+    std::atomic<int> calls{0};
+    w.on_complete = [&](const TransferResult&) { ++calls; };
+    auto h = agent_->write_blocks(w);
+    ASSERT_TRUE(h) << h.message();
+    ASSERT_EQ(agent_->wait(*h, 20s), Status::Ok) << agent_->result(*h)->message;
+    EXPECT_EQ(agent_->result(*h)->bytes, kBlocks * kBlockBytes);
+    EXPECT_EQ(child->cmd("WAITNOTE 1 808 10000"), "OK batch-808");
+    EXPECT_EQ(child->cmd("WAITNOTE 1 808 200"), "TIMEOUT");  // exactly one Done
+    EXPECT_EQ(child->cmd("VERIFY 77" + expect.str()), "OK");
+    const Stats after = agent_->stats();
+    EXPECT_EQ(after.transfers_posted, before.transfers_posted + 1);
+    EXPECT_EQ(after.transfers_ok, before.transfers_ok + 1);
+    EXPECT_EQ(after.notifications_sent, before.notifications_sent + 1);
+    EXPECT_TRUE(test::until([&] { return calls.load() == 1; }));
+
+    // Read it all back, crosswise again, into the other half of the local blocks' order.
+    ASSERT_EQ(child->cmd("FILL 78"), "OK");
+    TransferRequest r;
+    r.peer = p;
+    r.groups = groups;  // my layout k <- its layout kSplit - k: blocks {0,1} <- {1,0}
+    r.transfer_id = 809;
+    r.deadline = Clock::now() + 20s;
+    auto rh = agent_->read_blocks(r);
+    ASSERT_TRUE(rh) << rh.message();
+    ASSERT_EQ(agent_->wait(*rh, 20s), Status::Ok) << agent_->result(*rh)->message;
+    for (std::uint32_t k = 0; k < kSplit; ++k) {
+        const std::uint32_t theirs = kSplit - 1 - k;
+        for (std::uint32_t j = 0; j < kPer; ++j) {
+            EXPECT_EQ(test::check_block(agent_->block(mine[k], fwd[j]), 78, theirs * kPer + rev[j]),
+                      -1)
+                << "layout " << mine[k] << " block " << fwd[j];
+        }
+    }
+    // Two groups writing the same remote block: refused, nothing posted.
+    std::vector<TransferGroup> clash = {{mine[0], fwd, 1, fwd}, {mine[1], fwd, 1, rev}};
+    w.groups = clash;
+    w.on_complete = nullptr;
+    auto bad = agent_->write_blocks(w);
+    EXPECT_EQ(bad.status(), Status::Invalid);
+    EXPECT_NE(bad.message().find("same destination"), std::string::npos) << bad.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, MultiProcess, test::kTransports, test::transport_name);

@@ -68,6 +68,17 @@ int main(int argc, char** argv) {
         ch.send("ERR layout " + layout.message());
         return 1;
     }
+    // --split=N: layouts 1..N cut the region into N equal runs of blocks (e.g. K and V of
+    // N/2 layers); layout 0 still covers every block.
+    const std::uint32_t split = std::atoi(arg(argc, argv, "split", "0").c_str());
+    for (std::uint32_t k = 0; split && k < split; ++k) {
+        const std::uint32_t per = blocks / split;
+        auto l = a.add_layout({*region, std::uint64_t(k) * per * block_bytes, block_bytes, 0, per});
+        if (!l) {
+            ch.send("ERR split " + l.message());
+            return 1;
+        }
+    }
     std::vector<pdx::ReceivedNotification> notes;
     ch.send("DESC " + pdx::test::to_hex(a.descriptor()));
 

@@ -225,8 +225,9 @@ public:
     static constexpr std::size_t kChunkSegments = 128;
     static constexpr std::uint64_t kChunkBytes = std::uint64_t{4} << 20;
     static constexpr int kChunksPerProgress = 8;
-    // Same-host peers: an Ok of at least this many bytes, or one reported on the progress
-    // context, is preceded by a pidfd poll of the target's process; smaller writes completed
+    // Same-host peers without UCX peer error mode (shm lanes possible): an Ok of at least this
+    // many bytes, or one reported on the progress context, is preceded by a pidfd poll of the
+    // target's process; smaller writes completed
     // inside write_blocks rely on the tick's poll (<= kTickEvery old when busy polling) and on
     // the pidfd waking the progress context (a poll per write cost 0.3-4 us here).
     static constexpr std::uint64_t kLivenessCheckBytes = 256 * 1024;

@@ -213,7 +213,7 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         // ends here and never gets a record in xfers_ (nor its deadline, never needed).
         TransferResult res =
             new_result(h, req, peer.handle, dir, plan->bytes, descriptors, Status::Ok);
-        if (plan->bytes >= kLivenessCheckBytes && process_ended(peer)) {
+        if (plan->bytes >= kLivenessCheckBytes && !peer.peer_error_mode && process_ended(peer)) {
             res.status = Status::PeerGone;  // copied into a segment nobody reads any more
             res.message = "peer process " + peer.process.what() + " exited";
         }
@@ -302,8 +302,9 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
         peer = pit == peers_.end() ? nullptr : &pit->second;
     }
     // Ok to a same-host peer whose process ended: the data went into a segment nobody reads.
-    if (s == Status::Ok && peer && (inline_xfer_ != &x || x.res.bytes >= kLivenessCheckBytes) &&
-        process_ended(*peer)) {
+    // (Peer error mode means no shm lanes: there an Ok was acknowledged by the target itself.)
+    if (s == Status::Ok && peer && !peer->peer_error_mode &&
+        (inline_xfer_ != &x || x.res.bytes >= kLivenessCheckBytes) && process_ended(*peer)) {
         s = Status::PeerGone;
         message = "peer process " + peer->process.what() + " exited";
     }

@@ -13,6 +13,7 @@
 #include "plan.hpp"
 #include "tests/transfer/peer_proto.hpp"
 #include "tests/transfer/regression_fixture.hpp"
+#include "wire.hpp"
 
 namespace pdx::test {
 namespace {
@@ -36,7 +37,9 @@ void post_one_c_write(pdx_config_t cc, const Config& cpp, Agent& b, LayoutId lb,
     std::uint64_t peer = 0;
     ASSERT_EQ(pdx_add_peer(*ca, blob.data(), blob.size(), &peer), PDX_OK) << pdx_last_error();
     const std::uint32_t one[] = {0};
-    ASSERT_EQ(pdx_write_blocks(*ca, peer, layout, one, lb, one, 1, 1, 0, nullptr, h), PDX_OK)
+    ASSERT_EQ(
+        pdx_write_blocks(*ca, peer, layout, one, lb, one, 1, 1, PDX_DEADLINE_DEFAULT, nullptr, h),
+        PDX_OK)
         << pdx_last_error();
 }
 
@@ -48,6 +51,7 @@ TEST_P(CoreRegressionTest, DescriptorWithStrideZeroIsRefused) {
     auto blob = b->descriptor();
     // The last layout record ends with u64 stride, u32 count (docs/transfer.md).
     std::memset(blob.data() + blob.size() - 12, 0, 8);
+    detail::reseal_descriptor(blob);  // a valid checksum: the stride check itself must refuse it
     auto s = inspect_descriptor(blob);
     EXPECT_EQ(s.status(), Status::Invalid);
     EXPECT_NE(s.message().find("stride"), std::string::npos) << s.message();

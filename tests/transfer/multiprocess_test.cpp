@@ -1,181 +1,24 @@
 // Two processes over UCX (tcp on 127.0.0.1 and shared memory): this process runs an agent in
 // Thread mode; pdx_test_peer (fork+exec) runs the other one and obeys commands on a socketpair.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 
-#include <cstring>
+#include <atomic>
 #include <iostream>
 #include <mutex>
 #include <sstream>
 
-#include "pdx/agent.hpp"
-#include "tests/transfer/peer_proto.hpp"
-
-#ifndef PDX_PEER_EXE
-#error "PDX_PEER_EXE must name the pdx_test_peer executable"
-#endif
+#include "tests/transfer/child_process.hpp"
 
 namespace pdx {
 namespace {
 
 using namespace std::chrono_literals;
-using test::LineChannel;
-
-struct Transport {
-    const char* label;
-    const char* tls;
-    const char* dev;
-    ErrorMode mode;
-    bool one_sided;  // data moves without the target progressing (shm)
-    WriteProtocol protocol = WriteProtocol::Auto;
-    bool am_writes = false;  // expected: writes go as active messages (Auto: tcp only)
-};
-
-constexpr std::uint32_t kBlocks = 16;
-constexpr std::uint64_t kBlockBytes = 1 << 20;
-// Generous limits so a loaded machine (2 cores, load 10+) cannot turn a slow process into a
-// "dead" peer or a missed answer; every wait is on a condition and ends as soon as it holds.
-constexpr auto kPeerTimeout = 5000ms;  // both sides; the kill test uses kFastPeerTimeout
-constexpr auto kFastPeerTimeout = 1000ms;
-constexpr auto kAnswer = 30s;  // child start-up / command answers
-constexpr auto kHeard = 20s;   // wire-up until each side has heard the other
-
-class Child {
-public:
-    Child(const Transport& t, const std::string& name, std::chrono::milliseconds dead) {
-        int sv[2];
-        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-            return;
-        }
-        pid_ = ::fork();
-        if (pid_ == 0) {
-            int fd = ::dup(sv[1]);  // without CLOEXEC
-            std::vector<std::string> args = {
-                PDX_PEER_EXE,
-                "--fd=" + std::to_string(fd),
-                "--name=" + name,
-                std::string("--tls=") + t.tls,
-                std::string("--dev=") + t.dev,
-                "--errmode=" + std::to_string(static_cast<int>(t.mode)),
-                "--blocks=" + std::to_string(kBlocks),
-                "--bytes=" + std::to_string(kBlockBytes),
-                "--hb=200",
-                "--dead=" + std::to_string(dead.count())};
-            std::vector<char*> argv;
-            for (auto& a : args) {
-                argv.push_back(a.data());
-            }
-            argv.push_back(nullptr);
-            ::execv(PDX_PEER_EXE, argv.data());
-            ::_exit(127);
-        }
-        ::close(sv[1]);
-        ch_ = std::make_unique<LineChannel>(sv[0]);
-        auto line = ch_->recv(kAnswer);
-        if (line && line->rfind("DESC ", 0) == 0) {
-            desc_ = test::from_hex(line->substr(5));
-        } else {
-            std::cerr << "child start failed: " << (line ? *line : "<no answer>") << "\n";
-        }
-    }
-    ~Child() {
-        if (pid_ > 0) {
-            kill_now();
-        }
-        if (ch_) {
-            ::close(ch_->fd());
-        }
-    }
-    std::string cmd(const std::string& line, std::chrono::milliseconds t = kAnswer) {
-        if (!ch_->send(line)) {
-            return "<send failed>";
-        }
-        auto r = ch_->recv(t);
-        return r ? *r : "<no answer>";
-    }
-    void kill_now() {
-        if (pid_ <= 0) {
-            return;
-        }
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        pid_ = -1;
-    }
-    const std::vector<std::byte>& descriptor() const { return desc_; }
-
-private:
-    pid_t pid_ = -1;
-    std::unique_ptr<LineChannel> ch_;
-    std::vector<std::byte> desc_;
-};
-
-class MultiProcess : public ::testing::TestWithParam<Transport> {
-protected:
-    void SetUp() override {
-        if (!ucx_available()) {
-            GTEST_SKIP() << "built without UCX";
-        }
-        make_agent(kPeerTimeout);
-    }
-    void make_agent(std::chrono::milliseconds peer_timeout) {
-        agent_.reset();
-        peer_timeout_ = peer_timeout;
-        Config c;
-        c.name = "parent";
-        c.transports = GetParam().tls;
-        c.net_devices = GetParam().dev;
-        c.error_mode = GetParam().mode;
-        c.write_protocol = GetParam().protocol;
-        c.heartbeat_interval = 200ms;
-        c.peer_timeout = peer_timeout;
-        auto a = Agent::create(c);
-        ASSERT_TRUE(a) << a.message();
-        agent_ = std::move(*a);
-        auto r = agent_->allocate_region(kBlocks * kBlockBytes);
-        ASSERT_TRUE(r) << r.message();
-        layout_ = *agent_->add_layout({*r, 0, kBlockBytes, 0, kBlocks});
-    }
-    // Starts a child, adds it, and has it add us; waits until each side has heard the other.
-    PeerHandle start(std::unique_ptr<Child>& child, const std::string& name = "child") {
-        child = std::make_unique<Child>(GetParam(), name, peer_timeout_);
-        EXPECT_FALSE(child->descriptor().empty());
-        auto h = agent_->add_peer(child->descriptor());
-        EXPECT_TRUE(h) << h.message();
-        if (!h) {
-            return kNoPeer;
-        }
-        EXPECT_EQ(child->cmd("PEER " + test::to_hex(agent_->descriptor())).rfind("OK", 0), 0u);
-        auto until = Clock::now() + kHeard;
-        while (agent_->peer_info(*h)->ms_since_heard < 0 && Clock::now() < until) {
-            std::this_thread::sleep_for(5ms);
-        }
-        EXPECT_GE(agent_->peer_info(*h)->ms_since_heard, 0);
-        EXPECT_EQ(agent_->peer_info(*h)->am_writes, GetParam().am_writes);
-        return *h;
-    }
-    TransferRequest req(PeerHandle p, std::span<const BlockId> l, std::span<const BlockId> r,
-                        std::uint64_t id, std::chrono::milliseconds deadline = 10s) {
-        TransferRequest q;
-        q.peer = p;
-        q.local_layout = layout_;
-        q.local_ids = l;
-        q.remote_layout = 0;
-        q.remote_ids = r;
-        q.transfer_id = id;
-        q.deadline = Clock::now() + deadline;
-        return q;
-    }
-    void fill_local(std::uint32_t seed) {
-        for (BlockId i = 0; i < kBlocks; ++i) {
-            test::fill_block(agent_->block(layout_, i), seed, i);
-        }
-    }
-    std::unique_ptr<Agent> agent_;
-    LayoutId layout_ = 0;
-    std::chrono::milliseconds peer_timeout_ = kPeerTimeout;
-};
+using test::Child;
+using test::kBlockBytes;
+using test::kBlocks;
+using test::kFastPeerTimeout;
+using test::Transport;
+using MultiProcess = test::TwoProcess;
 
 TEST_P(MultiProcess, WritesAndReadsUnorderedDuplicateIdsByteForByte) {
     std::unique_ptr<Child> child;
@@ -473,14 +316,84 @@ TEST_P(MultiProcess, AmWriteIntoAReleasedRegionFailsAndTheTargetSurvives) {
     EXPECT_TRUE(agent_->peer_info(p)->alive);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ucx, MultiProcess,
-    ::testing::Values(
-        Transport{"tcp", "tcp", "lo", ErrorMode::Auto, false, WriteProtocol::Auto, true},
-        Transport{"tcp_mode_none", "tcp", "lo", ErrorMode::None, false, WriteProtocol::Auto, true},
-        Transport{"tcp_rma", "tcp", "lo", ErrorMode::Auto, false, WriteProtocol::Rma, false},
-        Transport{"shm", "posix,self", "", ErrorMode::Auto, true}),
-    [](const auto& tp) { return std::string(tp.param.label); });
+// One batched write over 2L layouts (K and V of L = 4 layers, each its own layout on both
+// sides, paired crosswise) is one transfer: one handle, one terminal state, one Done; a read
+// batch brings the blocks back. Groups that name the same destination are refused.
+TEST_P(MultiProcess, BatchedTransferOverTwoLLayoutsIsOneTransferWithOneDone) {
+    constexpr std::uint32_t kLayers = 4, kSplit = 2 * kLayers, kPer = kBlocks / kSplit;
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child, "child", kSplit);
+    ASSERT_NE(p, kNoPeer);
+    std::vector<LayoutId> mine;
+    const auto region = region_;
+    for (std::uint32_t k = 0; k < kSplit; ++k) {
+        auto l = agent_->add_layout(
+            {region, std::uint64_t(k) * kPer * kBlockBytes, kBlockBytes, 0, kPer});
+        ASSERT_TRUE(l) << l.message();
+        mine.push_back(*l);
+    }
+    fill_local(77);
+    // group k: my layout k, blocks {0, 1} -> its layout (kSplit - 1 - k) + 1, blocks {1, 0}
+    const std::vector<BlockId> fwd = {0, 1}, rev = {1, 0};
+    std::vector<TransferGroup> groups;
+    std::ostringstream expect;  // VERIFY pairs over layout 0: dst:src global block ids
+    for (std::uint32_t k = 0; k < kSplit; ++k) {
+        const std::uint32_t theirs = kSplit - 1 - k;
+        groups.push_back({mine[k], fwd, theirs + 1, rev});
+        for (std::uint32_t j = 0; j < kPer; ++j) {
+            expect << " " << theirs * kPer + rev[j] << ":" << k * kPer + fwd[j];
+        }
+    }
+    const Stats before = agent_->stats();
+    TransferRequest w;
+    w.peer = p;
+    w.groups = groups;
+    w.transfer_id = 808;
+    w.deadline = Clock::now() + 20s;
+    w.notify = Notification{NotifyKind::Done, 808, 0, 1, Status::Ok, "batch-808"};
+    std::atomic<int> calls{0};
+    w.on_complete = [&](const TransferResult&) { ++calls; };
+    auto h = agent_->write_blocks(w);
+    ASSERT_TRUE(h) << h.message();
+    ASSERT_EQ(agent_->wait(*h, 20s), Status::Ok) << agent_->result(*h)->message;
+    EXPECT_EQ(agent_->result(*h)->bytes, kBlocks * kBlockBytes);
+    EXPECT_EQ(child->cmd("WAITNOTE 1 808 10000"), "OK batch-808");
+    EXPECT_EQ(child->cmd("WAITNOTE 1 808 200"), "TIMEOUT");  // exactly one Done
+    EXPECT_EQ(child->cmd("VERIFY 77" + expect.str()), "OK");
+    const Stats after = agent_->stats();
+    EXPECT_EQ(after.transfers_posted, before.transfers_posted + 1);
+    EXPECT_EQ(after.transfers_ok, before.transfers_ok + 1);
+    EXPECT_EQ(after.notifications_sent, before.notifications_sent + 1);
+    EXPECT_TRUE(test::until([&] { return calls.load() == 1; }));
+
+    // Read it all back, crosswise again, into the other half of the local blocks' order.
+    ASSERT_EQ(child->cmd("FILL 78"), "OK");
+    TransferRequest r;
+    r.peer = p;
+    r.groups = groups;  // my layout k <- its layout kSplit - k: blocks {0,1} <- {1,0}
+    r.transfer_id = 809;
+    r.deadline = Clock::now() + 20s;
+    auto rh = agent_->read_blocks(r);
+    ASSERT_TRUE(rh) << rh.message();
+    ASSERT_EQ(agent_->wait(*rh, 20s), Status::Ok) << agent_->result(*rh)->message;
+    for (std::uint32_t k = 0; k < kSplit; ++k) {
+        const std::uint32_t theirs = kSplit - 1 - k;
+        for (std::uint32_t j = 0; j < kPer; ++j) {
+            EXPECT_EQ(test::check_block(agent_->block(mine[k], fwd[j]), 78, theirs * kPer + rev[j]),
+                      -1)
+                << "layout " << mine[k] << " block " << fwd[j];
+        }
+    }
+    // Two groups writing the same remote block: refused, nothing posted.
+    std::vector<TransferGroup> clash = {{mine[0], fwd, 1, fwd}, {mine[1], fwd, 1, rev}};
+    w.groups = clash;
+    w.on_complete = nullptr;
+    auto bad = agent_->write_blocks(w);
+    EXPECT_EQ(bad.status(), Status::Invalid);
+    EXPECT_NE(bad.message().find("same destination"), std::string::npos) << bad.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, MultiProcess, test::kTransports, test::transport_name);
 
 }  // namespace
 }  // namespace pdx

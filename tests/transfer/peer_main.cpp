@@ -5,6 +5,7 @@
 //   VERIFY <seed> <dst>:<src> ...   byte-compare blocks -> OK | BAD <dst> <offset>
 //   FREEZE <ms>                     stop progressing    -> OK (sent before freezing)
 //   WAITNOTE <kind> <xfer> <ms>     wait for a notification -> OK <payload> | TIMEOUT
+//   ALIVE <handle>                  peer_info           -> OK <alive 0|1> | ERR <status>
 //   QUIT
 #include <poll.h>
 
@@ -66,6 +67,17 @@ int main(int argc, char** argv) {
     if (!layout) {
         ch.send("ERR layout " + layout.message());
         return 1;
+    }
+    // --split=N: layouts 1..N cut the region into N equal runs of blocks (e.g. K and V of
+    // N/2 layers); layout 0 still covers every block.
+    const std::uint32_t split = std::atoi(arg(argc, argv, "split", "0").c_str());
+    for (std::uint32_t k = 0; split && k < split; ++k) {
+        const std::uint32_t per = blocks / split;
+        auto l = a.add_layout({*region, std::uint64_t(k) * per * block_bytes, block_bytes, 0, per});
+        if (!l) {
+            ch.send("ERR split " + l.message());
+            return 1;
+        }
     }
     std::vector<pdx::ReceivedNotification> notes;
     ch.send("DESC " + pdx::test::to_hex(a.descriptor()));
@@ -160,6 +172,12 @@ int main(int argc, char** argv) {
         } else if (cmd == "RELEASE") {  // unmaps the region (the descriptor sent is stale)
             auto r = a.release_region(*region);
             ch.send(r ? std::string("OK") : "ERR " + r.message());
+        } else if (cmd == "ALIVE") {
+            pdx::PeerHandle h = 0;
+            in >> h;
+            auto info = a.peer_info(h);
+            ch.send(info ? "OK " + std::to_string(info->alive ? 1 : 0)
+                         : std::string("ERR ") + pdx::to_string(info.status()));
         } else if (cmd == "QUIT") {
             ch.send("OK");
             return 0;

@@ -49,6 +49,44 @@ pdx_status_t unknown_handle_fails(pdx::Status s, uint64_t handle) {
     return to_c(s);
 }
 
+// The parts of a request every C post shares: transfer id, deadline, notification, callback.
+pdx_status_t common_request(pdx::TransferRequest& req, uint64_t transfer_id, uint32_t deadline_ms,
+                            const pdx_notification_t* notify, pdx_completion_fn on_complete,
+                            void* user_data) {
+    req.transfer_id = transfer_id;
+    if (deadline_ms == 0) {
+        req.deadline = pdx::kExpiredDeadline;
+    } else if (deadline_ms != PDX_DEADLINE_DEFAULT) {
+        req.deadline = pdx::deadline_after(ms(deadline_ms));
+    }
+    if (notify) {
+        pdx::Notification n;
+        if (!to_cpp(notify, n)) {
+            return fail(PDX_INVALID, "invalid notification");
+        }
+        req.notify = std::move(n);
+    }
+    if (on_complete) {
+        // Runs on the progress context (see pdx.h); C code cannot throw, and nothing the
+        // conversion does can, so no exception crosses the C frame.
+        req.on_complete = [on_complete, user_data](const pdx::TransferResult& r) {
+            pdx_transfer_result_t c{};
+            fill_result(r, &c);
+            on_complete(&c, user_data);
+        };
+    }
+    return PDX_OK;
+}
+
+pdx_status_t submit(pdx_agent_t* a, bool write, const pdx::TransferRequest& req, uint64_t* handle) {
+    auto r = write ? a->agent->write_blocks(req) : a->agent->read_blocks(req);
+    if (!r) {
+        return check(r);
+    }
+    *handle = *r;
+    return PDX_OK;
+}
+
 pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_layout,
                       const uint32_t* local_ids, uint32_t remote_layout, const uint32_t* remote_ids,
                       size_t count, uint64_t transfer_id, uint32_t deadline_ms,
@@ -67,32 +105,45 @@ pdx_status_t transfer(pdx_agent_t* a, bool write, uint64_t peer, uint32_t local_
         req.local_ids = std::span<const pdx::BlockId>(local_ids, count);
         req.remote_layout = remote_layout;
         req.remote_ids = std::span<const pdx::BlockId>(remote_ids, count);
-        req.transfer_id = transfer_id;
-        if (deadline_ms) {
-            req.deadline = pdx::deadline_after(ms(deadline_ms));
+        if (auto s = common_request(req, transfer_id, deadline_ms, notify, on_complete, user_data);
+            s != PDX_OK) {
+            return s;
         }
-        if (notify) {
-            pdx::Notification n;
-            if (!to_cpp(notify, n)) {
-                return fail(PDX_INVALID, "invalid notification");
+        return submit(a, write, req, handle);
+    });
+}
+
+pdx_status_t batch(pdx_agent_t* a, bool write, uint64_t peer, const pdx_group_t* groups,
+                   size_t count, uint64_t transfer_id, uint32_t deadline_ms,
+                   const pdx_notification_t* notify, pdx_completion_fn on_complete, void* user_data,
+                   uint64_t* handle) {
+    if (!a || !handle || (count && !groups)) {
+        return fail(PDX_INVALID, "null agent, group array or handle pointer");
+    }
+    if (count == 0) {
+        return fail(PDX_INVALID, "batch: no groups");
+    }
+    return guarded([&] {
+        std::vector<pdx::TransferGroup> gs(count);
+        for (std::size_t i = 0; i < count; ++i) {
+            const pdx_group_t& g = groups[i];
+            if (g.count && (!g.local_ids || !g.remote_ids)) {
+                return fail(PDX_INVALID, "batch: group " + std::to_string(i) + ": null id array");
             }
-            req.notify = std::move(n);
+            gs[i] = {g.local_layout, std::span<const pdx::BlockId>(g.local_ids, g.count),
+                     g.remote_layout, std::span<const pdx::BlockId>(g.remote_ids, g.count)};
+            if (g.count == 0) {
+                return fail(PDX_INVALID, "batch: group " + std::to_string(i) + " is empty");
+            }
         }
-        if (on_complete) {
-            // Runs on the progress context (see pdx.h); C code cannot throw, and nothing the
-            // conversion does can, so no exception crosses the C frame.
-            req.on_complete = [on_complete, user_data](const pdx::TransferResult& r) {
-                pdx_transfer_result_t c{};
-                fill_result(r, &c);
-                on_complete(&c, user_data);
-            };
+        pdx::TransferRequest req;
+        req.peer = peer;
+        req.groups = gs;
+        if (auto s = common_request(req, transfer_id, deadline_ms, notify, on_complete, user_data);
+            s != PDX_OK) {
+            return s;
         }
-        auto r = write ? a->agent->write_blocks(req) : a->agent->read_blocks(req);
-        if (!r) {
-            return check(r);
-        }
-        *handle = *r;
-        return PDX_OK;
+        return submit(a, write, req, handle);
     });
 }
 
@@ -191,11 +242,16 @@ uint64_t pdx_agent_instance(const pdx_agent_t* a) {
 }
 
 pdx_status_t pdx_allocate_region(pdx_agent_t* a, size_t bytes, uint32_t* region) {
+    return pdx_allocate_region_kind(a, bytes, PDX_MEMORY_HOST, region);
+}
+
+pdx_status_t pdx_allocate_region_kind(pdx_agent_t* a, size_t bytes, pdx_memory_kind_t kind,
+                                      uint32_t* region) {
     if (!a || !region) {
         return fail(PDX_INVALID, "null agent or region pointer");
     }
     return guarded([&] {
-        auto r = a->agent->allocate_region(bytes);
+        auto r = a->agent->allocate_region(bytes, static_cast<pdx::MemoryKind>(raw(kind)));
         if (r) {
             *region = *r;
         }
@@ -204,11 +260,16 @@ pdx_status_t pdx_allocate_region(pdx_agent_t* a, size_t bytes, uint32_t* region)
 }
 
 pdx_status_t pdx_register_region(pdx_agent_t* a, void* data, size_t bytes, uint32_t* region) {
+    return pdx_register_region_kind(a, data, bytes, PDX_MEMORY_HOST, region);
+}
+
+pdx_status_t pdx_register_region_kind(pdx_agent_t* a, void* data, size_t bytes,
+                                      pdx_memory_kind_t kind, uint32_t* region) {
     if (!a || !region) {
         return fail(PDX_INVALID, "null agent or region pointer");
     }
     return guarded([&] {
-        auto r = a->agent->register_region(data, bytes);
+        auto r = a->agent->register_region(data, bytes, static_cast<pdx::MemoryKind>(raw(kind)));
         if (r) {
             *region = *r;
         }
@@ -323,6 +384,30 @@ pdx_status_t pdx_peer_info(pdx_agent_t* a, uint64_t peer, pdx_peer_info_t* info)
         info->layouts = r->layouts;
         info->ms_since_heard = r->ms_since_heard;
         info->am_writes = r->am_writes;
+        info->process_watched = r->process_watched;
+        return PDX_OK;
+    });
+}
+
+pdx_status_t pdx_set_peer_callback(pdx_agent_t* a, pdx_peer_event_fn fn, void* user_data) {
+    if (!a) {
+        return fail(PDX_INVALID, "null agent");
+    }
+    return guarded([&] {
+        if (!fn) {
+            a->agent->set_peer_handler(nullptr);
+            return PDX_OK;
+        }
+        a->agent->set_peer_handler([fn, user_data](const pdx::PeerEvent& e) {
+            pdx_peer_event_t out{};
+            out.peer = e.peer;
+            copy_str(out.name, sizeof out.name, e.name);
+            out.instance = e.instance;
+            out.generation = e.generation;
+            out.reason = static_cast<pdx_peer_gone_reason_t>(e.reason);
+            copy_str(out.message, sizeof out.message, e.message);
+            fn(&out, user_data);
+        });
         return PDX_OK;
     });
 }
@@ -382,6 +467,34 @@ pdx_status_t pdx_cancel(pdx_agent_t* a, uint64_t handle) {
         return fail(PDX_INVALID, "null agent");
     }
     return guarded([&] { return check(a->agent->cancel(handle)); });
+}
+
+pdx_status_t pdx_cancel_transfer_id(pdx_agent_t* a, uint64_t transfer_id, size_t* canceled) {
+    if (!a) {
+        return fail(PDX_INVALID, "null agent");
+    }
+    return guarded([&] {
+        auto r = a->agent->cancel_transfer_id(transfer_id);
+        if (canceled) {
+            *canceled = r ? *r : 0;
+        }
+        return check(r);
+    });
+}
+
+pdx_status_t pdx_write_batch(pdx_agent_t* a, uint64_t peer, const pdx_group_t* groups, size_t count,
+                             uint64_t transfer_id, uint32_t deadline_ms,
+                             const pdx_notification_t* notify, pdx_completion_fn on_complete,
+                             void* user_data, uint64_t* handle) {
+    return batch(a, true, peer, groups, count, transfer_id, deadline_ms, notify, on_complete,
+                 user_data, handle);
+}
+
+pdx_status_t pdx_read_batch(pdx_agent_t* a, uint64_t peer, const pdx_group_t* groups, size_t count,
+                            uint64_t transfer_id, uint32_t deadline_ms,
+                            pdx_completion_fn on_complete, void* user_data, uint64_t* handle) {
+    return batch(a, false, peer, groups, count, transfer_id, deadline_ms, nullptr, on_complete,
+                 user_data, handle);
 }
 
 pdx_status_t pdx_result(pdx_agent_t* a, uint64_t handle, pdx_transfer_result_t* out) {

@@ -171,6 +171,8 @@ pdx_status_t pdx_stats(pdx_agent_t* a, pdx_stats_t* out) {
         out->transfers_peer_gone = s.transfers_peer_gone;
         out->transfers_refused = s.transfers_refused;
         out->transfers_in_flight = s.transfers_in_flight;
+        out->transfers_settling = s.transfers_settling;
+        out->regions_without_shm = s.regions_without_shm;
         out->blocks_requested = s.blocks_requested;
         out->descriptors_posted = s.descriptors_posted;
         out->notifications_sent = s.notifications_sent;

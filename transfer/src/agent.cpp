@@ -6,6 +6,7 @@
 #include <bit>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -83,6 +84,7 @@ Result<DescriptorSummary> inspect_descriptor(std::span<const std::byte> blob) {
 Agent::Impl::Impl(const Config& config)
     : cfg_(config), instance_(random_nonce()), history_(config.completed_history) {
     host_id_ = cfg_.host_id.empty() ? default_host_id() : cfg_.host_id;
+    process_ = detail::self_process();
     // Durations are compared with Clock (ns) differences: bound them well inside its range.
     constexpr auto kLongest =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours(24 * 365 * 100));
@@ -163,7 +165,7 @@ Agent::Impl::~Impl() {
     std::lock_guard lk(mu_);
     for (auto& [h, p] : peers_) {
         if (p.conn) {
-            backend_->disconnect(p.conn);
+            backend_->disconnect(p.conn, detail::Backend::Close::Abort);
         }
     }
     for (auto& r : regions_) {
@@ -212,7 +214,21 @@ Result<RegionId> Agent::Impl::add_region(Result<detail::LocalRegion> r) {
     return static_cast<RegionId>(regions_.size() - 1);
 }
 
-Result<RegionId> Agent::allocate_region(std::size_t bytes) {
+namespace {
+Result<void> host_only(MemoryKind kind) {
+    if (kind != MemoryKind::Host) {
+        return {Status::Unsupported,
+                "memory kind " + std::to_string(static_cast<int>(kind)) +
+                    " (GPU) is not supported: this build moves host memory only"};
+    }
+    return {};
+}
+}  // namespace
+
+Result<RegionId> Agent::allocate_region(std::size_t bytes, MemoryKind kind) {
+    if (auto k = host_only(kind); !k) {
+        return {k.status(), k.message()};
+    }
     if (bytes == 0) {
         return {Status::Invalid, "allocate_region: zero bytes"};
     }
@@ -229,12 +245,27 @@ Result<RegionId> Agent::allocate_region(std::size_t bytes) {
     return impl_->add_region(impl_->backend_->allocate(bytes));
 }
 
-Result<RegionId> Agent::register_region(void* data, std::size_t bytes) {
+Result<RegionId> Agent::register_region(void* data, std::size_t bytes, MemoryKind kind) {
+    if (auto k = host_only(kind); !k) {
+        return {k.status(), k.message()};
+    }
     if (!data || bytes == 0) {
         return {Status::Invalid, "register_region: null or empty memory"};
     }
     std::lock_guard lk(impl_->mu_);
-    return impl_->add_region(impl_->backend_->register_memory(data, bytes));
+    auto r = impl_->add_region(impl_->backend_->register_memory(data, bytes));
+    if (r && !impl_->region_shm_rma(*r)) {
+        ++impl_->stats_.regions_without_shm;
+        if (!impl_->warned_register_) {  // once per agent
+            impl_->warned_register_ = true;
+            std::fprintf(stderr,
+                         "pdx: warning: agent '%s': register_region() memory cannot be reached "
+                         "by shared-memory RMA (UCX only maps memory it allocated); same-host "
+                         "peers use a slower transport. Use allocate_region() for KV pools.\n",
+                         impl_->cfg_.name.c_str());
+        }
+    }
+    return r;
 }
 
 Result<void> Agent::release_region(RegionId region) {
@@ -247,11 +278,39 @@ Result<void> Agent::release_region(RegionId region) {
         return {Status::Busy, "region " + std::to_string(region) + " has leased blocks"};
     }
     if (r.ops > 0) {
-        return {Status::Busy, "region " + std::to_string(region) + " has transfers in flight"};
+        std::uint32_t settling = 0;
+        for (const auto& [h, x] : impl_->xfers_) {
+            settling += is_terminal(x.res.status) && x.backend_pending ? 1 : 0;
+        }
+        return {Status::Busy,
+                "region " + std::to_string(region) + " has transfers in flight (" +
+                    std::to_string(r.ops) + ", of which " + std::to_string(settling) +
+                    " already ended but their posted operations still run: a canceled or "
+                    "expired transfer keeps its memory until they complete)"};
     }
     impl_->backend_->release(r.mem);
     r.live = false;
     return {};
+}
+
+bool Agent::Impl::region_shm_rma(RegionId region) const {
+    return cfg_.backend != BackendKind::Ucx || regions_[region].mem.owned || !shm_possible();
+}
+
+Result<RegionInfo> Agent::region_info(RegionId region) const {
+    std::lock_guard lk(impl_->mu_);
+    if (region >= impl_->regions_.size() || !impl_->regions_[region].live) {
+        return {Status::NotFound, "unknown region " + std::to_string(region)};
+    }
+    const auto& r = impl_->regions_[region];
+    RegionInfo i;
+    i.region = region;
+    i.bytes = r.mem.size;
+    i.allocated = r.mem.owned;
+    i.shm_rma = impl_->region_shm_rma(region);
+    i.transfers_in_flight = r.ops;
+    i.leases = impl_->leases_.region_leases(region);
+    return i;
 }
 
 std::span<std::byte> Agent::region_memory(RegionId region) const {
@@ -382,6 +441,9 @@ Stats Agent::stats() const {
     std::lock_guard lk(impl_->mu_);
     Stats s = impl_->stats_;
     s.leases_active = impl_->leases_.size();
+    for (const auto& [h, x] : impl_->xfers_) {
+        s.transfers_settling += is_terminal(x.res.status) && x.backend_pending ? 1 : 0;
+    }
     const double ns_per_tick = impl_->latency_clock_.ns_per_tick();
     s.post = impl_->post_ticks_.to_ns(ns_per_tick);
     s.completion = impl_->completion_ticks_.to_ns(ns_per_tick);

@@ -16,6 +16,7 @@
 #include "latency_clock.hpp"
 #include "lease_table.hpp"
 #include "pdx/agent.hpp"
+#include "process.hpp"
 
 namespace pdx {
 
@@ -50,16 +51,27 @@ public:
         std::uint32_t generation = 0;
         std::string host_id;
         std::string gone_reason;
-        Clock::time_point last_heard{};
+        Clock::time_point last_heard{};  // the last message, or add_peer (liveness starts there)
         std::unordered_set<TransferHandle> in_flight;
+        // Same host and pid namespace: the peer's process (Running: its pidfd is in epoll_fd_).
+        detail::ProcessWatch process;
+        bool ended = false;  // its process was seen ended: declared gone by the next tick
+    };
+    // Batches: the segments of one (local region, remote region) pair, posted in order.
+    struct Part {
+        RegionId region = 0;
+        std::uint32_t remote_region = 0;
+        std::vector<detail::Segment> segments;
     };
     struct Xfer {
         TransferResult res;
         std::uint64_t posted = 0;  // LatencyClock ticks (with Config::latency_stats)
         Clock::time_point deadline{};
-        RegionId region = 0;
+        RegionId region = 0;  // the region `queued` is posted from (and pinned, unless batch)
         std::uint64_t conn = 0;
         std::uint32_t remote_region = 0;
+        std::vector<RegionId> pinned;         // batches: every local region pinned (each once)
+        std::vector<Part> later;              // batches: parts posted after `queued`, in order
         bool backend_pending = true;          // the backend or the post queue may touch its memory
         std::uint32_t ops = 0;                // backend operations (chunks) outstanding
         std::vector<detail::Segment> queued;  // segments left for the progress context
@@ -76,12 +88,42 @@ public:
     // memory / peers (agent.cpp)
     Result<RegionId> add_region(Result<detail::LocalRegion> r);
     Result<Peer*> live_peer(PeerHandle h);
-    void peer_gone(Peer& p, PeerState state, const std::string& reason);
+    // Ends the peer's transfers (PeerGone), closes its connection (Graceful unless the peer is
+    // known dead: Exited, ConnectionError; see Backend::disconnect) and queues its PeerEvent.
+    void peer_gone(Peer& p, PeerState state, PeerGoneReason why, const std::string& reason);
+    // Same-host peers: true if the peer's process was seen ended (one pidfd poll).
+    bool process_ended(Peer& p);
+    void watch_process(Peer& p, bool on);  // adds/removes its pidfd in epoll_fd_
     bool decide_peer_error_mode(bool same_host) const;
+    bool region_shm_rma(RegionId region) const;  // see RegionInfo::shm_rma
+    bool shm_possible() const;      // the transport list (or UCX_TLS) may select shared memory
+    bool warned_register_ = false;  // (mu_) the register_region warning was given
     PeerInfo info(const Peer& p) const;
 
     // transfers / progress (agent_transfer.cpp)
     Result<TransferHandle> post(const TransferRequest& req, Direction dir);
+    Result<TransferHandle> post_batch(const TransferRequest& req, Direction dir);
+    static TransferResult new_result(TransferHandle h, const TransferRequest& req, PeerHandle peer,
+                                     Direction dir, std::uint64_t bytes, std::uint32_t descriptors,
+                                     Status status) {
+        TransferResult r;
+        r.handle = h;
+        r.transfer_id = req.transfer_id;
+        r.peer = peer;
+        r.direction = dir;
+        r.status = status;
+        r.bytes = bytes;
+        r.descriptors = descriptors;
+        return r;
+    }
+    // Splits segments longer than kChunkBytes (order kept): bounds one chunk's lock hold time.
+    static void split_large(std::vector<detail::Segment>& segs);
+    static bool known_kind(NotifyKind k) {  // the kinds a caller may send
+        return static_cast<int>(k) >= 1 && static_cast<int>(k) <= 5;
+    }
+    // A request with kExpiredDeadline: accepted, ended Expired at once (lock held).
+    TransferHandle expire_at_once(const TransferRequest& req, Direction dir, const Peer& peer,
+                                  std::uint64_t bytes, std::uint32_t descriptors);
     void finish(TransferHandle h, Xfer& x, Status s, std::string message);
     // finish()'s parts, shared with a transfer that completes inside post() (no Xfer record):
     // the counters of a terminal result, a write's Done notification (a failed send is noted
@@ -144,6 +186,9 @@ public:
     TransferHandle next_xfer_ = 0;
 
     std::vector<std::pair<CompletionFn, TransferResult>> callbacks_;
+    std::vector<PeerEvent> peer_events_;  // waiting for the peer handler
+    PeerEventFn peer_handler_;
+    detail::ProcessId process_;                    // this process, as descriptors carry it
     std::vector<ReceivedNotification> received_;   // waiting for handler dispatch
     std::vector<ReceivedNotification> undrained_;  // no handler: kept for drain_notifications
     NotificationFn notification_handler_;
@@ -180,6 +225,12 @@ public:
     static constexpr std::size_t kChunkSegments = 128;
     static constexpr std::uint64_t kChunkBytes = std::uint64_t{4} << 20;
     static constexpr int kChunksPerProgress = 8;
+    // Same-host peers without UCX peer error mode (shm lanes possible): an Ok of at least this
+    // many bytes, or one reported on the progress context, is preceded by a pidfd poll of the
+    // target's process; smaller writes completed
+    // inside write_blocks rely on the tick's poll (<= kTickEvery old when busy polling) and on
+    // the pidfd waking the progress context (a poll per write cost 0.3-4 us here).
+    static constexpr std::uint64_t kLivenessCheckBytes = 256 * 1024;
 };
 
 }  // namespace pdx

@@ -1,5 +1,4 @@
-// Agent: descriptors and peers (add/remove, generations, error mode selection, a peer that
-// goes away).
+// Agent: descriptors and peers (add/remove, generations, error mode selection).
 #include <cstdlib>
 
 #include "agent_impl.hpp"
@@ -34,6 +33,7 @@ std::vector<std::byte> Agent::descriptor() const {
     d.backend = impl_->cfg_.backend;
     d.name = impl_->cfg_.name;
     d.host_id = impl_->host_id_;
+    d.process = impl_->process_;
     d.address = impl_->backend_->address();
     for (auto& r : impl_->regions_) {
         detail::RemoteRegion rr;
@@ -58,16 +58,17 @@ bool Agent::Impl::decide_peer_error_mode(bool same_host) const {
     if (cfg_.error_mode == ErrorMode::None) {
         return false;
     }
-    if (!same_host) {
-        return true;
-    }
+    // PEER mode only costs us shm lanes; without any, take UCX's failure reports.
+    return !same_host || !shm_possible();
+}
+
+bool Agent::Impl::shm_possible() const {
     std::string tls = cfg_.transports;
     if (tls.empty()) {
         const char* env = std::getenv("UCX_TLS");
         tls = env ? env : "";
     }
-    // PEER mode only costs us shm lanes; without any, take UCX's failure reports.
-    return !mentions_shm(tls);
+    return mentions_shm(tls);
 }
 
 PeerInfo Agent::Impl::info(const Peer& p) const {
@@ -80,6 +81,7 @@ PeerInfo Agent::Impl::info(const Peer& p) const {
     i.same_host = p.same_host;
     i.peer_error_mode = p.peer_error_mode;
     i.am_writes = p.conn != 0 && backend_->am_writes(p.conn);
+    i.process_watched = p.process.state() == detail::ProcessWatch::State::Running;
     i.layouts = static_cast<std::uint32_t>(p.desc.layouts.size());
     if (p.heard) {
         i.ms_since_heard =
@@ -87,66 +89,6 @@ PeerInfo Agent::Impl::info(const Peer& p) const {
                 .count();
     }
     return i;
-}
-
-Result<Agent::Impl::Peer*> Agent::Impl::live_peer(PeerHandle h) {
-    Peer* pp = h == last_peer_handle_ ? last_peer_ : nullptr;
-    if (!pp) {
-        auto it = peers_.find(h);
-        if (it == peers_.end()) {
-            return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
-        }
-        pp = &it->second;
-        last_peer_handle_ = h;
-        last_peer_ = pp;
-    }
-    Peer& p = *pp;
-    if (p.state == PeerState::Replaced) {
-        return {Status::NotFound, "stale peer handle " + std::to_string(h) + " ('" + p.name +
-                                      "' generation " + std::to_string(p.generation) +
-                                      "): " + p.gone_reason};
-    }
-    if (p.state == PeerState::Gone) {
-        return {Status::PeerGone, "peer '" + p.name + "' gone: " + p.gone_reason};
-    }
-    return &p;
-}
-
-void Agent::Impl::peer_gone(Peer& p, PeerState state, const std::string& reason) {
-    if (p.state != PeerState::Alive) {
-        if (state == PeerState::Replaced) {
-            p.state = state;
-        }
-        return;
-    }
-    p.state = state;
-    p.gone_reason = reason;
-    --stats_.peers;
-    ++stats_.peers_gone;
-    auto in_flight = std::move(p.in_flight);
-    p.in_flight.clear();
-    for (TransferHandle h : in_flight) {
-        auto it = xfers_.find(h);
-        if (it != xfers_.end()) {
-            finish(h, it->second, Status::PeerGone, reason);
-        }
-    }
-    if (p.conn) {
-        backend_->disconnect(p.conn);  // the backend no longer touches those operations' memory
-        for (auto it = xfers_.begin(); it != xfers_.end();) {
-            if (it->second.conn == p.conn && it->second.backend_pending) {
-                drop_backend_op(it->second);
-                it = xfers_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        by_conn_.erase(p.conn);
-        p.conn = 0;
-    }
-    if (by_instance_.count(p.instance) && by_instance_[p.instance] == p.handle) {
-        by_instance_.erase(p.instance);
-    }
 }
 
 Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
@@ -184,6 +126,13 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     const bool named = !d->name.empty();  // only named peers have generations (see Config::name)
     Impl::Peer p;
     p.same_host = d->host_id == im.host_id_;
+    if (p.same_host) {
+        p.process = detail::ProcessWatch::open(d->process, im.process_);
+        if (p.process.state() == detail::ProcessWatch::State::Ended) {
+            return {Status::PeerGone, "add_peer: the process of '" + d->name + "' (" +
+                                          p.process.what() + ") has ended"};
+        }
+    }
     p.peer_error_mode = im.decide_peer_error_mode(p.same_host);
     detail::ConnectParams cp{d->address, &d->regions, p.peer_error_mode};
     auto conn = im.backend_->connect(cp);
@@ -204,7 +153,7 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
                 // Alive: another instance (the same one alive was refreshed above). Otherwise
                 // gone already (maybe this very instance, re-added after a timeout).
                 if (it->second.state == Impl::PeerState::Alive) {
-                    im.peer_gone(it->second, Impl::PeerState::Replaced,
+                    im.peer_gone(it->second, Impl::PeerState::Replaced, PeerGoneReason::Replaced,
                                  "replaced by a new generation of '" + d->name + "'");
                 } else {
                     it->second.state = Impl::PeerState::Replaced;
@@ -230,6 +179,7 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
         im.by_name_[p.name] = h;
     }
     auto& stored = im.peers_.emplace(h, std::move(p)).first->second;
+    im.watch_process(stored, true);
     ++im.stats_.peers;
     Notification hb;
     hb.kind = NotifyKind::Heartbeat;
@@ -251,7 +201,8 @@ Result<void> Agent::remove_peer(PeerHandle peer) {
             return {Status::NotFound, "stale peer handle " + std::to_string(peer) +
                                           " (replaced by a newer generation)"};
         }
-        im.peer_gone(it->second, Impl::PeerState::Replaced, "peer removed");
+        im.peer_gone(it->second, Impl::PeerState::Replaced, PeerGoneReason::Removed,
+                     "peer removed");
         if (im.by_name_.count(it->second.name) && im.by_name_[it->second.name] == peer) {
             im.by_name_.erase(it->second.name);
         }
@@ -271,6 +222,11 @@ Result<PeerInfo> Agent::peer_info(PeerHandle peer) const {
         return {Status::NotFound, "unknown peer handle"};
     }
     return impl_->info(it->second);
+}
+
+void Agent::set_peer_handler(PeerEventFn handler) {
+    std::lock_guard lk(impl_->mu_);
+    impl_->peer_handler_ = std::move(handler);
 }
 
 std::vector<PeerInfo> Agent::peers() const {

@@ -11,7 +11,8 @@ namespace pdx {
 // ---- queued posts --------------------------------------------------------------------------
 
 bool Agent::Impl::needs_progress_locked() const {
-    return !post_queue_.empty() || !callbacks_.empty() || !received_.empty() || backend_->busy();
+    return !post_queue_.empty() || !callbacks_.empty() || !received_.empty() ||
+           !peer_events_.empty() || backend_->busy();
 }
 
 bool Agent::Impl::pump_locked() {
@@ -26,9 +27,18 @@ bool Agent::Impl::pump_locked() {
         if (!is_terminal(x.res.status) && Clock::now() >= x.deadline) {
             finish(h, x, Status::Expired, "deadline passed");  // post nothing for it
         }
+        if (x.next >= x.queued.size() && !x.later.empty()) {  // a batch's next part
+            Part& part = x.later.front();
+            x.region = part.region;
+            x.remote_region = part.remote_region;
+            x.queued = std::move(part.segments);
+            x.next = 0;
+            x.later.erase(x.later.begin());
+        }
         if (is_terminal(x.res.status) || x.op_status != Status::Ok || x.next >= x.queued.size()) {
             post_queue_.pop_front();  // canceled/expired/failed: post nothing more
             x.queued = {};
+            x.later = {};
             x.next = 0;
             settle(it);
             continue;
@@ -54,9 +64,10 @@ bool Agent::Impl::pump_locked() {
             x.op_message = st.message();
             finish(h, x, x.op_status, x.op_message);
         }
-        if (x.next >= x.queued.size() || !st) {
+        if ((x.next >= x.queued.size() && x.later.empty()) || !st) {
             post_queue_.pop_front();
             x.queued = {};
+            x.later = {};
             x.next = 0;
             settle(it);
         }
@@ -67,7 +78,7 @@ bool Agent::Impl::pump_locked() {
 
 void Agent::Impl::settle(std::unordered_map<TransferHandle, Xfer>::iterator it) {
     Xfer& x = it->second;
-    if (x.ops > 0 || x.next < x.queued.size()) {
+    if (x.ops > 0 || x.next < x.queued.size() || !x.later.empty()) {
         return;
     }
     drop_backend_op(x);
@@ -101,13 +112,20 @@ void Agent::Impl::tick_locked(Clock::time_point now) {
         if (p.state != PeerState::Alive) {
             continue;
         }
-        if (p.heard && now - p.last_heard > cfg_.peer_timeout) {
-            peer_gone(p, PeerState::Gone,
-                      "no heartbeat for " +
-                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             now - p.last_heard)
-                                             .count()) +
-                          " ms");
+        if (process_ended(p)) {
+            peer_gone(p, PeerState::Gone, PeerGoneReason::Exited,
+                      "process " + p.process.what() + " exited");
+            continue;
+        }
+        // From add_peer on, whether or not it was ever heard: a peer that dies before it
+        // added us (and so before its first heartbeat) is declared gone all the same.
+        if (now - p.last_heard > cfg_.peer_timeout) {
+            const auto ms =
+                std::chrono::duration_cast<std::chrono::milliseconds>(now - p.last_heard).count();
+            peer_gone(p, PeerState::Gone, PeerGoneReason::Timeout,
+                      p.heard ? "no heartbeat for " + std::to_string(ms) + " ms"
+                              : "not heard from since add_peer " + std::to_string(ms) +
+                                    " ms ago (it must add this agent within peer_timeout)");
             continue;
         }
         if (beat) {
@@ -154,7 +172,7 @@ std::size_t Agent::Impl::progress() {
             next_tick_ = now + kTickEvery;
             tick_locked(now);
         }
-        n += callbacks_.size() + received_.size();
+        n += callbacks_.size() + received_.size() + peer_events_.size();
     }
     run_callbacks();
     return n;
@@ -195,10 +213,14 @@ void Agent::Impl::run_callbacks() {
     for (;;) {
         std::vector<std::pair<CompletionFn, TransferResult>> cbs;
         std::vector<ReceivedNotification> notes;
+        std::vector<PeerEvent> events;
         NotificationFn handler;
+        PeerEventFn peer_handler;
         {
             std::lock_guard lk(mu_);
             cbs.swap(callbacks_);
+            events.swap(peer_events_);
+            peer_handler = peer_handler_;
             handler = notification_handler_;
             if (handler) {
                 notes.swap(received_);
@@ -209,11 +231,16 @@ void Agent::Impl::run_callbacks() {
                 received_.clear();
             }
         }
-        if (cbs.empty() && notes.empty()) {
+        if (cbs.empty() && notes.empty() && events.empty()) {
             return;
         }
         for (auto& [fn, res] : cbs) {
             fn(res);
+        }
+        for (auto& e : events) {  // after the transfers it ended
+            if (peer_handler) {
+                peer_handler(e);
+            }
         }
         for (auto& n : notes) {
             handler(n);

@@ -1,18 +1,17 @@
-// Agent: a transfer from post to result (posting, completion and the notification it sends,
-// backend events) and the Agent calls on transfers and notifications. Some 500 lines kept as
-// one: every part works on the same per-transfer state (Xfer) under the agent's lock.
+// Agent: transfers, notifications, backend events, deadlines, heartbeats and progress. Long
+// (~640 lines) and kept as one: every part works on the same per-transfer state (Xfer) under
+// the agent's lock; peers and their liveness are in agent_peers.cpp.
 #include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "agent_impl.hpp"
 
 namespace pdx {
-namespace {
-
-// Splits segments longer than Impl::kChunkBytes into pieces of that size (order kept).
-void split_large(std::vector<detail::Segment>& segs) {
-    constexpr std::uint64_t kMax = Agent::Impl::kChunkBytes;
+void Agent::Impl::split_large(std::vector<detail::Segment>& segs) {
+    constexpr std::uint64_t kMax = kChunkBytes;
     bool any = false;
     for (const auto& s : segs) {
         any = any || s.bytes > kMax;
@@ -29,16 +28,114 @@ void split_large(std::vector<detail::Segment>& segs) {
     segs = std::move(out);
 }
 
-// The kinds a caller may send (the receiver drops any other).
-bool known_kind(NotifyKind k) {
-    return static_cast<int>(k) >= 1 && static_cast<int>(k) <= 5;
+// ---- peers -------------------------------------------------------------------------------
+
+Result<Agent::Impl::Peer*> Agent::Impl::live_peer(PeerHandle h) {
+    Peer* pp = h == last_peer_handle_ ? last_peer_ : nullptr;
+    if (!pp) {
+        auto it = peers_.find(h);
+        if (it == peers_.end()) {
+            return {Status::NotFound, "unknown peer handle " + std::to_string(h)};
+        }
+        pp = &it->second;
+        last_peer_handle_ = h;
+        last_peer_ = pp;
+    }
+    Peer& p = *pp;
+    if (p.state == PeerState::Replaced) {
+        return {Status::NotFound, "stale peer handle " + std::to_string(h) + " ('" + p.name +
+                                      "' generation " + std::to_string(p.generation) +
+                                      "): " + p.gone_reason};
+    }
+    if (p.state == PeerState::Gone) {
+        return {Status::PeerGone, "peer '" + p.name + "' gone: " + p.gone_reason};
+    }
+    if (p.ended) {  // seen ended since the last tick: declared gone by the next one
+        return {Status::PeerGone,
+                "peer '" + p.name + "' gone: process " + p.process.what() + " exited"};
+    }
+    return &p;
 }
 
-}  // namespace
+void Agent::Impl::peer_gone(Peer& p, PeerState state, PeerGoneReason why,
+                            const std::string& reason) {
+    if (p.state != PeerState::Alive) {
+        if (state == PeerState::Replaced) {
+            p.state = state;
+        }
+        return;
+    }
+    p.state = state;
+    p.gone_reason = reason;
+    --stats_.peers;
+    ++stats_.peers_gone;
+    watch_process(p, false);
+    auto in_flight = std::move(p.in_flight);
+    p.in_flight.clear();
+    for (TransferHandle h : in_flight) {
+        auto it = xfers_.find(h);
+        if (it != xfers_.end()) {
+            finish(h, it->second, Status::PeerGone, reason);
+        }
+    }
+    if (p.conn) {
+        // A peer that may still run (timeout, removed, replaced) is closed gracefully: its
+        // posted operations may still complete, and keep their region pinned until then.
+        const bool dead = why == PeerGoneReason::Exited || why == PeerGoneReason::ConnectionError;
+        const bool settled = backend_->disconnect(
+            p.conn, dead ? detail::Backend::Close::Abort : detail::Backend::Close::Graceful);
+        for (auto it = xfers_.begin(); settled && it != xfers_.end();) {
+            // the backend never touches these operations' memory again
+            if (it->second.conn == p.conn && it->second.backend_pending) {
+                drop_backend_op(it->second);
+                it = xfers_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        by_conn_.erase(p.conn);
+        p.conn = 0;
+    }
+    if (by_instance_.count(p.instance) && by_instance_[p.instance] == p.handle) {
+        by_instance_.erase(p.instance);
+    }
+    if (peer_handler_) {
+        peer_events_.push_back({p.handle, p.name, p.instance, p.generation, why, reason});
+    }
+}
+
+bool Agent::Impl::process_ended(Peer& p) {
+    if (p.ended) {
+        return true;
+    }
+    if (p.process.state() == detail::ProcessWatch::State::Running && p.process.ended()) {
+        p.ended = true;
+        next_tick_ = {};  // declared gone by the next progress()
+    }
+    return p.ended;
+}
+
+void Agent::Impl::watch_process(Peer& p, bool on) {
+    if (p.process.fd() < 0) {
+        return;
+    }
+    if (on) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = p.process.fd();
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p.process.fd(), &ev);
+    } else {
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.process.fd(), nullptr);
+        p.process.close();
+    }
+}
 
 // ---- transfers ---------------------------------------------------------------------------
 
 Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction dir) {
+    if (!req.groups.empty()) {
+        return post_batch(req, dir);
+    }
     // Clocks are read only for the latency stats (cheap ticks, see latency_clock.hpp) and for
     // a default deadline.
     const bool timed = cfg_.latency_stats;
@@ -88,6 +185,10 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
         return refuse(planned.status(), planned.message());
     }
 
+    if (req.deadline == kExpiredDeadline) {
+        return expire_at_once(req, dir, peer, plan->bytes,
+                              static_cast<std::uint32_t>(plan->segments.size()));
+    }
     TransferHandle h = ++next_xfer_;
     const std::uint64_t inline_bytes =
         peer.peer_error_mode ? cfg_.inline_post_bytes_peer_mode : cfg_.inline_post_bytes;
@@ -112,28 +213,21 @@ Result<TransferHandle> Agent::Impl::post(const TransferRequest& req, Direction d
     if (done_inline) {
         // e.g. shm: the data and its flush completed inside the backend's post(). The transfer
         // ends here and never gets a record in xfers_ (nor its deadline, never needed).
-        TransferResult res;
-        res.handle = h;
-        res.transfer_id = req.transfer_id;
-        res.peer = peer.handle;
-        res.direction = dir;
-        res.status = Status::Ok;
-        res.bytes = plan->bytes;
-        res.descriptors = descriptors;
+        TransferResult res =
+            new_result(h, req, peer.handle, dir, plan->bytes, descriptors, Status::Ok);
+        if (plan->bytes >= kLivenessCheckBytes && !peer.peer_error_mode && process_ended(peer)) {
+            res.status = Status::PeerGone;  // copied into a segment nobody reads any more
+            res.message = "peer process " + peer.process.what() + " exited";
+        }
         count_terminal(res, t0);
-        if (req.notify && dir == Direction::Write) {
+        if (req.notify && dir == Direction::Write && res.status == Status::Ok) {
             send_done_locked(peer, *req.notify, res);
         }
         record_terminal(h, res, req.on_complete);
     } else {
         ++stats_.transfers_in_flight;
         Xfer x;
-        x.res.handle = h;
-        x.res.transfer_id = req.transfer_id;
-        x.res.peer = peer.handle;
-        x.res.direction = dir;
-        x.res.bytes = plan->bytes;
-        x.res.descriptors = descriptors;
+        x.res = new_result(h, req, peer.handle, dir, plan->bytes, descriptors, Status::InProgress);
         x.posted = t0;
         x.deadline = default_deadline ? deadline_after(cfg_.default_deadline) : req.deadline;
         x.region = ll.region;
@@ -187,8 +281,16 @@ void Agent::Impl::drop_backend_op(Xfer& x) {
         return;
     }
     x.backend_pending = false;
-    if (x.region < regions_.size() && regions_[x.region].ops > 0) {
-        --regions_[x.region].ops;
+    auto unpin = [&](RegionId r) {
+        if (r < regions_.size() && regions_[r].ops > 0) {
+            --regions_[r].ops;
+        }
+    };
+    if (x.pinned.empty()) {
+        unpin(x.region);
+    }
+    for (RegionId r : x.pinned) {
+        unpin(r);
     }
 }
 
@@ -196,15 +298,22 @@ void Agent::Impl::finish(TransferHandle h, Xfer& x, Status s, std::string messag
     if (is_terminal(x.res.status)) {
         return;
     }
-    x.res.status = s;
-    x.res.message = std::move(message);
-    --stats_.transfers_in_flight;
-    count_terminal(x.res, x.posted);
     Peer* peer = inline_xfer_ == &x ? inline_peer_ : nullptr;
     if (!peer) {
         auto pit = peers_.find(x.res.peer);
         peer = pit == peers_.end() ? nullptr : &pit->second;
     }
+    // Ok to a same-host peer whose process ended: the data went into a segment nobody reads.
+    // (Peer error mode means no shm lanes: there an Ok was acknowledged by the target itself.)
+    if (s == Status::Ok && peer && !peer->peer_error_mode &&
+        (inline_xfer_ != &x || x.res.bytes >= kLivenessCheckBytes) && process_ended(*peer)) {
+        s = Status::PeerGone;
+        message = "peer process " + peer->process.what() + " exited";
+    }
+    x.res.status = s;
+    x.res.message = std::move(message);
+    --stats_.transfers_in_flight;
+    count_terminal(x.res, x.posted);
     if (peer) {
         if (!peer->in_flight.empty()) {
             peer->in_flight.erase(h);
@@ -353,7 +462,9 @@ void Agent::Impl::on_conn_error(std::uint64_t conn, std::string message) {
     }
     auto p = peers_.find(it->second);
     if (p != peers_.end()) {
-        peer_gone(p->second, PeerState::Gone, "endpoint error: " + message);
+        // the connection failed: nothing more can come over it, so it is torn down at once
+        peer_gone(p->second, PeerState::Gone, PeerGoneReason::ConnectionError,
+                  "endpoint error: " + message);
     }
 }
 
@@ -402,16 +513,38 @@ Result<void> Agent::cancel(TransferHandle handle) {
     {
         std::lock_guard lk(impl_->mu_);
         auto it = impl_->xfers_.find(handle);
+        const TransferResult* done = it == impl_->xfers_.end() ? impl_->history_.find(handle)
+                                     : is_terminal(it->second.res.status) ? &it->second.res
+                                                                          : nullptr;
+        if (done) {
+            return {Status::Invalid, "cancel: transfer " + std::to_string(handle) +
+                                         " already ended: " + to_string(done->status)};
+        }
         if (it == impl_->xfers_.end()) {
-            if (impl_->history_.find(handle)) {
-                return {};  // already terminal
-            }
             return {Status::NotFound, "unknown transfer handle"};
         }
         impl_->finish(handle, it->second, Status::Canceled, "canceled by caller");
     }
     impl_->wake();
     return {};
+}
+
+Result<std::size_t> Agent::cancel_transfer_id(std::uint64_t transfer_id) {
+    std::size_t n = 0;
+    {
+        std::lock_guard lk(impl_->mu_);
+        for (auto& [h, x] : impl_->xfers_) {
+            if (x.res.transfer_id == transfer_id && !is_terminal(x.res.status)) {
+                impl_->finish(h, x, Status::Canceled, "canceled by caller (transfer id)");
+                ++n;
+            }
+        }
+    }
+    if (n == 0) {
+        return {Status::NotFound, "no transfer in flight with id " + std::to_string(transfer_id)};
+    }
+    impl_->wake();
+    return n;
 }
 
 Status Agent::wait(TransferHandle handle, std::chrono::milliseconds timeout) {
@@ -459,7 +592,7 @@ Result<void> Agent::notify(PeerHandle peer, const Notification& n) {
     if (n.payload.size() > kMaxNotifyPayload) {
         return {Status::Invalid, "notification payload too large"};
     }
-    if (!known_kind(n.kind)) {
+    if (!Impl::known_kind(n.kind)) {
         return {Status::Invalid, "unknown notification kind"};
     }
     {

@@ -51,9 +51,18 @@ public:
     virtual Result<std::uint64_t> connect(const ConnectParams& params) = 0;
     virtual Result<void> update_regions(std::uint64_t conn,
                                         const std::vector<RemoteRegion>& regions) = 0;
-    // Ends the connection; pending operations on it complete with PeerGone or are dropped
-    // (the backend never touches their memory afterwards).
-    virtual void disconnect(std::uint64_t conn) = 0;
+    // Ends the connection. How depends on whether the peer may still be running:
+    // - Close::Abort (its process is known to have ended, or the transport reported the
+    //   connection failed; also at shutdown): operations on it are canceled or dropped, the
+    //   backend never touches their memory afterwards, and none of them is reported. Returns
+    //   true.
+    // - Close::Graceful (declared gone by a timeout, removed or replaced: it may only be
+    //   stopped): the connection is closed without being torn down under the peer (UCX 1.13
+    //   crashed the survivor when a peer it had force-closed resumed), so operations already
+    //   posted may still run. Returns false if any may: each is then reported by
+    //   on_op_complete when it ends, and its memory stays in use until then.
+    enum class Close { Abort, Graceful };
+    virtual bool disconnect(std::uint64_t conn, Close how) = 0;
 
     // Posts one transfer: every segment (local region handle, remote region index), then a
     // flush; on_op_complete(op) once everything is done. With `done_inline`, a backend may set

@@ -169,11 +169,12 @@ public:
         it->second.regions = r;
         return {};
     }
-    void disconnect(std::uint64_t conn) override {
+    // Queued operations are dropped either way (they run only when the target progresses).
+    bool disconnect(std::uint64_t conn, Close /*how*/) override {
         std::lock_guard lk(g_mu);
         auto it = conns_.find(conn);
         if (it == conns_.end()) {
-            return;
+            return true;
         }
         auto target = g_agents.find(it->second.target);
         if (target != g_agents.end()) {
@@ -183,6 +184,7 @@ public:
             });
         }
         conns_.erase(it);
+        return true;
     }
 
     Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion&,

@@ -179,7 +179,7 @@ public:
             // peers.
             drain_worker(std::chrono::milliseconds(300));
             for (auto& [t, c] : conns_) {
-                close_conn(*c);
+                close_conn(*c, Close::Abort);
             }
             conns_.clear();
             last_conn_ = nullptr;
@@ -187,6 +187,14 @@ public:
                 ucp_worker_progress(worker_);
                 reap_closing();
             }
+            // Graceful closes still waiting for a stopped peer: the worker goes with them.
+            for (auto& c : closing_) {
+                ucp_request_free(c.request);
+                for (auto k : c.rkeys) {
+                    ucp_rkey_destroy(k);
+                }
+            }
+            closing_.clear();
             ucp_worker_destroy(worker_);
         }
         if (context_) {
@@ -236,7 +244,7 @@ public:
         conns_[token] = std::move(c);
         auto u = update_regions(token, *p.regions);
         if (!u) {
-            disconnect(token);
+            disconnect(token, Close::Abort);
             return {u.status(), u.message()};
         }
         return token;
@@ -290,14 +298,15 @@ public:
         return {};
     }
 
-    void disconnect(std::uint64_t conn) override {
+    bool disconnect(std::uint64_t conn, Close how) override {
         auto it = conns_.find(conn);
         if (it == conns_.end()) {
-            return;
+            return true;
         }
         last_conn_ = nullptr;
-        close_conn(*it->second);
+        close_conn(*it->second, how);
         conns_.erase(it);
+        return how == Close::Abort;
     }
 
     Result<void> post(std::uint64_t conn, Direction dir, const LocalRegion& local,
@@ -689,34 +698,49 @@ private:
         op->headers.clear();  // keeps its capacity
         return op;
     }
-    void close_conn(Conn& c) {
+    // Abort: UCP_EP_CLOSE_FLAG_FORCE, which cancels every request on the endpoint at once.
+    // Graceful: a flushing close; requests already posted run on (they may still use the
+    // remote keys, kept until the close completes). A forced close of an endpoint whose peer
+    // is only stopped crashed the survivor when the peer resumed and closed its own side
+    // (UCX 1.13.1, tcp: uct_tcp_iface_progress called a freed endpoint's handler; 8 of 9 runs
+    // in the issue, 3 of 4 here), so only peers known dead are aborted.
+    void close_conn(Conn& c, Close how) {
         forget_acks(c.token);
+        std::vector<ucp_rkey_h> keys;
         for (auto k : c.rkeys) {
             if (k) {
-                ucp_rkey_destroy(k);
+                keys.push_back(k);
             }
         }
-        for (auto k : c.retired) {
-            ucp_rkey_destroy(k);
-        }
+        keys.insert(keys.end(), c.retired.begin(), c.retired.end());
         c.rkeys.clear();
         c.packed.clear();
         c.retired.clear();
         ucp_request_param_t rp{};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        rp.flags = how == Close::Abort ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         ucs_status_ptr_t r = ucp_ep_close_nbx(c.ep, &rp);
-        if (r && !UCS_PTR_IS_ERR(r)) {
-            closing_.push_back(r);
-        }
         c.ep = nullptr;
+        if (how == Close::Graceful && r && !UCS_PTR_IS_ERR(r)) {
+            closing_.push_back({r, std::move(keys)});
+            return;
+        }
+        for (auto k : keys) {
+            ucp_rkey_destroy(k);
+        }
+        if (r && !UCS_PTR_IS_ERR(r)) {
+            closing_.push_back({r, {}});
+        }
     }
     void reap_closing() {
-        std::erase_if(closing_, [](void* r) {
-            if (ucp_request_check_status(r) == UCS_INPROGRESS) {
+        std::erase_if(closing_, [](Closing& c) {
+            if (ucp_request_check_status(c.request) == UCS_INPROGRESS) {
                 return false;
             }
-            ucp_request_free(r);
+            ucp_request_free(c.request);
+            for (auto k : c.rkeys) {
+                ucp_rkey_destroy(k);
+            }
             return true;
         });
     }
@@ -798,7 +822,11 @@ private:
     std::vector<std::byte> address_;
     std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;
     std::uint64_t next_conn_ = 0;
-    std::vector<void*> closing_;
+    struct Closing {
+        void* request = nullptr;
+        std::vector<ucp_rkey_h> rkeys;  // destroyed once the close completed
+    };
+    std::vector<Closing> closing_;
     std::vector<std::pair<std::uint64_t, ucs_status_t>> done_;
     std::vector<std::pair<std::uint64_t, ucs_status_t>> spare_done_;
     std::vector<std::unique_ptr<Op>> ops_;  // every operation record (peak in flight)

@@ -317,7 +317,10 @@ TEST_P(AgentTest, CancelEndsTransferOnce) {
     ASSERT_TRUE(a->cancel(*h));
     EXPECT_EQ(a->poll(*h), Status::Canceled);
     ASSERT_TRUE(eventually([&] { return calls.load() == 1; }, {b.get()}));
-    ASSERT_TRUE(a->cancel(*h));  // idempotent on a terminal transfer
+    auto again = a->cancel(*h);  // a terminal transfer: refused, and it says so
+    EXPECT_EQ(again.status(), Status::Invalid);
+    EXPECT_NE(again.message().find("already ended: canceled"), std::string::npos)
+        << again.message();
     for (int i = 0; i < 20; ++i) {
         b->progress();
     }

@@ -23,6 +23,7 @@ Descriptor sample() {
     d.backend = BackendKind::Loopback;
     d.name = "prefill-0";
     d.host_id = "host/boot";
+    d.process = {4242, 987654321, 4026531836};
     d.address = {std::byte{1}, std::byte{2}, std::byte{3}};
     d.regions.push_back({0x10000, 1 << 20, {std::byte{9}, std::byte{8}}});
     d.layouts.push_back(Layout{0, 4096, 4096, 8192, 64});
@@ -32,11 +33,15 @@ Descriptor sample() {
 // The compatibility hash is part of the wire format (docs/transfer.md): a change to what both
 // sides must agree on changes the string it hashes, and this value with it, on purpose.
 TEST(Descriptor, CompatibilityHashIsTheDocumentedOne) {
-    EXPECT_EQ(compat_hash(), 0xa540d07f2077e735ull);
+    EXPECT_EQ(compat_hash(), 0x382a92aed956b6a0ull);
     const std::string_view before =
         "pdx|descriptor-v1|notify-v1|layout(region,offset,block,stride,count)|le";
     EXPECT_EQ(fnv1a(std::as_bytes(std::span(before.data(), before.size()))),
               0xb1e0a5622874185full);  // agents without Am writes: refused
+    const std::string_view v1 =
+        "pdx|descriptor-v1|notify-v1|layout(region,offset,block,stride,count)|le|am-write-v1";
+    EXPECT_EQ(fnv1a(std::as_bytes(std::span(v1.data(), v1.size()))),
+              0xa540d07f2077e735ull);  // descriptors without checksum or process: refused
 }
 
 TEST(Descriptor, RoundTripsAndIsLittleEndian) {
@@ -46,13 +51,17 @@ TEST(Descriptor, RoundTripsAndIsLittleEndian) {
     EXPECT_EQ(std::to_integer<int>(blob[1]), 'D');
     EXPECT_EQ(std::to_integer<int>(blob[2]), 'X');
     EXPECT_EQ(std::to_integer<int>(blob[3]), 'D');
-    EXPECT_EQ(std::to_integer<int>(blob[4]), 1);      // version, low byte first
-    EXPECT_EQ(std::to_integer<int>(blob[16]), 0x88);  // instance LSB at offset 16
+    EXPECT_EQ(std::to_integer<int>(blob[4]), 2);  // version, low byte first
+    EXPECT_EQ(std::to_integer<int>(blob[8]), static_cast<int>(blob.size() & 0xff));  // length
+    EXPECT_EQ(std::to_integer<int>(blob[24]), 0x88);  // instance LSB at offset 24
     auto d = decode_descriptor(blob);
     ASSERT_TRUE(d) << d.message();
     EXPECT_EQ(d->name, "prefill-0");
     EXPECT_EQ(d->instance, 0x1122334455667788ull);
     EXPECT_EQ(d->host_id, "host/boot");
+    EXPECT_EQ(d->process.pid, 4242u);
+    EXPECT_EQ(d->process.start_time, 987654321u);
+    EXPECT_EQ(d->process.pid_ns, 4026531836u);
     ASSERT_EQ(d->regions.size(), 1u);
     EXPECT_EQ(d->regions[0].base, 0x10000u);
     EXPECT_EQ(d->regions[0].rkey.size(), 2u);
@@ -61,28 +70,101 @@ TEST(Descriptor, RoundTripsAndIsLittleEndian) {
     EXPECT_EQ(d->layouts[0].count, 64u);
 }
 
-TEST(Descriptor, RefusesCorruptBlobs) {
-    auto blob = encode_descriptor(sample());
+TEST(Crc32c, MatchesTheCastagnoliCheckValue) {
+    const std::string_view check = "123456789";
+    EXPECT_EQ(crc32c(std::as_bytes(std::span(check.data(), check.size()))), 0xe3069283u);
+    EXPECT_EQ(crc32c({}), 0u);
+    // continued over two pieces: the same as over the whole
+    auto b = std::as_bytes(std::span(check.data(), check.size()));
+    EXPECT_EQ(crc32c(b.subspan(4), crc32c(b.first(4))), 0xe3069283u);
+}
+
+// Every truncation and every single-byte change of a valid blob is refused with a message that
+// says why; nothing past the header is read before the checksum matched.
+TEST(Descriptor, RefusesEveryTruncationAndEveryByteFlip) {
+    const auto blob = encode_descriptor(sample());
     for (std::size_t n = 0; n < blob.size(); ++n) {
         auto d = decode_descriptor(std::span(blob).first(n));
-        EXPECT_FALSE(d) << "prefix " << n;
+        ASSERT_FALSE(d) << "prefix " << n;
         EXPECT_EQ(d.status(), Status::Invalid);
+        EXPECT_NE(d.message().find("truncated"), std::string::npos) << n << ": " << d.message();
+    }
+    for (std::size_t i = 0; i < blob.size(); ++i) {
+        for (std::uint8_t flip : {0x01, 0x80, 0xff}) {
+            auto bad = blob;
+            bad[i] ^= std::byte{flip};
+            auto d = decode_descriptor(bad);
+            ASSERT_FALSE(d) << "byte " << i << " ^ " << int(flip);
+            EXPECT_EQ(d.status(), Status::Invalid);
+        }
     }
     auto bad = blob;
     bad[0] = std::byte{0};
     EXPECT_NE(decode_descriptor(bad).message().find("magic"), std::string::npos);
     bad = blob;
-    bad[4] = std::byte{2};
-    EXPECT_NE(decode_descriptor(bad).message().find("version"), std::string::npos);
+    bad[4] = std::byte{1};
+    EXPECT_NE(decode_descriptor(bad).message().find("unsupported version 1"), std::string::npos);
     bad = blob;
-    bad[8] ^= std::byte{1};
-    EXPECT_NE(decode_descriptor(bad).message().find("compatibility"), std::string::npos);
+    bad[40] ^= std::byte{1};
+    EXPECT_NE(decode_descriptor(bad).message().find("checksum"), std::string::npos);
     bad = blob;
     bad.push_back(std::byte{0});
-    EXPECT_FALSE(decode_descriptor(bad));
+    EXPECT_NE(decode_descriptor(bad).message().find("1 trailing bytes"), std::string::npos)
+        << decode_descriptor(bad).message();
+    EXPECT_NE(decode_descriptor(std::span(blob).first(20)).message().find("20 of"),
+              std::string::npos);
+}
+
+// With a valid checksum (a blob built wrongly, or on purpose) every field is still checked.
+TEST(Descriptor, ChecksBoundsBehindAValidChecksum) {
+    auto sealed = [](Descriptor d) { return decode_descriptor(encode_descriptor(d)); };
     auto d = sample();
     d.layouts[0].count = 1000;  // leaves the region
-    EXPECT_FALSE(decode_descriptor(encode_descriptor(d)));
+    EXPECT_NE(sealed(d).message().find("does not fit region"), std::string::npos);
+    d = sample();
+    d.layouts[0].region = 3;
+    EXPECT_NE(sealed(d).message().find("names region 3"), std::string::npos);
+    d = sample();
+    d.regions[0].base = ~std::uint64_t{0} - 100;  // base + size wraps
+    EXPECT_NE(sealed(d).message().find("wraps"), std::string::npos);
+    d = sample();
+    d.name.assign(kMaxNameBytes + 1, 'x');
+    EXPECT_NE(sealed(d).message().find("name length"), std::string::npos);
+    d = sample();
+    d.compat ^= 1;
+    EXPECT_NE(sealed(d).message().find("compatibility"), std::string::npos);
+
+    // A length that points past the end, resealed: refused as truncated, saying which field.
+    auto blob = encode_descriptor(sample());
+    const std::size_t name_len_at = 16 + 8 + 8 + 1;
+    blob[name_len_at] = std::byte{200};
+    reseal_descriptor(blob);
+    auto r = decode_descriptor(blob);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.message().find("name"), std::string::npos) << r.message();
+
+    // Random changes, resealed so that the parser sees them: refused, or every layout fits.
+    std::mt19937 rng(7);
+    const auto good = encode_descriptor(sample());
+    for (int i = 0; i < 20000; ++i) {
+        auto m = good;
+        const int changes = 1 + int(rng() % 4);
+        for (int c = 0; c < changes; ++c) {
+            m[16 + rng() % (m.size() - 16)] = std::byte(static_cast<std::uint8_t>(rng()));
+        }
+        if (rng() % 4 == 0) {
+            m.resize(16 + rng() % (m.size() - 16));
+        }
+        reseal_descriptor(m);
+        auto out = decode_descriptor(m);
+        if (out) {
+            for (const auto& l : out->layouts) {
+                ASSERT_LT(l.region, out->regions.size());
+                const auto& reg = out->regions[l.region];
+                EXPECT_TRUE(reg.size == 0 || layout_fits(l, reg.size));
+            }
+        }
+    }
 }
 
 TEST(NotifyHeader, FixedFortyBytesLittleEndian) {

@@ -133,7 +133,8 @@ static void data_path(side_t* a, side_t* b, uint64_t peer_b) {
 
     const uint32_t rl[] = {12, 13};
     const uint32_t rr[] = {5, 6};
-    CHECK_STATUS(pdx_read_blocks(a->agent, peer_b, a->layout, rl, b->layout, rr, 2, 43, 0, &h),
+    CHECK_STATUS(pdx_read_blocks(a->agent, peer_b, a->layout, rl, b->layout, rr, 2, 43,
+                                 PDX_DEADLINE_DEFAULT, &h),
                  PDX_OK);
     CHECK_STATUS(pdx_wait(a->agent, h, 10000), PDX_OK);
     CHECK(same(a, 12, a, 1));
@@ -200,22 +201,22 @@ static void completion_callbacks(side_t* a, side_t* b, uint64_t peer_b, int driv
     cb_record_t refused = {a->agent, 0, {0}, PDX_IN_PROGRESS, pthread_self()};
     const uint32_t bad[] = {kBlocks + 3};
     uint64_t h2 = 0;
-    CHECK_STATUS(pdx_write_blocks_cb(a->agent, peer_b, a->layout, bad, b->layout, dst, 1, 78, 0,
-                                     NULL, on_complete, &refused, &h2),
+    CHECK_STATUS(pdx_write_blocks_cb(a->agent, peer_b, a->layout, bad, b->layout, dst, 1, 78,
+                                     PDX_DEADLINE_DEFAULT, NULL, on_complete, &refused, &h2),
                  PDX_INVALID);
 
     /* a read with a callback; NULL callback = plain call */
     cb_record_t r = {a->agent, 0, {0}, PDX_IN_PROGRESS, pthread_self()};
     const uint32_t back[] = {14};
     const uint32_t from[] = {9};
-    CHECK_STATUS(pdx_read_blocks_cb(a->agent, peer_b, a->layout, back, b->layout, from, 1, 79, 0,
-                                    on_complete, &r, &h),
+    CHECK_STATUS(pdx_read_blocks_cb(a->agent, peer_b, a->layout, back, b->layout, from, 1, 79,
+                                    PDX_DEADLINE_DEFAULT, on_complete, &r, &h),
                  PDX_OK);
     CHECK(wait_calls(&r, 1, drive));
     CHECK(r.last.handle == h && r.last.status == PDX_OK && r.last.direction == PDX_READ);
     CHECK(same(a, 14, a, 4));
-    CHECK_STATUS(pdx_read_blocks_cb(a->agent, peer_b, a->layout, back, b->layout, from, 1, 80, 0,
-                                    NULL, NULL, &h),
+    CHECK_STATUS(pdx_read_blocks_cb(a->agent, peer_b, a->layout, back, b->layout, from, 1, 80,
+                                    PDX_DEADLINE_DEFAULT, NULL, NULL, &h),
                  PDX_OK);
     CHECK_STATUS(pdx_wait(a->agent, h, 10000), PDX_OK);
 
@@ -235,22 +236,22 @@ static void errors(side_t* a, side_t* b, uint64_t peer_b) {
     const uint32_t ok_ids[] = {0, 1};
     const uint32_t far_ids[] = {0, kBlocks};
     uint64_t h = 0;
-    CHECK_STATUS(
-        pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, ok_ids, 0, 1, 0, NULL, &h),
-        PDX_INVALID);
-    CHECK(strlen(pdx_last_error()) > 0);
-    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, far_ids, 2, 2, 0,
-                                  NULL, &h),
+    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, ok_ids, 0, 1,
+                                  PDX_DEADLINE_DEFAULT, NULL, &h),
                  PDX_INVALID);
-    CHECK_STATUS(
-        pdx_read_blocks(a->agent, peer_b, a->layout, far_ids, b->layout, ok_ids, 2, 3, 0, &h),
-        PDX_INVALID);
-    CHECK_STATUS(
-        pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, 99, ok_ids, 2, 4, 0, NULL, &h),
-        PDX_INVALID);
-    CHECK_STATUS(
-        pdx_write_blocks(a->agent, 12345, a->layout, ok_ids, b->layout, ok_ids, 2, 5, 0, NULL, &h),
-        PDX_NOT_FOUND);
+    CHECK(strlen(pdx_last_error()) > 0);
+    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, b->layout, far_ids, 2, 2,
+                                  PDX_DEADLINE_DEFAULT, NULL, &h),
+                 PDX_INVALID);
+    CHECK_STATUS(pdx_read_blocks(a->agent, peer_b, a->layout, far_ids, b->layout, ok_ids, 2, 3,
+                                 PDX_DEADLINE_DEFAULT, &h),
+                 PDX_INVALID);
+    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ok_ids, 99, ok_ids, 2, 4,
+                                  PDX_DEADLINE_DEFAULT, NULL, &h),
+                 PDX_INVALID);
+    CHECK_STATUS(pdx_write_blocks(a->agent, 12345, a->layout, ok_ids, b->layout, ok_ids, 2, 5,
+                                  PDX_DEADLINE_DEFAULT, NULL, &h),
+                 PDX_NOT_FOUND);
     CHECK_STATUS(pdx_poll(a->agent, 987654), PDX_NOT_FOUND);
     /* an unknown handle is a failing call: its message replaces the previous call's */
     CHECK(strstr(pdx_last_error(), "unknown transfer handle 987654") != NULL);
@@ -334,9 +335,9 @@ static void notifications_and_leases(side_t* a, side_t* b, uint64_t peer_b) {
     CHECK(info.alive && strcmp(info.name, "capi-b") == 0 && info.generation == 1);
     CHECK_STATUS(pdx_remove_peer(a->agent, peer_b), PDX_OK);
     uint64_t h = 0;
-    CHECK_STATUS(
-        pdx_write_blocks(a->agent, peer_b, a->layout, ids, b->layout, ids, 2, 6, 0, NULL, &h),
-        PDX_NOT_FOUND);
+    CHECK_STATUS(pdx_write_blocks(a->agent, peer_b, a->layout, ids, b->layout, ids, 2, 6,
+                                  PDX_DEADLINE_DEFAULT, NULL, &h),
+                 PDX_NOT_FOUND);
 }
 
 /* An initiator in event-fd mode: the caller drives progress (pdx_wait does it too). */
@@ -360,9 +361,9 @@ static void eventfd_mode(side_t* b) {
     const uint32_t src[] = {2}, dst[] = {11};
     fill(&c, 2, 99);
     uint64_t h = 0;
-    CHECK_STATUS(
-        pdx_write_blocks(c.agent, peer_b, c.layout, src, b->layout, dst, 1, 7, 0, NULL, &h),
-        PDX_OK);
+    CHECK_STATUS(pdx_write_blocks(c.agent, peer_b, c.layout, src, b->layout, dst, 1, 7,
+                                  PDX_DEADLINE_DEFAULT, NULL, &h),
+                 PDX_OK);
     pdx_status_t s = PDX_IN_PROGRESS;
     for (int i = 0; i < 2000 && s == PDX_IN_PROGRESS; ++i) {
         pdx_progress(c.agent);
@@ -373,11 +374,81 @@ static void eventfd_mode(side_t* b) {
     }
     CHECK_STATUS(s, PDX_OK);
     CHECK(same(&c, 2, b, 11));
-    CHECK_STATUS(pdx_cancel(c.agent, h), PDX_OK); /* already terminal: no-op */
+    CHECK_STATUS(pdx_cancel(c.agent, h), PDX_INVALID); /* already ended: refused, says so */
+    CHECK(strstr(pdx_last_error(), "already ended") != NULL);
     CHECK_STATUS(pdx_poll(c.agent, h), PDX_OK);
     CHECK_STATUS(pdx_cancel(c.agent, 424242), PDX_NOT_FOUND);
     completion_callbacks(&c, b, peer_b, 1);
     pdx_agent_destroy(c.agent);
+}
+
+/* A batch of two groups is one transfer; deadline_ms = 0 is already expired; a second cancel
+ * says the transfer ended; cancel by transfer id; GPU memory is refused; peer events. */
+static int g_peer_events = 0;
+static uint64_t g_gone_peer = 0;
+static void on_peer_event(const pdx_peer_event_t* e, void* user) {
+    (void)user;
+    g_gone_peer = e->peer;
+    __atomic_add_fetch(&g_peer_events, 1, __ATOMIC_RELEASE);
+}
+
+static void batches_and_api_edges(side_t* a, side_t* b, uint64_t peer_b) {
+    for (uint32_t i = 0; i < kBlocks; ++i) {
+        memset(pdx_block(a->agent, a->layout, i, NULL), 0x40 + (int)i, kBlockBytes);
+    }
+    const uint32_t g1_src[] = {1, 2}, g1_dst[] = {10, 11}, g2_src[] = {5}, g2_dst[] = {3};
+    pdx_group_t groups[] = {{a->layout, g1_src, b->layout, g1_dst, 2},
+                            {a->layout, g2_src, b->layout, g2_dst, 1}};
+    uint64_t h = 0;
+    CHECK_STATUS(pdx_write_batch(a->agent, peer_b, groups, 2, 90, 5000, NULL, NULL, NULL, &h),
+                 PDX_OK);
+    CHECK_STATUS(pdx_wait(a->agent, h, 5000), PDX_OK);
+    pdx_transfer_result_t r;
+    CHECK_STATUS(pdx_result(a->agent, h, &r), PDX_OK);
+    CHECK(r.bytes == 3u * kBlockBytes);
+    CHECK(*(unsigned char*)pdx_block(b->agent, b->layout, 10, NULL) == 0x41);
+    CHECK(*(unsigned char*)pdx_block(b->agent, b->layout, 11, NULL) == 0x42);
+    CHECK(*(unsigned char*)pdx_block(b->agent, b->layout, 3, NULL) == 0x45);
+    pdx_group_t clash[] = {{a->layout, g1_src, b->layout, g1_dst, 2},
+                           {a->layout, g2_src, b->layout, g1_dst, 1}};
+    CHECK_STATUS(pdx_write_batch(a->agent, peer_b, clash, 2, 91, 5000, NULL, NULL, NULL, &h),
+                 PDX_INVALID);
+    CHECK_STATUS(pdx_write_batch(a->agent, peer_b, groups, 0, 92, 5000, NULL, NULL, NULL, &h),
+                 PDX_INVALID);
+
+    /* deadline_ms = 0: accepted, ended EXPIRED at once, nothing moved */
+    const uint32_t one[] = {7}, far[] = {9};
+    memset(pdx_block(b->agent, b->layout, 9, NULL), 0, kBlockBytes);
+    CHECK_STATUS(
+        pdx_write_blocks(a->agent, peer_b, a->layout, one, b->layout, far, 1, 93, 0, NULL, &h),
+        PDX_OK);
+    CHECK_STATUS(pdx_poll(a->agent, h), PDX_EXPIRED);
+    CHECK(*(unsigned char*)pdx_block(b->agent, b->layout, 9, NULL) == 0);
+    CHECK_STATUS(pdx_cancel(a->agent, h), PDX_INVALID);
+    CHECK(strstr(pdx_last_error(), "already ended: expired") != NULL);
+    size_t n = 7;
+    CHECK_STATUS(pdx_cancel_transfer_id(a->agent, 12345678, &n), PDX_NOT_FOUND);
+    CHECK(n == 0);
+
+    uint32_t region = 0;
+    char host[64];
+    CHECK_STATUS(pdx_register_region_kind(a->agent, host, sizeof host, PDX_MEMORY_CUDA, &region),
+                 PDX_UNSUPPORTED);
+    CHECK_STATUS(pdx_allocate_region_kind(a->agent, 4096, PDX_MEMORY_CUDA, &region),
+                 PDX_UNSUPPORTED);
+    CHECK_STATUS(pdx_allocate_region_kind(a->agent, 4096, PDX_MEMORY_HOST, &region), PDX_OK);
+}
+
+/* after notifications_and_leases() removed peer_b */
+static void peer_event_came(side_t* a, uint64_t peer_b) {
+    for (int i = 0; i < 5000 && __atomic_load_n(&g_peer_events, __ATOMIC_ACQUIRE) == 0; ++i) {
+        pdx_progress(a->agent); /* no-op in thread mode */
+        usleep(1000);
+    }
+    CHECK(__atomic_load_n(&g_peer_events, __ATOMIC_ACQUIRE) == 1);
+    CHECK(g_gone_peer == peer_b);
+    pdx_peer_info_t info;
+    CHECK_STATUS(pdx_peer_info(a->agent, peer_b, &info), PDX_NOT_FOUND);
 }
 
 static int run_loopback(void) {
@@ -392,8 +463,11 @@ static int run_loopback(void) {
     (void)add_peer_of(&b, &a);
     data_path(&a, &b, peer_b);
     completion_callbacks(&a, &b, peer_b, 0);
+    batches_and_api_edges(&a, &b, peer_b);
     errors(&a, &b, peer_b);
+    CHECK_STATUS(pdx_set_peer_callback(a.agent, on_peer_event, NULL), PDX_OK);
     notifications_and_leases(&a, &b, peer_b);
+    peer_event_came(&a, peer_b);
     eventfd_mode(&b);
     pdx_agent_destroy(a.agent);
     pdx_agent_destroy(b.agent);

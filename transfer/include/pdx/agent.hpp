@@ -23,6 +23,15 @@
 
 namespace pdx {
 
+// One group of a batched request: block ids of one local layout paired with block ids of one
+// remote layout (e.g. the K or the V layout of one layer).
+struct TransferGroup {
+    LayoutId local_layout = 0;
+    std::span<const BlockId> local_ids;
+    LayoutId remote_layout = 0;
+    std::span<const BlockId> remote_ids;
+};
+
 // One transfer request. Block lists are matched pairwise: local_ids[i] <-> remote_ids[i].
 // The core sorts the pairs by source id and merges runs that are contiguous on BOTH sides into
 // one operation. An exact duplicate pair is ignored; one destination block named twice with
@@ -33,10 +42,17 @@ struct TransferRequest {
     std::span<const BlockId> local_ids;
     LayoutId remote_layout = 0;  // a layout id from the peer's descriptor
     std::span<const BlockId> remote_ids;
+    // Batched request: when non-empty, these groups (each planned, sorted and merged like the
+    // single form above, whose four fields are then ignored) make ONE transfer: one handle,
+    // one terminal state, one callback and one Done. A destination byte named by two groups
+    // is refused (Invalid). Batches are always posted by the progress context.
+    std::span<const TransferGroup> groups;
     std::uint64_t transfer_id = 0;
-    // Default (time_point{}): now + Config::default_deadline. deadline_after(d) builds one
-    // from a duration without overflow. Like cancel(), a deadline ends the transfer, not
-    // necessarily its backend operation: see cancel() for when local blocks are safe to reuse.
+    // Default (time_point{}): now + Config::default_deadline. kExpiredDeadline: already
+    // expired (the transfer is accepted and ends Expired at once; nothing is moved).
+    // deadline_after(d) builds one from a duration without overflow. Like cancel(), a deadline ends
+    // the transfer, not necessarily its backend operation: see cancel() for when local blocks are
+    // safe to reuse.
     Clock::time_point deadline{};
     // Writes only: sent to the peer after the data is flushed to it (typically Done). If the
     // write ends in any other state a Failed notification is sent instead (best effort).
@@ -75,12 +91,15 @@ public:
 
     // ---- memory ------------------------------------------------------------------------
     // Memory allocated by the backend (UCX: UCP_MEM_MAP_ALLOCATE, so shm transports work).
-    Result<RegionId> allocate_region(std::size_t bytes);
+    // Only MemoryKind::Host is supported: any other kind is refused with Unsupported.
+    Result<RegionId> allocate_region(std::size_t bytes, MemoryKind kind = MemoryKind::Host);
     // Caller memory registered as it is; it must outlive the region.
-    Result<RegionId> register_region(void* data, std::size_t bytes);
+    Result<RegionId> register_region(void* data, std::size_t bytes,
+                                     MemoryKind kind = MemoryKind::Host);
     // Refused with Busy while a lease or an in-flight transfer uses the region.
     Result<void> release_region(RegionId region);
     std::span<std::byte> region_memory(RegionId region) const;  // empty if unknown
+    Result<RegionInfo> region_info(RegionId region) const;
     Result<LayoutId> add_layout(const Layout& layout);
     // Local block memory (empty span if the layout or id is out of range).
     std::span<std::byte> block(LayoutId layout, BlockId id) const;
@@ -103,6 +122,11 @@ public:
     // Ends the peer's in-flight transfers with PeerGone; the handle becomes stale.
     Result<void> remove_peer(PeerHandle peer);
     Result<PeerInfo> peer_info(PeerHandle peer) const;
+    // Called once for every peer handle that stops being alive (removed, replaced, timed out,
+    // its process ended, or its connection failed), on the progress context like completion
+    // callbacks, after that peer's transfers got their terminal state. Without a handler the
+    // events are dropped (peer_info() still says `alive = false`).
+    void set_peer_handler(PeerEventFn handler);
     std::vector<PeerInfo> peers() const;
 
     // ---- transfers ---------------------------------------------------------------------
@@ -119,7 +143,11 @@ public:
     // region would no longer be refused with Busy for transfers in flight, i.e. every
     // operation on it has settled (or after the peer is removed or gone: the backend then
     // never touches those operations' memory again).
+    // A transfer that already ended is refused with Invalid ("already ended: <state>").
     Result<void> cancel(TransferHandle handle);
+    // Cancels every transfer in flight with this transfer id (a batch is one); returns how
+    // many, or NotFound if none is in flight.
+    Result<std::size_t> cancel_transfer_id(std::uint64_t transfer_id);
     // Blocks (driving progress itself in EventFd mode) until terminal or `timeout` passes
     // (milliseconds::max(): until terminal; the deadline still ends the transfer).
     Status wait(TransferHandle handle, std::chrono::milliseconds timeout);

@@ -8,8 +8,10 @@
  *   call). Successful calls leave it untouched.
  * - Handles: pdx_agent_t* (opaque), peers and transfers are uint64_t (0 = none, never reused),
  *   regions and layouts are uint32_t.
- * - Deadlines and TTLs are relative, in milliseconds (deadline_ms = 0: the agent's default;
- *   ttl_ms = 0 is refused: PDX_INVALID, and pdx_renew_many renews nothing).
+ * - Deadlines and TTLs are relative, in milliseconds. deadline_ms = PDX_DEADLINE_DEFAULT: the
+ *   agent's default (pdx_config_t::default_deadline_ms, PDX_DEFAULT_DEADLINE_MS unless set);
+ *   deadline_ms = 0: already expired (the transfer is accepted and ends PDX_EXPIRED at once,
+ *   nothing is moved). ttl_ms = 0 is refused: PDX_INVALID, and pdx_renew_many renews nothing.
  * - Every function is thread-safe for the same agent, except pdx_agent_destroy.
  */
 #ifndef PDX_PDX_H
@@ -59,6 +61,12 @@ typedef enum pdx_notify_kind {
 typedef enum pdx_direction { PDX_WRITE = 0, PDX_READ = 1 } pdx_direction_t;
 
 #define PDX_MAX_NOTIFY_PAYLOAD 4096
+#define PDX_DEFAULT_DEADLINE_MS 30000u   /* pdx_config_init's default_deadline_ms */
+#define PDX_DEADLINE_DEFAULT 0xffffffffu /* deadline_ms: use the agent's default deadline */
+
+/* Where a region's memory lives: only host memory is supported; PDX_MEMORY_CUDA is refused
+ * with PDX_UNSUPPORTED. */
+typedef enum pdx_memory_kind { PDX_MEMORY_HOST = 0, PDX_MEMORY_CUDA = 1 } pdx_memory_kind_t;
 #define PDX_NAME_MAX 128
 
 typedef struct pdx_agent pdx_agent_t;
@@ -79,7 +87,7 @@ typedef struct pdx_config {
     const char* host_id; /* same-host detection key; NULL = hostname + boot id */
     uint32_t heartbeat_interval_ms;
     uint32_t peer_timeout_ms;
-    uint32_t default_deadline_ms; /* 0: 30000 (the default) */
+    uint32_t default_deadline_ms; /* PDX_DEFAULT_DEADLINE_MS; 0 also means that */
     uint64_t max_transfer_bytes;
     uint32_t max_blocks_per_transfer;
     uint64_t completed_history;
@@ -142,7 +150,26 @@ typedef struct pdx_peer_info_s {
     uint32_t layouts;
     int64_t ms_since_heard; /* -1 if nothing heard yet */
     int am_writes;          /* writes to this peer go as active messages */
+    int process_watched;    /* same host: its process is watched (its death is seen at once) */
 } pdx_peer_info_t;
+
+/* Why a peer handle stopped being alive (values equal pdx::PeerGoneReason). */
+typedef enum pdx_peer_gone_reason {
+    PDX_PEER_REMOVED = 1,         /* pdx_remove_peer */
+    PDX_PEER_REPLACED = 2,        /* a new generation of the same name was added */
+    PDX_PEER_TIMEOUT = 3,         /* nothing heard for peer_timeout_ms, counted from add_peer */
+    PDX_PEER_EXITED = 4,          /* same host: its process ended */
+    PDX_PEER_CONNECTION_ERROR = 5 /* the transport reported the connection failed */
+} pdx_peer_gone_reason_t;
+
+typedef struct pdx_peer_event {
+    uint64_t peer;
+    char name[PDX_NAME_MAX]; /* NUL-terminated, truncated */
+    uint64_t instance;
+    uint32_t generation;
+    pdx_peer_gone_reason_t reason;
+    char message[256]; /* NUL-terminated, truncated */
+} pdx_peer_event_t;
 
 typedef struct pdx_latency {
     uint64_t count;
@@ -172,6 +199,8 @@ typedef struct pdx_stats_s {
     pdx_latency_t post;            /* time inside write/read_blocks */
     pdx_latency_t completion;      /* post to terminal OK */
     uint64_t notifications_failed; /* refused by the transport (peer connection gone) */
+    uint64_t transfers_settling;   /* ended, but posted operations still run (region pinned) */
+    uint64_t regions_without_shm;  /* registered caller memory that shm RMA cannot reach */
 } pdx_stats_t;
 
 /* ---- misc ------------------------------------------------------------------------------ */
@@ -188,6 +217,10 @@ uint64_t pdx_agent_instance(const pdx_agent_t* agent);
 /* ---- memory ---------------------------------------------------------------------------- */
 pdx_status_t pdx_allocate_region(pdx_agent_t* agent, size_t bytes, uint32_t* region);
 pdx_status_t pdx_register_region(pdx_agent_t* agent, void* data, size_t bytes, uint32_t* region);
+pdx_status_t pdx_allocate_region_kind(pdx_agent_t* agent, size_t bytes, pdx_memory_kind_t kind,
+                                      uint32_t* region);
+pdx_status_t pdx_register_region_kind(pdx_agent_t* agent, void* data, size_t bytes,
+                                      pdx_memory_kind_t kind, uint32_t* region);
 pdx_status_t pdx_release_region(pdx_agent_t* agent, uint32_t region);
 /* Base of the region (NULL if unknown); *bytes (optional) gets its size. */
 void* pdx_region_memory(pdx_agent_t* agent, uint32_t region, size_t* bytes);
@@ -208,6 +241,13 @@ pdx_status_t pdx_descriptor(pdx_agent_t* agent, void* buf, size_t capacity, size
 pdx_status_t pdx_add_peer(pdx_agent_t* agent, const void* blob, size_t size, uint64_t* peer);
 pdx_status_t pdx_remove_peer(pdx_agent_t* agent, uint64_t peer);
 pdx_status_t pdx_peer_info(pdx_agent_t* agent, uint64_t peer, pdx_peer_info_t* info);
+/* Called once for every peer handle that stops being alive, whatever the reason, after its
+ * transfers got their terminal state; on the progress context with the same contract as
+ * completion callbacks (see pdx_completion_fn). `event` is valid only during the call.
+ * fn = NULL removes the callback (events are then dropped; pdx_peer_info still says
+ * alive = 0). */
+typedef void (*pdx_peer_event_fn)(const pdx_peer_event_t* event, void* user_data);
+pdx_status_t pdx_set_peer_callback(pdx_agent_t* agent, pdx_peer_event_fn fn, void* user_data);
 
 /* ---- transfers ------------------------------------------------------------------------- */
 /* local_ids[i] <-> remote_ids[i], count pairs. notify (writes only, may be NULL) is sent to
@@ -261,7 +301,30 @@ pdx_status_t pdx_wait(pdx_agent_t* agent, uint64_t handle, uint32_t timeout_ms);
  * Reuse a canceled or expired read's local blocks only once their region has no transfer in
  * flight (pdx_release_region refuses it with PDX_BUSY until then), or after the peer was
  * removed or declared gone (its operations' memory is then never touched again). */
-pdx_status_t pdx_cancel(pdx_agent_t* agent, uint64_t handle);
+pdx_status_t pdx_cancel(pdx_agent_t* agent, uint64_t handle); /* ended already: PDX_INVALID */
+/* Cancels every transfer in flight with this transfer id; *canceled (optional) gets how many.
+ * PDX_NOT_FOUND if none is in flight. */
+pdx_status_t pdx_cancel_transfer_id(pdx_agent_t* agent, uint64_t transfer_id, size_t* canceled);
+
+/* One group of a batch: count pairs local_ids[i] (local_layout) <-> remote_ids[i]
+ * (remote_layout). */
+typedef struct pdx_group {
+    uint32_t local_layout;
+    const uint32_t* local_ids;
+    uint32_t remote_layout;
+    const uint32_t* remote_ids;
+    size_t count;
+} pdx_group_t;
+/* A batch: `count` groups (e.g. the K and V layouts of every layer) as ONE transfer: one
+ * handle, one terminal state, one callback, one notify (writes). A destination named by two
+ * groups is refused (PDX_INVALID). on_complete may be NULL. */
+pdx_status_t pdx_write_batch(pdx_agent_t* agent, uint64_t peer, const pdx_group_t* groups,
+                             size_t count, uint64_t transfer_id, uint32_t deadline_ms,
+                             const pdx_notification_t* notify, pdx_completion_fn on_complete,
+                             void* user_data, uint64_t* handle);
+pdx_status_t pdx_read_batch(pdx_agent_t* agent, uint64_t peer, const pdx_group_t* groups,
+                            size_t count, uint64_t transfer_id, uint32_t deadline_ms,
+                            pdx_completion_fn on_complete, void* user_data, uint64_t* handle);
 /* Fills *result; returns PDX_OK (the transfer's own state is result->status) or NOT_FOUND. */
 pdx_status_t pdx_result(pdx_agent_t* agent, uint64_t handle, pdx_transfer_result_t* result);
 

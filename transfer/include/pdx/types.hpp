@@ -20,6 +20,14 @@ using TransferHandle = std::uint64_t;  // one posted transfer; never reused; 0 =
 inline constexpr PeerHandle kNoPeer = 0;
 inline constexpr TransferHandle kNoTransfer = 0;
 
+// Config::default_deadline unless set (C: PDX_DEFAULT_DEADLINE_MS).
+inline constexpr std::chrono::milliseconds kDefaultDeadline{30000};
+// TransferRequest::deadline meaning "already expired" (C: deadline_ms = 0).
+inline constexpr Clock::time_point kExpiredDeadline = Clock::time_point::min();
+
+// Where a region's memory lives. Only Host is supported (a GPU kind is refused Unsupported).
+enum class MemoryKind : std::uint8_t { Host = 0, Cuda = 1 };
+
 // now + d without overflow: d <= 0 gives `now`, a d past the clock's range (e.g.
 // milliseconds::max(), "forever") gives Clock::time_point::max(). The agent computes every
 // deadline and lease expiry from a caller's duration with it; use it for
@@ -137,10 +145,10 @@ struct Config {
     WriteProtocol write_protocol = WriteProtocol::Auto;
     std::string host_id;  // same-host detection key ("" = hostname + boot id)
     std::chrono::milliseconds heartbeat_interval{1000};
-    std::chrono::milliseconds peer_timeout{3000};       // no message for this long => PeerGone
-    std::chrono::milliseconds default_deadline{30000};  // <= 0: 30 s
-    std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;  // larger: Invalid; 0: default
-    std::uint32_t max_blocks_per_transfer = 1u << 20;           // longer: Invalid; 0: default
+    std::chrono::milliseconds peer_timeout{3000};  // no message for this long => PeerGone
+    std::chrono::milliseconds default_deadline = kDefaultDeadline;  // <= 0: kDefaultDeadline
+    std::uint64_t max_transfer_bytes = std::uint64_t{1} << 36;      // larger: Invalid; 0: default
+    std::uint32_t max_blocks_per_transfer = 1u << 20;               // longer: Invalid; 0: default
     std::size_t completed_history = 65536;  // terminal transfers kept for poll()
     // Stats::post and Stats::completion: two timestamps per transfer (TSC reads on x86-64,
     // still ~2-3 % of a 64 KiB shm write). false: both stay zero and a request that carries
@@ -206,8 +214,28 @@ struct TransferResult {
     std::string message;            // why, for non-Ok states
 };
 
+// Why a peer handle stopped being alive (PeerEvent). Stable values (the C API uses them).
+enum class PeerGoneReason : std::uint8_t {
+    Removed = 1,          // remove_peer()
+    Replaced = 2,         // a new generation of the same name was added
+    Timeout = 3,          // nothing heard for Config::peer_timeout (counted from add_peer)
+    Exited = 4,           // same host: its process ended (pidfd), or had ended before add_peer
+    ConnectionError = 5,  // the transport reported the connection failed (UCX peer mode)
+};
+
+// Sent once per peer handle when it stops being alive, whatever the reason.
+struct PeerEvent {
+    PeerHandle peer = kNoPeer;
+    std::string name;
+    std::uint64_t instance = 0;
+    std::uint32_t generation = 0;
+    PeerGoneReason reason = PeerGoneReason::Removed;
+    std::string message;  // e.g. "no heartbeat for 3012 ms", "process 1234 exited"
+};
+
 using CompletionFn = std::function<void(const TransferResult&)>;
 using NotificationFn = std::function<void(const ReceivedNotification&)>;
+using PeerEventFn = std::function<void(const PeerEvent&)>;
 
 struct PeerInfo {
     PeerHandle handle = kNoPeer;
@@ -219,10 +247,26 @@ struct PeerInfo {
     bool same_host = false;
     bool peer_error_mode = false;  // UCX endpoint uses UCP_ERR_HANDLING_MODE_PEER
     bool am_writes = false;        // writes to it go as active messages (WriteProtocol)
+    // Same host and pid namespace: its process is watched (pidfd), so its death is seen at
+    // once rather than after peer_timeout.
+    bool process_watched = false;
     // Milliseconds since the last message (heartbeat or notification) from the peer; -1 if it
     // never sent one (heartbeat liveness applies only once a peer has been heard from).
     std::int64_t ms_since_heard = -1;
     std::uint32_t layouts = 0;
+};
+
+struct RegionInfo {
+    RegionId region = 0;
+    std::uint64_t bytes = 0;
+    MemoryKind kind = MemoryKind::Host;
+    bool allocated = false;  // allocate_region (UCX-allocated) rather than register_region
+    // Shared-memory puts and gets can reach it: UCX allocated it, or no shm transport is in
+    // use. false: caller memory with shm possible; same-host peers go through a slower
+    // transport (tcp or cma), so allocate KV pools with allocate_region.
+    bool shm_rma = false;
+    std::uint32_t transfers_in_flight = 0;  // operations still using it (settling included)
+    std::uint32_t leases = 0;
 };
 
 struct LatencyStat {
@@ -254,8 +298,16 @@ struct Stats {
     std::uint64_t leases_expired = 0;
     std::uint64_t peers = 0;       // alive peers
     std::uint64_t peers_gone = 0;  // peers declared gone (dead, removed or replaced)
-    LatencyStat post;              // time spent inside write_blocks/read_blocks (*)
-    LatencyStat completion;        // post to terminal Ok (*)
+    // Transfers that reached their terminal state (Expired, Canceled, PeerGone of a peer that
+    // may still run...) while operations they posted still run: their regions stay pinned
+    // (release_region: Busy) until those settle. Not counted in transfers_in_flight.
+    std::uint64_t transfers_settling = 0;
+    // Regions of caller memory (register_region) while shared-memory transports may be used:
+    // UCX can do shm RMA only on memory it allocated, so peers on this host reach these
+    // regions through a slower path (see RegionInfo::shm_rma).
+    std::uint64_t regions_without_shm = 0;
+    LatencyStat post;        // time spent inside write_blocks/read_blocks (*)
+    LatencyStat completion;  // post to terminal Ok (*)
     // (*) only with Config::latency_stats (the default); zero without it
     double descriptors_per_transfer() const {
         return transfers_posted ? double(descriptors_posted) / double(transfers_posted) : 0.0;

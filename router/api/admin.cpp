@@ -1,5 +1,7 @@
 #include "router/api/admin.hpp"
 
+#include "config/ascii.hpp"
+
 #include "net/common/log.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/flow.hpp"
@@ -26,13 +28,8 @@ std::string_view action_name(AdminAction a) noexcept {
 // "Bearer <token>" (scheme case-insensitive) → token; anything else → empty.
 std::string_view bearer_token(std::string_view v) noexcept {
     constexpr std::string_view kScheme = "bearer ";
-    if (v.size() <= kScheme.size()) {
+    if (v.size() <= kScheme.size() || !ascii::istarts_with(v, kScheme)) {
         return {};
-    }
-    for (std::size_t i = 0; i < kScheme.size(); ++i) {
-        if (std::tolower(static_cast<unsigned char>(v[i])) != kScheme[i]) {
-            return {};
-        }
     }
     v.remove_prefix(kScheme.size());
     while (!v.empty() && v.front() == ' ') {

@@ -1,5 +1,7 @@
 #include "router/api/routes.hpp"
 
+#include "config/ascii.hpp"
+
 #include <array>
 
 namespace pdr::api {
@@ -32,10 +34,7 @@ constexpr std::array kRoutes{
 // accept (RFC 9112 3.2.2); an origin-form target as it is.
 std::string_view origin_form(std::string_view target) noexcept {
     for (std::string_view scheme : {std::string_view("http://"), std::string_view("https://")}) {
-        if (target.size() >= scheme.size() &&
-            std::equal(scheme.begin(), scheme.end(), target.begin(), [](char a, char b) {
-                return a == std::tolower(static_cast<unsigned char>(b));
-            })) {
+        if (ascii::istarts_with(target, scheme)) {
             target.remove_prefix(scheme.size());
             const auto slash = target.find_first_of("/?");
             if (slash == std::string_view::npos || target[slash] == '?') {

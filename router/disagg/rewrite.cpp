@@ -1,5 +1,7 @@
 #include "router/disagg/rewrite.hpp"
 
+#include "config/ascii.hpp"
+
 #include "net/common/uuid.hpp"
 
 #include <algorithm>
@@ -11,18 +13,12 @@ namespace {
 
 constexpr std::string_view kKvKey = "kv_transfer_params";
 
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
+// JSON's whitespace around a body (not ascii::trim: a body may hold line ends too).
 bool is_space(char c) noexcept {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-std::string_view trim(std::string_view s) noexcept {
+std::string_view json_trim(std::string_view s) noexcept {
     while (!s.empty() && is_space(s.front())) {
         s.remove_prefix(1);
     }
@@ -94,12 +90,12 @@ std::string make_prefill_body(const JsonObjectView& body) {
 }
 
 std::string make_decode_body(std::string_view original, std::string_view handle) {
-    std::string_view text = trim(original);
+    std::string_view text = json_trim(original);
     bool mentions_key = text.find(kKvKey) != std::string_view::npos;
     if (!mentions_key && text.size() >= 2 && text.front() == '{' && text.back() == '}') {
         // Splice: `<original without its closing brace>[,]"kv_transfer_params":<handle>}`.
         std::string_view head = text.substr(0, text.size() - 1);
-        bool empty_object = trim(head) == "{";
+        bool empty_object = json_trim(head) == "{";
         std::string out;
         out.reserve(head.size() + kKvKey.size() + handle.size() + 8);
         out.append(head);
@@ -154,8 +150,8 @@ HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
 
 bool is_json_content_type(std::string_view value) noexcept {
     auto semi = value.find(';');
-    std::string_view media = trim(value.substr(0, semi));
-    return iequals(media, "application/json");
+    std::string_view media = ascii::trim(value.substr(0, semi));
+    return ascii::iequals(media, "application/json");
 }
 
 }  // namespace pdr::disagg

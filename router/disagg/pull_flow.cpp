@@ -169,7 +169,7 @@ struct HandoverState {
         }
         self->seen = true;
         self->hold.first_byte();
-        self->metrics->kv_handover_gap.observe(seconds_since(self->prefill_answered));
+        self->metrics->kv_handover_gap.Observe(seconds_since(self->prefill_answered));
     }
 };
 
@@ -198,7 +198,7 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
         co_return;
     }
     if (end == PrefillEnd::Recompute) {
-        deps.metrics.recomputes.inc();
+        deps.metrics.recomputes.Increment();
         co_await run_decode_leg(deps, req, canceler, make_plain_decode_body(req.raw_body), {});
         co_return;
     }

@@ -27,11 +27,11 @@ class GenerationSlot {
 public:
     GenerationSlot(std::size_t& count, metrics::Gauge& gauge) : count_(count), gauge_(gauge) {
         ++count_;
-        gauge_.inc();
+        gauge_.Increment();
     }
     ~GenerationSlot() {
         --count_;
-        gauge_.dec();
+        gauge_.Decrement();
     }
     GenerationSlot(const GenerationSlot&) = delete;
     GenerationSlot& operator=(const GenerationSlot&) = delete;
@@ -209,7 +209,7 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
 }
 
 awaitable<void> App::handle_metrics(TrackedExchange& ex) {
-    co_await server::respond_relayed(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
+    co_await server::respond_relayed(ex, 200, metrics::Registry::kContentType,
                                      metrics_registry_.render());
 }
 

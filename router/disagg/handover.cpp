@@ -8,7 +8,7 @@ void KvHandover::first_byte() {
     }
     seen_ = true;
     hold_.first_byte();
-    metrics_.kv_handover_gap.observe(
+    metrics_.kv_handover_gap.Observe(
         std::chrono::duration<double>(Clock::now() - prefill_answered_).count());
 }
 

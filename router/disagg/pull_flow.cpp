@@ -27,7 +27,7 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
         co_return;
     }
     if (end == PrefillEnd::Recompute) {
-        deps.metrics.recomputes.inc();
+        deps.metrics.recomputes.Increment();
         co_await run_decode_leg(deps, req, canceler, make_plain_decode_body(req.raw_body), nullptr);
         co_return;
     }

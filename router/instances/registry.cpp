@@ -42,10 +42,10 @@ InFlight::InFlight(InstancePtr inst) : inst_(std::move(inst)) {
     ++inst_->in_flight;
     ++inst_->requests;
     if (inst_->in_flight_gauge != nullptr) {
-        inst_->in_flight_gauge->inc();
+        inst_->in_flight_gauge->Increment();
     }
     if (inst_->requests_counter != nullptr) {
-        inst_->requests_counter->inc();
+        inst_->requests_counter->Increment();
     }
 }
 
@@ -65,7 +65,7 @@ void InFlight::release() noexcept {
         --inst_->in_flight;
     }
     if (inst_->in_flight_gauge != nullptr) {
-        inst_->in_flight_gauge->dec();
+        inst_->in_flight_gauge->Decrement();
     }
     if (inst_->removed && inst_->in_flight == 0 && inst_->on_drained) {
         try {
@@ -96,7 +96,7 @@ InstancePtr Registry::insert(Role role, const config::InstanceAddress& a) {
     inst->in_flight_gauge = &series.in_flight;
     inst->requests_counter = &series.requests;
     inst->up_gauge = &series.up;
-    inst->up_gauge->set(1);
+    inst->up_gauge->Set(1);
     inst->next_probe = Clock::now() + cfg_.health_interval;
     instances_[index(role)].push_back(inst);
     update_counts(role);
@@ -180,7 +180,7 @@ void Registry::mark_down(Instance& inst, std::string_view reason) {
     inst.backoff = std::clamp<Duration>(cfg_.health_backoff_max, Duration{10}, Duration{1000});
     inst.next_probe = Clock::now() + inst.backoff;
     if (inst.up_gauge != nullptr) {
-        inst.up_gauge->set(0);
+        inst.up_gauge->Set(0);
     }
     PDR_WARN(kLog, std::string(to_string(inst.role)) + " instance " + inst.name +
                        " is down: " + std::string(reason));
@@ -222,7 +222,7 @@ void Registry::report_success(Instance& inst) {
     inst.backoff = Duration{0};
     inst.next_probe = Clock::now() + cfg_.health_interval;
     if (inst.up_gauge != nullptr) {
-        inst.up_gauge->set(1);
+        inst.up_gauge->Set(1);
     }
     PDR_INFO(kLog, std::string(to_string(inst.role)) + " instance " + inst.name + " is up again");
     update_counts(inst.role);

@@ -86,7 +86,7 @@ LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::En
     by_id_.emplace(p_request_id, token);
     entries_.emplace(token, Entry{std::move(p_request_id), std::move(key), true, Clock::now()});
     ++refreshing_;
-    metrics_.kv_handles_held.set(static_cast<double>(refreshing_));
+    metrics_.kv_handles_held.Set(static_cast<double>(refreshing_));
     return Hold(this, token);
 }
 
@@ -98,7 +98,7 @@ void LeaseKeeper::stop_refreshing(std::uint64_t token) {
     it->second.refreshing = false;
     groups_.at(it->second.p_key).refreshing.erase(token);
     --refreshing_;
-    metrics_.kv_handles_held.set(static_cast<double>(refreshing_));
+    metrics_.kv_handles_held.Set(static_cast<double>(refreshing_));
 }
 
 void LeaseKeeper::release(std::uint64_t token) {
@@ -160,7 +160,7 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
         const bool ok = res.ok() && status >= 200 && status < 300;
         metrics_.lease_refresh_request(ok);
         if (count_sent) {
-            metrics_.lease_refresh_sent.inc(static_cast<double>(batch.size()));
+            metrics_.lease_refresh_sent.Increment(static_cast<double>(batch.size()));
         }
         if (!ok) {
             all_ok = false;
@@ -279,8 +279,8 @@ awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std
         pit->second.second.push_back(id);
         ++r.forwarded;
     }
-    metrics_.lease_refresh_forwarded.inc(static_cast<double>(r.forwarded));
-    metrics_.lease_refresh_unknown.inc(static_cast<double>(r.unknown));
+    metrics_.lease_refresh_forwarded.Increment(static_cast<double>(r.forwarded));
+    metrics_.lease_refresh_unknown.Increment(static_cast<double>(r.unknown));
     if (by_p.empty()) {
         co_return r;
     }

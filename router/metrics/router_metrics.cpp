@@ -117,9 +117,24 @@ std::size_t idx(E e) noexcept {
     return static_cast<std::size_t>(e);
 }
 
-// Label-less series, created in the constructor's initializer list.
-Counter& plain_counter(Registry& r, std::string_view name, std::string_view help) {
-    return r.counter(name, help);
+// Help texts are written as they are (prometheus-cpp does not escape HELP): no backslash, no
+// newline.
+prometheus::Family<Counter>& counters(Registry& r, const std::string& name,
+                                      const std::string& help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(r.families());
+}
+
+prometheus::Family<Gauge>& gauges(Registry& r, const std::string& name, const std::string& help) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(r.families());
+}
+
+prometheus::Family<Histogram>& histograms(Registry& r, const std::string& name,
+                                          const std::string& help) {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(r.families());
+}
+
+Histogram& latency_histogram(prometheus::Family<Histogram>& family, const Labels& labels) {
+    return family.Add(labels, latency_buckets());
 }
 
 }  // namespace
@@ -130,181 +145,195 @@ std::string_view status_class(int status) noexcept {
 
 RouterMetrics::RouterMetrics(Registry& registry)
     : requests_in_flight(
-          registry.gauge("pdrouter_requests_in_flight", "Client requests being handled now.")),
-      lease_refresh_sent(plain_counter(registry, "pdrouter_lease_refresh_sent_total",
-                                       "KV lease ids the router refreshed toward prefill "
-                                       "instances.")),
-      lease_refresh_forwarded(plain_counter(
-          registry, "pdrouter_lease_refresh_forwarded_total",
-          "Lease ids from inbound lease_refresh requests forwarded to their prefill instance.")),
-      lease_refresh_unknown(plain_counter(
-          registry, "pdrouter_lease_refresh_unknown_total",
-          "Lease ids from inbound lease_refresh requests that the router did not know.")),
-      kv_handles_held(registry.gauge("pdrouter_kv_handles_held",
-                                     "KV handles the router is keeping alive on prefill "
-                                     "instances.")),
-      kv_handover_gap(
-          registry.histogram("pdrouter_kv_handover_gap_seconds",
-                             "Time from the prefill answer to the decode leg's first byte.")),
-      recomputes(plain_counter(registry, "pdrouter_recomputes_total",
-                               "Requests whose KV was recomputed (re-prefilled or decoded "
-                               "without remote KV).")),
-      registry_(registry) {
+          gauges(registry, "pdrouter_requests_in_flight", "Client requests being handled now.")
+              .Add({})),
+      lease_refresh_sent(counters(registry, "pdrouter_lease_refresh_sent_total",
+                                  "KV lease ids the router refreshed toward prefill instances.")
+                             .Add({})),
+      lease_refresh_forwarded(
+          counters(registry, "pdrouter_lease_refresh_forwarded_total",
+                   "Lease ids from inbound lease_refresh requests forwarded to their prefill "
+                   "instance.")
+              .Add({})),
+      lease_refresh_unknown(counters(registry, "pdrouter_lease_refresh_unknown_total",
+                                     "Lease ids from inbound lease_refresh requests that the "
+                                     "router did not know.")
+                                .Add({})),
+      kv_handles_held(gauges(registry, "pdrouter_kv_handles_held",
+                             "KV handles the router is keeping alive on prefill instances.")
+                          .Add({})),
+      kv_handover_gap(latency_histogram(
+          histograms(registry, "pdrouter_kv_handover_gap_seconds",
+                     "Time from the prefill answer to the decode leg's first byte."),
+          {})),
+      recomputes(counters(registry, "pdrouter_recomputes_total",
+                          "Requests whose KV was recomputed (re-prefilled or decoded without "
+                          "remote KV).")
+                     .Add({})),
+      registry_(registry),
+      bad_requests_(counters(registry, "pdrouter_bad_requests_total",
+                             "Client requests rejected, by error code.")),
+      admin_requests_(counters(registry, "pdrouter_admin_requests_total",
+                               "Admin API requests, by action and result.")),
+      instance_in_flight_(gauges(registry, "pdrouter_instance_in_flight",
+                                 "Requests in flight on one instance (prefill or decode leg).")),
+      instance_requests_(counters(registry, "pdrouter_instance_requests_total",
+                                  "Upstream requests sent to one instance.")),
+      instance_up_(gauges(registry, "pdrouter_instance_up",
+                          "1 if the instance passed its last health probe, else 0.")) {
+    auto& requests = counters(registry, "pdrouter_requests_total",
+                              "Client requests answered, by route and status class.");
+    auto& request_duration =
+        histograms(registry, "pdrouter_request_duration_seconds",
+                   "Client request duration, from the request head to the last byte sent.");
     for (std::size_t r = 0; r < kRouteCount; ++r) {
         std::string route = s(to_string(static_cast<Route>(r)));
         for (std::size_t c = 0; c < 4; ++c) {
-            requests_[r][c] = &registry.counter(
-                "pdrouter_requests_total", "Client requests answered, by route and status class.",
-                {{"route", route}, {"status_class", s(kStatusClasses[c])}});
+            requests_[r][c] =
+                &requests.Add({{"route", route}, {"status_class", s(kStatusClasses[c])}});
         }
-        request_duration_[r] = &registry.histogram(
-            "pdrouter_request_duration_seconds",
-            "Client request duration, from the request head to the last byte sent.",
-            {{"route", route}});
+        request_duration_[r] = &latency_histogram(request_duration, {{"route", route}});
     }
-    ttfb_[0] = &registry.histogram(
-        "pdrouter_time_to_first_byte_seconds",
-        "Client-visible time to first byte of the response body (TTFT for streams).",
-        {{"route", "completions"}});
-    ttfb_[1] = &registry.histogram("pdrouter_time_to_first_byte_seconds", "",
-                                   {{"route", "chat_completions"}});
+    auto& ttfb =
+        histograms(registry, "pdrouter_time_to_first_byte_seconds",
+                   "Client-visible time to first byte of the response body (TTFT for streams).");
+    ttfb_[0] = &latency_histogram(ttfb, {{"route", "completions"}});
+    ttfb_[1] = &latency_histogram(ttfb, {{"route", "chat_completions"}});
+    auto& leg_duration =
+        histograms(registry, "pdrouter_leg_duration_seconds",
+                   "Duration of one upstream leg (prefill: whole leg; decode: until the last "
+                   "byte).");
+    auto& upstream_errors =
+        counters(registry, "pdrouter_upstream_errors_total", "Upstream failures, by leg and kind.");
+    auto& retries = counters(registry, "pdrouter_retries_total",
+                             "Upstream attempts retried on another instance.");
+    auto& mid_stream_errors =
+        counters(registry, "pdrouter_mid_stream_errors_total",
+                 "Upstream failures after the response head was sent to the client.");
     for (std::size_t l = 0; l < kLegCount; ++l) {
         std::string leg = s(to_string(static_cast<Leg>(l)));
-        leg_duration_[l] = &registry.histogram(
-            "pdrouter_leg_duration_seconds",
-            "Duration of one upstream leg (prefill: whole leg; decode: until the last byte).",
-            {{"leg", leg}});
+        leg_duration_[l] = &latency_histogram(leg_duration, {{"leg", leg}});
         for (std::size_t k = 0; k < kUpstreamErrorKindCount; ++k) {
-            upstream_errors_[l][k] = &registry.counter(
-                "pdrouter_upstream_errors_total", "Upstream failures, by leg and kind.",
+            upstream_errors_[l][k] = &upstream_errors.Add(
                 {{"leg", leg}, {"kind", s(to_string(static_cast<UpstreamErrorKind>(k)))}});
         }
-        retries_[l] =
-            &registry.counter("pdrouter_retries_total",
-                              "Upstream attempts retried on another instance.", {{"leg", leg}});
-        mid_stream_errors_[l] = &registry.counter(
-            "pdrouter_mid_stream_errors_total",
-            "Upstream failures after the response head was sent to the client.", {{"leg", leg}});
+        retries_[l] = &retries.Add({{"leg", leg}});
+        mid_stream_errors_[l] = &mid_stream_errors.Add({{"leg", leg}});
     }
+    auto& disconnects =
+        counters(registry, "pdrouter_client_disconnects_total",
+                 "Clients that went away before the response ended, by the phase they left in.");
     for (std::size_t p = 0; p < kDisconnectPhaseCount; ++p) {
-        disconnects_[p] = &registry.counter(
-            "pdrouter_client_disconnects_total",
-            "Clients that went away before the response ended, by the phase they left in.",
-            {{"phase", s(to_string(static_cast<DisconnectPhase>(p)))}});
+        disconnects_[p] =
+            &disconnects.Add({{"phase", s(to_string(static_cast<DisconnectPhase>(p)))}});
     }
+    auto& flows = counters(registry, "pdrouter_flow_requests_total",
+                           "Generation requests started, by KV handover mode.");
     for (std::size_t m = 0; m < kFlowModeCount; ++m) {
-        flows_[m] = &registry.counter("pdrouter_flow_requests_total",
-                                      "Generation requests started, by KV handover mode.",
-                                      {{"mode", s(to_string(static_cast<FlowMode>(m)))}});
+        flows_[m] = &flows.Add({{"mode", s(to_string(static_cast<FlowMode>(m)))}});
     }
+    auto& lease_refresh_requests =
+        counters(registry, "pdrouter_lease_refresh_requests_total",
+                 "Lease refresh requests sent to prefill instances, by result.");
     const char* results[2] = {"ok", "error"};
     for (std::size_t i = 0; i < 2; ++i) {
-        lease_refresh_requests_[i] =
-            &registry.counter("pdrouter_lease_refresh_requests_total",
-                              "Lease refresh requests sent to prefill instances, by result.",
-                              {{"result", results[i]}});
+        lease_refresh_requests_[i] = &lease_refresh_requests.Add({{"result", results[i]}});
     }
+    auto& instances =
+        gauges(registry, "pdrouter_instances", "Configured instances, by role and health.");
     const char* health[2] = {"up", "down"};
     for (std::size_t r = 0; r < kRoleCount; ++r) {
         for (std::size_t h = 0; h < 2; ++h) {
-            instances_[r][h] = &registry.gauge(
-                "pdrouter_instances", "Configured instances, by role and health.",
+            instances_[r][h] = &instances.Add(
                 {{"role", s(to_string(static_cast<Role>(r)))}, {"health", health[h]}});
         }
     }
-    registry
-        .gauge("pdrouter_build_info", "Build information; the value is always 1.",
-               {{"version", PDR_VERSION}})
-        .set(1);
-    // Families whose series appear on first use: register HELP text now.
-    registry.counter("pdrouter_bad_requests_total", "Client requests rejected, by error code.",
-                     {{"code", "invalid_request_error"}});
-    registry.remove("pdrouter_bad_requests_total", {{"code", "invalid_request_error"}});
-    Labels admin{{"action", "add"}, {"result", "ok"}};
-    registry.counter("pdrouter_admin_requests_total", "Admin API requests, by action and result.",
-                     admin);
-    registry.remove("pdrouter_admin_requests_total", admin);
+    gauges(registry, "pdrouter_build_info", "Build information; the value is always 1.")
+        .Add({{"version", PDR_VERSION}})
+        .Set(1);
 }
 
 void RouterMetrics::request_done(Route route, int status) noexcept {
-    requests_[idx(route)][status_index(status)]->inc();
+    requests_[idx(route)][status_index(status)]->Increment();
 }
 
 void RouterMetrics::request_done(Route route, int status, double seconds) noexcept {
     request_done(route, status);
-    request_duration_[idx(route)]->observe(seconds);
+    request_duration_[idx(route)]->Observe(seconds);
 }
 
 void RouterMetrics::first_byte(Route route, double seconds) noexcept {
     if (route == Route::Completions) {
-        ttfb_[0]->observe(seconds);
+        ttfb_[0]->Observe(seconds);
     }
     if (route == Route::ChatCompletions) {
-        ttfb_[1]->observe(seconds);
+        ttfb_[1]->Observe(seconds);
     }
 }
 
 void RouterMetrics::leg_done(Leg leg, double seconds) noexcept {
-    leg_duration_[idx(leg)]->observe(seconds);
+    leg_duration_[idx(leg)]->Observe(seconds);
 }
 
 void RouterMetrics::upstream_error(Leg leg, UpstreamErrorKind kind) noexcept {
-    upstream_errors_[idx(leg)][idx(kind)]->inc();
+    upstream_errors_[idx(leg)][idx(kind)]->Increment();
 }
 
 void RouterMetrics::retry(Leg leg) noexcept {
-    retries_[idx(leg)]->inc();
+    retries_[idx(leg)]->Increment();
 }
 
 void RouterMetrics::client_disconnect(DisconnectPhase phase) noexcept {
-    disconnects_[idx(phase)]->inc();
+    disconnects_[idx(phase)]->Increment();
 }
 
 void RouterMetrics::mid_stream_error(Leg leg) noexcept {
-    mid_stream_errors_[idx(leg)]->inc();
+    mid_stream_errors_[idx(leg)]->Increment();
 }
 
 void RouterMetrics::flow_started(FlowMode mode) noexcept {
-    flows_[idx(mode)]->inc();
+    flows_[idx(mode)]->Increment();
 }
 
 void RouterMetrics::lease_refresh_request(bool ok) noexcept {
-    lease_refresh_requests_[ok ? 0 : 1]->inc();
+    lease_refresh_requests_[ok ? 0 : 1]->Increment();
 }
 
 void RouterMetrics::bad_request(std::string_view code) {
-    registry_.counter("pdrouter_bad_requests_total", "", {{"code", s(code)}}).inc();
+    bad_requests_.Add({{"code", s(code)}}).Increment();
 }
 
 void RouterMetrics::admin_request(std::string_view action, std::string_view result) {
-    registry_
-        .counter("pdrouter_admin_requests_total", "Admin API requests, by action and result.",
-                 {{"action", s(action)}, {"result", s(result)}})
-        .inc();
+    admin_requests_.Add({{"action", s(action)}, {"result", s(result)}}).Increment();
 }
 
 InstanceMetrics RouterMetrics::instance(Role role, std::string_view instance) {
-    Labels labels{{"role", s(to_string(role))}, {"instance", s(instance)}};
-    return InstanceMetrics{
-        registry_.gauge("pdrouter_instance_in_flight",
-                        "Requests in flight on one instance (prefill or decode leg).", labels),
-        registry_.counter("pdrouter_instance_requests_total",
-                          "Upstream requests sent to one instance.", labels),
-        registry_.gauge("pdrouter_instance_up",
-                        "1 if the instance passed its last health probe, else 0.", labels),
-    };
+    const Labels labels{{"role", s(to_string(role))}, {"instance", s(instance)}};
+    InstanceMetrics series{instance_in_flight_.Add(labels), instance_requests_.Add(labels),
+                           instance_up_.Add(labels)};
+    set_instance_visible(labels, true);
+    return series;
 }
 
 void RouterMetrics::remove_instance(Role role, std::string_view instance) {
-    Labels labels{{"role", s(to_string(role))}, {"instance", s(instance)}};
-    registry_.remove("pdrouter_instance_in_flight", labels);
-    registry_.remove("pdrouter_instance_requests_total", labels);
-    registry_.remove("pdrouter_instance_up", labels);
+    set_instance_visible({{"role", s(to_string(role))}, {"instance", s(instance)}}, false);
+}
+
+void RouterMetrics::set_instance_visible(const Labels& labels, bool visible) {
+    if (visible) {
+        registry_.show(instance_in_flight_, labels);
+        registry_.show(instance_requests_, labels);
+        registry_.show(instance_up_, labels);
+        return;
+    }
+    registry_.hide(instance_in_flight_, labels);
+    registry_.hide(instance_requests_, labels);
+    registry_.hide(instance_up_, labels);
 }
 
 void RouterMetrics::set_instance_counts(Role role, std::size_t up, std::size_t down) noexcept {
-    instances_[idx(role)][0]->set(static_cast<double>(up));
-    instances_[idx(role)][1]->set(static_cast<double>(down));
+    instances_[idx(role)][0]->Set(static_cast<double>(up));
+    instances_[idx(role)][1]->Set(static_cast<double>(down));
 }
 
 }  // namespace pdr::metrics

@@ -1,8 +1,9 @@
 #pragma once
-// The router's named metrics (prefix `pdrouter_`, documented in docs/metrics.md). Series with
-// bounded labels are created eagerly in the constructor; per-instance series are created by
-// instance() when an instance appears and hidden by remove_instance() when it goes away.
-// All methods are thread-safe; the hot-path ones touch only atomics.
+// The router's named metrics (prefix `pdrouter_`, documented in docs/metrics.md), as
+// prometheus-cpp families on a metrics::Registry. Series with bounded labels are created in the
+// constructor and kept by reference, so the hot path never looks a series up by its labels;
+// per-instance series are created by instance() when an instance appears and hidden by
+// remove_instance() when it goes away. All methods are thread-safe.
 #include <array>
 #include <cstddef>
 #include <string>
@@ -101,7 +102,7 @@ public:
     // pdrouter_lease_refresh_requests_total{result="ok"|"error"}
     void lease_refresh_request(bool ok) noexcept;
     // pdrouter_bad_requests_total{code} (OpenAI error code, e.g. "invalid_request_error");
-    // creates the series on first use (takes the registry mutex).
+    // creates the series on first use (takes the family's mutex).
     void bad_request(std::string_view code);
     // pdrouter_admin_requests_total{action,result}; action: add|remove|list,
     // result: ok|bad_request|unauthorized|forbidden|not_found|conflict|probe_failed|error.
@@ -136,6 +137,14 @@ private:
     std::array<Counter*, kFlowModeCount> flows_{};
     std::array<Counter*, 2> lease_refresh_requests_{};           // ok, error
     std::array<std::array<Gauge*, 2>, kRoleCount> instances_{};  // [role][up, down]
+    // Families whose series appear on first use.
+    prometheus::Family<Counter>& bad_requests_;
+    prometheus::Family<Counter>& admin_requests_;
+    prometheus::Family<Gauge>& instance_in_flight_;
+    prometheus::Family<Counter>& instance_requests_;
+    prometheus::Family<Gauge>& instance_up_;
+
+    void set_instance_visible(const Labels& labels, bool visible);
 };
 
 }  // namespace pdr::metrics

@@ -32,9 +32,9 @@ protected:
         return j["error"]["message"].get<std::string>();
     }
     double admin_count(std::string action, std::string result) {
-        return mreg
-            .counter("pdrouter_admin_requests_total", "", {{"action", action}, {"result", result}})
-            .value();
+        return metrics::series_value(mreg, "pdrouter_admin_requests_total",
+                                     {{"action", action}, {"result", result}})
+            .value_or(0);
     }
 };
 

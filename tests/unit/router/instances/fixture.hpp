@@ -12,6 +12,7 @@
 #include "router/metrics/router_metrics.hpp"
 #include "tests/mocks/fake_http_server.hpp"
 #include "tests/mocks/run_until.hpp"
+#include "tests/unit/router/metrics/series_value.hpp"
 
 namespace pdr::instances {
 
@@ -50,7 +51,8 @@ protected:
 
 // pdrouter_instances{role,health} as last set by the Registry.
 inline double instances_gauge(metrics::Registry& r, std::string role, std::string health) {
-    return r.gauge("pdrouter_instances", "", {{"role", role}, {"health", health}}).value();
+    return metrics::series_value(r, "pdrouter_instances", {{"role", role}, {"health", health}})
+        .value_or(-1);
 }
 
 }  // namespace pdr::instances

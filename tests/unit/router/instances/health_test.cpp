@@ -37,7 +37,7 @@ TEST_F(RegistryTest, DownInstanceIsReprobedAndRecovers) {
     ASSERT_TRUE(test::run_until(
         ioc, [&] { return p->up; }, Duration{3000}));
     EXPECT_EQ(reg().pick(Role::Prefill), p);
-    EXPECT_EQ(p->up_gauge->value(), 1);
+    EXPECT_EQ(p->up_gauge->Value(), 1);
     EXPECT_EQ(instances_gauge(mreg, "prefill", "up"), 1);
     EXPECT_EQ(instances_gauge(mreg, "prefill", "down"), 0);
 }

@@ -66,7 +66,7 @@ TEST_F(RegistryTest, PickSkipsDownInstancesAndExclude) {
     EXPECT_FALSE(b->up);
     EXPECT_EQ(b->failures, 1u);
     EXPECT_EQ(b->last_error, "connect refused");
-    EXPECT_EQ(b->up_gauge->value(), 0);
+    EXPECT_EQ(b->up_gauge->Value(), 0);
     EXPECT_EQ(instances_gauge(mreg, "prefill", "up"), 2);
     EXPECT_EQ(instances_gauge(mreg, "prefill", "down"), 1);
     EXPECT_EQ(reg().count(Role::Prefill, true), 2u);
@@ -92,7 +92,7 @@ TEST_F(RegistryTest, PickSkipsDownInstancesAndExclude) {
 
     reg().report_success(*b);
     EXPECT_TRUE(b->up);
-    EXPECT_EQ(b->up_gauge->value(), 1);
+    EXPECT_EQ(b->up_gauge->Value(), 1);
     EXPECT_EQ(pick_names(reg(), Role::Prefill, 2),
               (std::vector<std::string>{"127.0.0.1:8002", "127.0.0.1:8002"}));
     EXPECT_EQ(reg().pick(Role::Prefill, b.get()), nullptr);
@@ -154,7 +154,7 @@ TEST_F(RegistryTest, InFlightIsCountedByRaii) {
     {
         InFlight one = reg().acquire(d);
         EXPECT_EQ(d->in_flight, 1u);
-        EXPECT_EQ(d->in_flight_gauge->value(), 1);
+        EXPECT_EQ(d->in_flight_gauge->Value(), 1);
         InFlight two = reg().acquire(d);
         EXPECT_EQ(d->in_flight, 2u);
         InFlight moved = std::move(one);
@@ -163,12 +163,12 @@ TEST_F(RegistryTest, InFlightIsCountedByRaii) {
         two.release();
         two.release();
         EXPECT_EQ(d->in_flight, 1u);
-        EXPECT_EQ(d->in_flight_gauge->value(), 1);
+        EXPECT_EQ(d->in_flight_gauge->Value(), 1);
     }
     EXPECT_EQ(d->in_flight, 0u);
-    EXPECT_EQ(d->in_flight_gauge->value(), 0);
+    EXPECT_EQ(d->in_flight_gauge->Value(), 0);
     EXPECT_EQ(d->requests, 2u);
-    EXPECT_EQ(d->requests_counter->value(), 2);
+    EXPECT_EQ(d->requests_counter->Value(), 2);
 }
 
 TEST_F(RegistryTest, RemovedInstanceFinishesInFlightButGetsNoNewPicks) {

@@ -15,6 +15,7 @@
 #include "router/metrics/router_metrics.hpp"
 #include "tests/mocks/fake_http_server.hpp"
 #include "tests/mocks/run_until.hpp"
+#include "tests/unit/router/metrics/series_value.hpp"
 
 namespace pdr::kv {
 namespace {
@@ -95,7 +96,7 @@ TEST_F(LeaseKeeperTest, OneBatchedPostPerPrefillPerPeriod) {
         holds.push_back(lk().hold(id, endpoint_of(p2)));
     }
     EXPECT_EQ(lk().held(), 8u);
-    EXPECT_EQ(rm.kv_handles_held.value(), 8);
+    EXPECT_EQ(rm.kv_handles_held.Value(), 8);
     lk().start();
 
     ASSERT_TRUE(test::run_until(
@@ -127,7 +128,7 @@ TEST_F(LeaseKeeperTest, OneBatchedPostPerPrefillPerPeriod) {
     // Every POST the servers saw has been counted once its answer came back (allow the last
     // answers to be in flight).
     ASSERT_TRUE(test::run_until(
-        ioc, [&] { return rm.lease_refresh_sent.value() >= sent; }, Duration{1000}));
+        ioc, [&] { return rm.lease_refresh_sent.Value() >= sent; }, Duration{1000}));
     EXPECT_GE(posts, 6u);
 }
 
@@ -144,7 +145,7 @@ TEST_F(LeaseKeeperTest, StopsAfterFirstByteAndForgetsOnDestruction) {
     x.first_byte();  // idempotent
     EXPECT_EQ(lk().held(), 1u);
     EXPECT_EQ(lk().known(), 2u);
-    EXPECT_EQ(rm.kv_handles_held.value(), 1);
+    EXPECT_EQ(rm.kv_handles_held.Value(), 1);
     const auto before = p1.requests().size();
     ASSERT_TRUE(test::run_until(
         ioc, [&] { return p1.requests().size() >= before + 2; }, Duration{2000}));
@@ -164,7 +165,7 @@ TEST_F(LeaseKeeperTest, StopsAfterFirstByteAndForgetsOnDestruction) {
         EXPECT_TRUE(moved.active());
     }
     EXPECT_EQ(lk().known(), 0u);
-    EXPECT_EQ(rm.kv_handles_held.value(), 0);
+    EXPECT_EQ(rm.kv_handles_held.Value(), 0);
 }
 
 TEST_F(LeaseKeeperTest, SameIdHeldTwiceIsRefreshedUntilBothEnd) {
@@ -232,8 +233,9 @@ TEST_F(LeaseKeeperTest, FailedRefreshesAreCountedAndRetriedNextPeriod) {
     ASSERT_TRUE(test::run_until(
         ioc,
         [&] {
-            return mreg.counter("pdrouter_lease_refresh_requests_total", "", {{"result", "error"}})
-                       .value() >= 2;
+            return metrics::series_value(mreg, "pdrouter_lease_refresh_requests_total",
+                                         {{"result", "error"}})
+                       .value_or(0) >= 2;
         },
         Duration{1000}));
 }
@@ -256,9 +258,9 @@ TEST_F(LeaseKeeperTest, ForwardGroupsByPrefillAndCountsUnknown) {
     ASSERT_EQ(p2.requests().size(), 1u);
     EXPECT_EQ(ids_of(p1.requests()[0]), (IdSet{"a", "b", "d"}));
     EXPECT_EQ(ids_of(p2.requests()[0]), (IdSet{"c"}));
-    EXPECT_EQ(rm.lease_refresh_forwarded.value(), 4);
-    EXPECT_EQ(rm.lease_refresh_unknown.value(), 2);
-    EXPECT_EQ(rm.lease_refresh_sent.value(), 0);  // forwards are not our own refreshes
+    EXPECT_EQ(rm.lease_refresh_forwarded.Value(), 4);
+    EXPECT_EQ(rm.lease_refresh_unknown.Value(), 2);
+    EXPECT_EQ(rm.lease_refresh_sent.Value(), 0);  // forwards are not our own refreshes
 
     r = test::run_task(ioc, lk().forward({"x"}), Duration{1000});
     ASSERT_TRUE(r.has_value());
@@ -276,8 +278,8 @@ TEST_F(LeaseKeeperTest, ForwardCountsAndSendsARepeatedIdOnce) {
     EXPECT_EQ(r->unknown, 1u);
     ASSERT_EQ(p1.requests().size(), 1u);
     EXPECT_EQ(ids_of(p1.requests()[0]), (IdSet{"a"}));
-    EXPECT_EQ(rm.lease_refresh_forwarded.value(), 1);
-    EXPECT_EQ(rm.lease_refresh_unknown.value(), 1);
+    EXPECT_EQ(rm.lease_refresh_forwarded.Value(), 1);
+    EXPECT_EQ(rm.lease_refresh_unknown.Value(), 1);
 }
 
 TEST_F(LeaseKeeperTest, ApiKeyIsSentToPrefill) {

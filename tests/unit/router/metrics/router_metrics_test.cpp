@@ -7,7 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace pdr::metrics {
 namespace {
@@ -29,10 +33,12 @@ TEST(RouterMetrics, EagerSeriesAreRenderedAtZero) {
     EXPECT_TRUE(contains(text, "pdrouter_client_disconnects_total{phase=\"handover\"} 0\n"));
     EXPECT_TRUE(contains(text, "pdrouter_instances{health=\"down\",role=\"prefill\"} 0\n"));
     EXPECT_TRUE(contains(text, "pdrouter_build_info{version=\""));
-    EXPECT_TRUE(contains(text, "# TYPE pdrouter_bad_requests_total counter\n"));
-    EXPECT_FALSE(contains(text, "pdrouter_bad_requests_total{"));  // no series until first use
+    // No series until first use, and prometheus-cpp leaves out a family without series.
+    EXPECT_FALSE(contains(text, "pdrouter_bad_requests_total"));
+    EXPECT_FALSE(contains(text, "pdrouter_admin_requests_total"));
     EXPECT_TRUE(contains(text, "pdrouter_requests_in_flight 0\n"));
     EXPECT_TRUE(contains(text, "pdrouter_kv_handover_gap_seconds_bucket{le=\"+Inf\"} 0\n"));
+    EXPECT_TRUE(contains(text, "pdrouter_kv_handover_gap_seconds_count 0\n"));
 }
 
 TEST(RouterMetrics, StatusClassMapping) {
@@ -61,8 +67,8 @@ TEST(RouterMetrics, HelpersUpdateTheRightSeries) {
     m.bad_request("invalid_request_error");
     m.admin_request("add", "conflict");
     m.set_instance_counts(Role::Decode, 2, 1);
-    m.lease_refresh_sent.inc(5);
-    m.kv_handover_gap.observe(0.002);
+    m.lease_refresh_sent.Increment(5);
+    m.kv_handover_gap.Observe(0.002);
     std::string t = r.render();
     EXPECT_TRUE(contains(
         t, "pdrouter_requests_total{route=\"chat_completions\",status_class=\"2xx\"} 1\n"));
@@ -97,9 +103,9 @@ TEST(RouterMetrics, InstanceSeriesComeAndGo) {
     Registry r;
     RouterMetrics m(r);
     InstanceMetrics a = m.instance(Role::Prefill, "[::1]:8100");
-    a.in_flight.inc();
-    a.requests.inc();
-    a.up.set(1);
+    a.in_flight.Increment();
+    a.requests.Increment();
+    a.up.Set(1);
     std::string t = r.render();
     EXPECT_TRUE(
         contains(t, "pdrouter_instance_in_flight{instance=\"[::1]:8100\",role=\"prefill\"} 1\n"));
@@ -107,7 +113,7 @@ TEST(RouterMetrics, InstanceSeriesComeAndGo) {
         t, "pdrouter_instance_requests_total{instance=\"[::1]:8100\",role=\"prefill\"} 1\n"));
     EXPECT_TRUE(contains(t, "pdrouter_instance_up{instance=\"[::1]:8100\",role=\"prefill\"} 1\n"));
     m.remove_instance(Role::Prefill, "[::1]:8100");
-    a.in_flight.dec();  // a request still finishing on the removed instance
+    a.in_flight.Decrement();  // a request still finishing on the removed instance
     t = r.render();
     EXPECT_FALSE(contains(t, "instance=\"[::1]:8100\""));
     InstanceMetrics again = m.instance(Role::Prefill, "[::1]:8100");
@@ -115,6 +121,156 @@ TEST(RouterMetrics, InstanceSeriesComeAndGo) {
     EXPECT_TRUE(
         contains(r.render(),
                  "pdrouter_instance_requests_total{instance=\"[::1]:8100\",role=\"prefill\"} 1\n"));
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        out.push_back(line);
+    }
+    return out;
+}
+
+// Names, types and help texts as dashboards and the hand-written registry before prometheus-cpp
+// had them (every family, once each has a series).
+TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
+    Registry r;
+    RouterMetrics m(r);
+    m.bad_request("invalid_request_error");
+    m.admin_request("list", "ok");
+    (void)m.instance(Role::Prefill, "p:1");
+    std::set<std::string> meta;
+    for (const std::string& line : lines_of(r.render())) {
+        if (line.starts_with("#")) {
+            EXPECT_TRUE(meta.insert(line).second) << "twice: " << line;
+        }
+    }
+    const std::set<std::string> expected{
+        "# HELP pdrouter_admin_requests_total Admin API requests, by action and result.",
+        "# HELP pdrouter_bad_requests_total Client requests rejected, by error code.",
+        "# HELP pdrouter_build_info Build information; the value is always 1.",
+        "# HELP pdrouter_client_disconnects_total Clients that went away before the response "
+        "ended, by the phase they left in.",
+        "# HELP pdrouter_flow_requests_total Generation requests started, by KV handover mode.",
+        "# HELP pdrouter_instance_in_flight Requests in flight on one instance (prefill or decode "
+        "leg).",
+        "# HELP pdrouter_instance_requests_total Upstream requests sent to one instance.",
+        "# HELP pdrouter_instance_up 1 if the instance passed its last health probe, else 0.",
+        "# HELP pdrouter_instances Configured instances, by role and health.",
+        "# HELP pdrouter_kv_handles_held KV handles the router is keeping alive on prefill "
+        "instances.",
+        "# HELP pdrouter_kv_handover_gap_seconds Time from the prefill answer to the decode leg's "
+        "first byte.",
+        "# HELP pdrouter_lease_refresh_forwarded_total Lease ids from inbound lease_refresh "
+        "requests forwarded to their prefill instance.",
+        "# HELP pdrouter_lease_refresh_requests_total Lease refresh requests sent to prefill "
+        "instances, by result.",
+        "# HELP pdrouter_lease_refresh_sent_total KV lease ids the router refreshed toward prefill "
+        "instances.",
+        "# HELP pdrouter_lease_refresh_unknown_total Lease ids from inbound lease_refresh requests "
+        "that the router did not know.",
+        "# HELP pdrouter_leg_duration_seconds Duration of one upstream leg (prefill: whole leg; "
+        "decode: until the last byte).",
+        "# HELP pdrouter_mid_stream_errors_total Upstream failures after the response head was "
+        "sent to the client.",
+        "# HELP pdrouter_recomputes_total Requests whose KV was recomputed (re-prefilled or "
+        "decoded without remote KV).",
+        "# HELP pdrouter_request_duration_seconds Client request duration, from the request head "
+        "to the last byte sent.",
+        "# HELP pdrouter_requests_in_flight Client requests being handled now.",
+        "# HELP pdrouter_requests_total Client requests answered, by route and status class.",
+        "# HELP pdrouter_retries_total Upstream attempts retried on another instance.",
+        "# HELP pdrouter_time_to_first_byte_seconds Client-visible time to first byte of the "
+        "response body (TTFT for streams).",
+        "# HELP pdrouter_upstream_errors_total Upstream failures, by leg and kind.",
+        "# TYPE pdrouter_admin_requests_total counter",
+        "# TYPE pdrouter_bad_requests_total counter",
+        "# TYPE pdrouter_build_info gauge",
+        "# TYPE pdrouter_client_disconnects_total counter",
+        "# TYPE pdrouter_flow_requests_total counter",
+        "# TYPE pdrouter_instance_in_flight gauge",
+        "# TYPE pdrouter_instance_requests_total counter",
+        "# TYPE pdrouter_instance_up gauge",
+        "# TYPE pdrouter_instances gauge",
+        "# TYPE pdrouter_kv_handles_held gauge",
+        "# TYPE pdrouter_kv_handover_gap_seconds histogram",
+        "# TYPE pdrouter_lease_refresh_forwarded_total counter",
+        "# TYPE pdrouter_lease_refresh_requests_total counter",
+        "# TYPE pdrouter_lease_refresh_sent_total counter",
+        "# TYPE pdrouter_lease_refresh_unknown_total counter",
+        "# TYPE pdrouter_leg_duration_seconds histogram",
+        "# TYPE pdrouter_mid_stream_errors_total counter",
+        "# TYPE pdrouter_recomputes_total counter",
+        "# TYPE pdrouter_request_duration_seconds histogram",
+        "# TYPE pdrouter_requests_in_flight gauge",
+        "# TYPE pdrouter_requests_total counter",
+        "# TYPE pdrouter_retries_total counter",
+        "# TYPE pdrouter_time_to_first_byte_seconds histogram",
+        "# TYPE pdrouter_upstream_errors_total counter",
+    };
+    EXPECT_EQ(meta, expected);
+}
+
+// Every series with bounded labels exists from start-up: sample lines per name, as before.
+TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
+    Registry r;
+    RouterMetrics m(r);
+    std::map<std::string, int> samples;
+    for (const std::string& line : lines_of(r.render())) {
+        if (!line.empty() && !line.starts_with("#")) {
+            samples[line.substr(0, line.find_first_of("{ "))] += 1;
+        }
+    }
+    const std::map<std::string, int> expected{
+        {"pdrouter_build_info", 1},
+        {"pdrouter_client_disconnects_total", 3},
+        {"pdrouter_flow_requests_total", 4},
+        {"pdrouter_instances", 4},
+        {"pdrouter_kv_handles_held", 1},
+        {"pdrouter_kv_handover_gap_seconds_bucket", 19},
+        {"pdrouter_kv_handover_gap_seconds_count", 1},
+        {"pdrouter_kv_handover_gap_seconds_sum", 1},
+        {"pdrouter_lease_refresh_forwarded_total", 1},
+        {"pdrouter_lease_refresh_requests_total", 2},
+        {"pdrouter_lease_refresh_sent_total", 1},
+        {"pdrouter_lease_refresh_unknown_total", 1},
+        {"pdrouter_leg_duration_seconds_bucket", 38},
+        {"pdrouter_leg_duration_seconds_count", 2},
+        {"pdrouter_leg_duration_seconds_sum", 2},
+        {"pdrouter_mid_stream_errors_total", 2},
+        {"pdrouter_recomputes_total", 1},
+        {"pdrouter_request_duration_seconds_bucket", 171},
+        {"pdrouter_request_duration_seconds_count", 9},
+        {"pdrouter_request_duration_seconds_sum", 9},
+        {"pdrouter_requests_in_flight", 1},
+        {"pdrouter_requests_total", 36},
+        {"pdrouter_retries_total", 2},
+        {"pdrouter_time_to_first_byte_seconds_bucket", 38},
+        {"pdrouter_time_to_first_byte_seconds_count", 2},
+        {"pdrouter_time_to_first_byte_seconds_sum", 2},
+        {"pdrouter_upstream_errors_total", 24},
+    };
+    EXPECT_EQ(samples, expected);
+}
+
+TEST(RouterMetrics, RequestDurationBucketsAfterOneObservation) {
+    Registry r;
+    RouterMetrics m(r);
+    m.request_done(Route::Completions, 200, 0.2);
+    const std::string t = r.render();
+    auto bucket = [&](const std::string& le) {
+        return "pdrouter_request_duration_seconds_bucket{route=\"completions\",le=\"" + le + "\"} ";
+    };
+    for (const char* le : {"0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1"}) {
+        EXPECT_TRUE(contains(t, bucket(le) + "0\n")) << le << "\n" << t;
+    }
+    for (const char* le : {"0.25", "0.5", "1", "2.5", "5", "10", "15", "20", "30", "60", "+Inf"}) {
+        EXPECT_TRUE(contains(t, bucket(le) + "1\n")) << le << "\n" << t;
+    }
+    EXPECT_TRUE(contains(t, "pdrouter_request_duration_seconds_sum{route=\"completions\"} 0.2\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_request_duration_seconds_count{route=\"completions\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_request_duration_seconds_count{route=\"models\"} 0\n"));
 }
 
 // Runs `promtool check metrics` on text; returns its exit status and output.
@@ -150,13 +306,16 @@ TEST(RouterMetrics, PromtoolAcceptsTheExposition) {
     m.upstream_error(Leg::Prefill, UpstreamErrorKind::Status5xx);
     m.bad_request("invalid_request_error");
     m.admin_request("remove", "ok");
-    m.instance(Role::Decode, "decode-0.pd.svc:8200").up.set(1);
+    m.instance(Role::Decode, "decode-0.pd.svc:8200").up.Set(1);
     InstanceMetrics gone = m.instance(Role::Prefill, "p:1");
     m.remove_instance(Role::Prefill, "p:1");
-    gone.requests.inc();
-    r.counter("pdrouter_escape_check_total", "Help with \\ backslash\nand newline.",
-              {{"v", "quote\" back\\ nl\n"}})
-        .inc();
+    gone.requests.Increment();
+    prometheus::BuildCounter()
+        .Name("pdrouter_escape_check_total")
+        .Help("Label values with a quote, a backslash and a newline.")
+        .Register(r.families())
+        .Add({{"v", "quote\" back\\ nl\n"}})
+        .Increment();
     std::string text = r.render();
     std::string output;
     int rc = promtool_check(text, output);

@@ -1,7 +1,6 @@
 #include "net/server/exchange.hpp"
 
 #include "net/common/http_wire.hpp"
-#include "net/common/log.hpp"
 #include "net/common/request_id.hpp"
 #include "net/common/sse_cut.hpp"
 
@@ -136,33 +135,6 @@ void ExchangeImpl::abort() {
     if (!aborted_) {
         aborted_ = true;
         conn_.close();
-    }
-}
-
-void ExchangeImpl::on_client_gone(std::function<void()> fn) {
-    if (!fn) {
-        return;
-    }
-    if (gone_) {
-        fn();
-        return;
-    }
-    callbacks_.push_back(std::move(fn));
-}
-
-void ExchangeImpl::mark_gone() {
-    if (gone_) {
-        return;
-    }
-    gone_ = true;
-    auto callbacks = std::move(callbacks_);
-    callbacks_.clear();
-    for (auto& fn : callbacks) {
-        try {
-            fn();
-        } catch (const std::exception& e) {
-            PDR_ERROR("server", std::string("on_client_gone callback threw: ") + e.what());
-        }
     }
 }
 

@@ -6,11 +6,9 @@
 #include "net/server/connection.hpp"
 
 #include <array>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace pdr::server::detail {
 
@@ -36,10 +34,9 @@ public:
 
     bool responded() const override { return responded_; }
     bool client_gone() const override { return gone_; }
-    void on_client_gone(std::function<void()> fn) override;
 
     // The client went away (EOF/error seen by the watcher, or a failed write).
-    void mark_gone();
+    void mark_gone() noexcept { gone_ = true; }
 
     bool reusable() const { return complete_ && keep_alive_ && !gone_ && !aborted_; }
 
@@ -77,8 +74,7 @@ private:
     bool last_ = false;         // the write under way ends the body
     bool at_event_end_ = true;  // the last chunk ended with a blank line (an SSE event's end)
     std::string request_id_;    // for answers the server makes itself (see set_request_id)
-    std::vector<std::function<void()>> callbacks_;
-    char size_line_[24];  // the current chunk's size line (lives until its rest is sent)
+    char size_line_[24];        // the current chunk's size line (lives until its rest is sent)
     std::size_t size_line_len_ = 0;
 };
 

@@ -5,9 +5,10 @@
 // (respond) or streams (begin_stream / write_chunk / end_stream, chunked encoding).
 //
 // Client disconnects: while the handler runs, the server watches the client socket. If the
-// client closes, the handler's coroutine is cancelled (its pending co_await completes with
-// net::error::operation_aborted) and every callback registered with on_client_gone() runs,
-// so upstream legs can close their sockets at once.
+// client closes, the handler's coroutine is cancelled through its cancellation slot, the one
+// signal of a client that went away: its pending co_await completes with
+// net::error::operation_aborted (an upstream leg's read or connect ends, closing its socket),
+// and with Asio's default throw_if_cancelled the next co_await throws, so the handler unwinds.
 #include "net/common/error.hpp"
 #include "net/common/io.hpp"
 
@@ -86,11 +87,9 @@ public:
 
     // True once respond() or begin_stream() has been called.
     virtual bool responded() const = 0;
-    // True once the client has closed its side (or the connection failed).
+    // True once the client has closed its side (or the connection failed). Set before the
+    // handler is cancelled: what the cancellation interrupted can tell why.
     virtual bool client_gone() const = 0;
-    // Runs `fn` (on the connection's executor) when the client goes away before the handler
-    // has finished. Callbacks registered after that run at once.
-    virtual void on_client_gone(std::function<void()> fn) = 0;
 
 private:
     awaitable<error_code> chunk_then_end(std::string_view data) {

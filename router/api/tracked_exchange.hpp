@@ -33,7 +33,6 @@ public:
     void abort() override { inner_.abort(); }
     bool responded() const override { return inner_.responded(); }
     bool client_gone() const override { return inner_.client_gone(); }
-    void on_client_gone(std::function<void()> fn) override { inner_.on_client_gone(std::move(fn)); }
 
     const std::string& request_id() const noexcept { return request_id_; }
     // The status sent to the client; 0 while nothing was sent.

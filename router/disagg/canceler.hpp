@@ -1,20 +1,22 @@
 #pragma once
-// Closes the upstream streams a request has open when its client goes away, or when the flow
-// gives up on them itself (cancel_all: push mode runs P's and D's legs at once, and one failing
-// ends the other). A stream is registered while it is open: a Registration removes it again.
-// The state is shared with the client-gone callback, so a callback that runs late is harmless.
-#include "net/server/http_server.hpp"
+// Closes the upstream streams a request has open when the flow gives up on them itself
+// (cancel_all: a flow that runs P's and D's legs at once ends the other when one fails). A
+// stream is registered while it is open: a Registration removes it again.
+//
+// A client that goes away does not come through here. The server cancels the handler's
+// coroutine (its one signal for that, see net/server/http_server.hpp): the leg's pending
+// upstream connect or read completes with Failure::Canceled and closes its connection
+// (net/upstream honours per-operation cancellation), and the next co_await throws, so the
+// unwinding destroys, and closes, every stream still open.
 #include "net/upstream/client.hpp"
 
-#include <memory>
 #include <vector>
 
 namespace pdr::disagg {
 
 class LegCanceler {
 public:
-    explicit LegCanceler(server::Exchange& ex);
-    ~LegCanceler();
+    LegCanceler() = default;
     LegCanceler(const LegCanceler&) = delete;
     LegCanceler& operator=(const LegCanceler&) = delete;
 
@@ -37,21 +39,14 @@ public:
     };
 
     // `stream` is cancelled with the others until the Registration is destroyed (destroy it
-    // before the stream). A stream added after the client went away is cancelled at once.
+    // before the stream and before the canceler).
     [[nodiscard]] Registration add(upstream::ResponseStream& stream);
     // Cancels every registered stream now (their reads complete with Failure::Canceled).
     void cancel_all() noexcept;
-    // The client went away.
-    bool gone() const noexcept;
-    std::size_t open() const noexcept;
+    std::size_t open() const noexcept { return streams_.size(); }
 
 private:
-    struct State {
-        std::vector<upstream::ResponseStream*> streams;
-        bool gone = false;
-        void cancel_all() noexcept;
-    };
-    std::shared_ptr<State> state_;
+    std::vector<upstream::ResponseStream*> streams_;
 };
 
 }  // namespace pdr::disagg

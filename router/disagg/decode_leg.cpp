@@ -51,8 +51,7 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
         const Clock::time_point leg_start = Clock::now();
         upstream::Client::Opened opened =
             co_await deps.client.open(decode->endpoint, std::move(attempt_req), timeouts);
-        if (opened.failure == upstream::Failure::Canceled || canceler.gone() ||
-            req.exchange.client_gone()) {
+        if (opened.failure == upstream::Failure::Canceled || req.exchange.client_gone()) {
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Handover);
             co_return;
         }

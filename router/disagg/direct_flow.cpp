@@ -6,7 +6,7 @@ namespace pdr::disagg {
 
 awaitable<void> run_direct_flow(FlowDeps& deps, FlowRequest& req) {
     deps.metrics.flow_started(metrics::FlowMode::Direct);
-    LegCanceler canceler(req.exchange);
+    LegCanceler canceler;
     co_await run_decode_leg(deps, req, canceler, make_plain_decode_body(req.raw_body), nullptr);
 }
 

@@ -16,7 +16,7 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
         co_await respond_no_instance(deps, req, metrics::Leg::Decode);
         co_return;
     }
-    LegCanceler canceler(req.exchange);
+    LegCanceler canceler;
 
     // 1. Prefill: P computes the prompt's KV and answers a handle to it.
     KvHandle handle;

@@ -94,6 +94,48 @@ std::string_view to_string(FlowMode m) noexcept {
     return "direct";
 }
 
+std::string_view to_string(KvReadyOutcome o) noexcept {
+    switch (o) {
+        case KvReadyOutcome::Matched:
+            return "matched";
+        case KvReadyOutcome::Early:
+            return "early";
+        case KvReadyOutcome::Duplicate:
+            return "duplicate";
+        case KvReadyOutcome::Unknown:
+            return "unknown";
+        case KvReadyOutcome::Malformed:
+            return "malformed";
+    }
+    return "malformed";
+}
+
+std::string_view to_string(KvReadyMalformed r) noexcept {
+    switch (r) {
+        case KvReadyMalformed::NotMsgpack:
+            return "not_msgpack";
+        case KvReadyMalformed::NotMap:
+            return "not_map";
+        case KvReadyMalformed::NoReqId:
+            return "no_req_id";
+        case KvReadyMalformed::IdTooLong:
+            return "id_too_long";
+        case KvReadyMalformed::Multipart:
+            return "multipart";
+        case KvReadyMalformed::TooLarge:
+            return "too_large";
+    }
+    return "not_msgpack";
+}
+
+std::string_view to_string(KvReadyEviction r) noexcept {
+    return r == KvReadyEviction::Ttl ? "ttl" : "capacity";
+}
+
+std::string_view to_string(KvReadyTimeoutPolicy p) noexcept {
+    return p == KvReadyTimeoutPolicy::Error ? "error" : "proceed";
+}
+
 namespace {
 
 constexpr std::string_view kStatusClasses[4] = {"2xx", "3xx", "4xx", "5xx"};
@@ -170,6 +212,15 @@ RouterMetrics::RouterMetrics(Registry& registry)
                           "Requests whose KV was recomputed (re-prefilled or decoded without "
                           "remote KV).")
                      .Add({})),
+      kv_ready_pending(gauges(registry, "pdrouter_kv_ready_pending",
+                              "Entries in the LMCache kv-ready table (waiting requests, "
+                              "unclaimed and finished ids kept until their TTL).")
+                           .Add({})),
+      kv_ready_wait(latency_histogram(
+          histograms(registry, "pdrouter_kv_ready_wait_seconds",
+                     "Time the LMCache flow waited for KV-ready notifications after the "
+                     "prefill answer."),
+          {})),
       registry_(registry),
       bad_requests_(counters(registry, "pdrouter_bad_requests_total",
                              "Client requests rejected, by error code.")),
@@ -239,6 +290,35 @@ RouterMetrics::RouterMetrics(Registry& registry)
     for (std::size_t i = 0; i < 2; ++i) {
         lease_refresh_requests_[i] = &lease_refresh_requests.Add({{"result", results[i]}});
     }
+    auto& kv_ready_notifications =
+        counters(registry, "pdrouter_kv_ready_notifications_total",
+                 "LMCache KV-ready notifications received, by outcome.");
+    for (std::size_t o = 0; o < kKvReadyOutcomeCount; ++o) {
+        kv_ready_notifications_[o] = &kv_ready_notifications.Add(
+            {{"outcome", s(to_string(static_cast<KvReadyOutcome>(o)))}});
+    }
+    auto& kv_ready_malformed =
+        counters(registry, "pdrouter_kv_ready_malformed_total",
+                 "LMCache KV-ready messages that were not a notification, by reason.");
+    for (std::size_t r = 0; r < kKvReadyMalformedCount; ++r) {
+        kv_ready_malformed_[r] = &kv_ready_malformed.Add(
+            {{"reason", s(to_string(static_cast<KvReadyMalformed>(r)))}});
+    }
+    auto& kv_ready_evictions =
+        counters(registry, "pdrouter_kv_ready_evictions_total",
+                 "Entries evicted from the LMCache kv-ready table, by reason.");
+    for (std::size_t r = 0; r < kKvReadyEvictionCount; ++r) {
+        kv_ready_evictions_[r] = &kv_ready_evictions.Add(
+            {{"reason", s(to_string(static_cast<KvReadyEviction>(r)))}});
+    }
+    auto& kv_ready_timeouts =
+        counters(registry, "pdrouter_kv_ready_timeouts_total",
+                 "LMCache requests whose wait for KV-ready notifications timed out, by what the "
+                 "router did then.");
+    for (std::size_t p = 0; p < kKvReadyTimeoutPolicyCount; ++p) {
+        kv_ready_timeouts_[p] = &kv_ready_timeouts.Add(
+            {{"policy", s(to_string(static_cast<KvReadyTimeoutPolicy>(p)))}});
+    }
     auto& instances =
         gauges(registry, "pdrouter_instances", "Configured instances, by role and health.");
     const char* health[2] = {"up", "down"};
@@ -297,6 +377,23 @@ void RouterMetrics::flow_started(FlowMode mode) noexcept {
 
 void RouterMetrics::lease_refresh_request(bool ok) noexcept {
     lease_refresh_requests_[ok ? 0 : 1]->Increment();
+}
+
+void RouterMetrics::kv_ready_notification(KvReadyOutcome outcome) noexcept {
+    kv_ready_notifications_[idx(outcome)]->Increment();
+}
+
+void RouterMetrics::kv_ready_malformed(KvReadyMalformed reason) noexcept {
+    kv_ready_notifications_[idx(KvReadyOutcome::Malformed)]->Increment();
+    kv_ready_malformed_[idx(reason)]->Increment();
+}
+
+void RouterMetrics::kv_ready_evicted(KvReadyEviction reason, double n) noexcept {
+    kv_ready_evictions_[idx(reason)]->Increment(n);
+}
+
+void RouterMetrics::kv_ready_timeout(KvReadyTimeoutPolicy policy) noexcept {
+    kv_ready_timeouts_[idx(policy)]->Increment();
 }
 
 void RouterMetrics::bad_request(std::string_view code) {

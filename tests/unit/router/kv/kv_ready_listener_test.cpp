@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <list>
 #include <memory>
 #include <optional>
 #include <random>
@@ -88,6 +89,9 @@ protected:
         ioc.restart();
         ioc.poll();
     }
+    KvReadyListener::Registration& hold(KvReadyListener::Registration r) {
+        return held.emplace_back(std::move(r));
+    }
     std::shared_ptr<Waiting> spawn_wait(KvReadyListener::Registration& reg, Duration timeout,
                                         net::cancellation_slot slot = {}) {
         auto w = std::make_shared<Waiting>();
@@ -100,12 +104,17 @@ protected:
         return w;
     }
 
+    // Outlives the io_context: a wait bound to it may end as the context goes.
+    net::cancellation_signal client_gone;
     net::io_context ioc;
     metrics::Registry mreg;
     metrics::RouterMetrics rm{mreg};
     KvReadyOptions opts;
     zmq::context_t zctx{1};
     std::unique_ptr<KvReadyListener> listener;
+    // Registrations a spawned wait refers to: they end after the destructor stopped the listener
+    // and ran the waits to their end, whatever the test body did.
+    std::list<KvReadyListener::Registration> held;
     bool started = false;
 };
 
@@ -146,7 +155,7 @@ TEST_F(KvReadyListenerTest, ReadyAfterExactlyNofNNotifications) {
     auto& l = start();
     auto rank0 = pusher();
     auto rank1 = pusher();
-    auto reg = l.expect("req-a", 2);
+    auto& reg = hold(l.expect("req-a", 2));
     ASSERT_TRUE(reg.ok()) << reg.error();
     auto w = spawn_wait(reg, ms{10'000});
     settle();
@@ -169,7 +178,7 @@ TEST_F(KvReadyListenerTest, ReadyAfterExactlyNofNNotifications) {
 TEST_F(KvReadyListenerTest, EarlyNotificationsAreKept) {
     auto& l = start();
     auto rank0 = pusher();
-    auto reg = l.expect("req-e", 1);
+    auto& reg = hold(l.expect("req-e", 1));
     ASSERT_TRUE(reg.ok());
     send(rank0, notification("req-e"));
     ASSERT_TRUE(until([&] { return notifications("early") == 1; }));
@@ -186,7 +195,7 @@ TEST_F(KvReadyListenerTest, NotificationBeforeExpectIsClaimed) {
     auto rank0 = pusher();
     send(rank0, notification("req-u"));
     ASSERT_TRUE(until([&] { return notifications("unknown") == 1; }));
-    auto reg = l.expect("req-u", 1);
+    auto& reg = hold(l.expect("req-u", 1));
     ASSERT_TRUE(reg.ok());
     auto w = spawn_wait(reg, ms{10'000});
     settle();
@@ -197,7 +206,7 @@ TEST_F(KvReadyListenerTest, NotificationBeforeExpectIsClaimed) {
 TEST_F(KvReadyListenerTest, TimesOutWithTheCountSoFar) {
     auto& l = start();
     auto rank0 = pusher();
-    auto reg = l.expect("req-t", 2);
+    auto& reg = hold(l.expect("req-t", 2));
     const auto t0 = Clock::now();
     auto w = spawn_wait(reg, ms{150});
     send(rank0, notification("req-t"));
@@ -218,7 +227,6 @@ awaitable<WaitEnd> lmcache_request(KvReadyListener& l, std::string id) {
 
 TEST_F(KvReadyListenerTest, CancellationEndsTheWaitAndRemovesTheWaiter) {
     auto& l = start();
-    net::cancellation_signal client_gone;
     auto w = std::make_shared<Waiting>();
     net::co_spawn(ioc, lmcache_request(l, "req-c"),
                   net::bind_cancellation_slot(client_gone.slot(),
@@ -245,19 +253,18 @@ TEST_F(KvReadyListenerTest, CancellationEndsTheWaitAndRemovesTheWaiter) {
 TEST_F(KvReadyListenerTest, DuplicatesAreCountedNotReadied) {
     auto& l = start();
     auto rank0 = pusher();
-    {
-        auto reg = l.expect("req-d", 1);
-        auto w = spawn_wait(reg, ms{10'000});
-        settle();
-        for (int i = 0; i < 3; ++i) {
-            send(rank0, notification("req-d"));
-        }
-        ASSERT_TRUE(until([&] { return notifications("duplicate") == 2; }));
-        EXPECT_EQ(notifications("matched"), 1);
-        ASSERT_TRUE(w->end);
-        EXPECT_EQ(*w->end, WaitEnd::Ready);
-        EXPECT_EQ(reg.received(), 1u);
+    auto& reg = hold(l.expect("req-d", 1));
+    auto w = spawn_wait(reg, ms{10'000});
+    settle();
+    for (int i = 0; i < 3; ++i) {
+        send(rank0, notification("req-d"));
     }
+    ASSERT_TRUE(until([&] { return notifications("duplicate") == 2; }));
+    EXPECT_EQ(notifications("matched"), 1);
+    ASSERT_TRUE(w->end);
+    EXPECT_EQ(*w->end, WaitEnd::Ready);
+    EXPECT_EQ(reg.received(), 1u);
+    reg.reset();
     // The request ended: a late one is a duplicate too, not unknown.
     send(rank0, notification("req-d"));
     ASSERT_TRUE(until([&] { return notifications("duplicate") == 3; }));
@@ -386,8 +393,8 @@ TEST_F(KvReadyListenerTest, FloodOfRandomIdsStaysWithinMaxPending) {
 
 TEST_F(KvReadyListenerTest, StopWakesEveryWaiter) {
     auto& l = start();
-    auto a = l.expect("req-s1", 1);
-    auto b = l.expect("req-s2", 2);
+    auto& a = hold(l.expect("req-s1", 1));
+    auto& b = hold(l.expect("req-s2", 2));
     auto wa = spawn_wait(a, ms{30'000});
     auto wb = spawn_wait(b, ms{30'000});
     ASSERT_TRUE(until([&] { return l.table().wakers().size() == 2; }));

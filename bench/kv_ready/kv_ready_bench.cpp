@@ -47,8 +47,8 @@ int send_mode(const std::string& endpoint, std::size_t count, long interval_us) 
     s.set(zmq::sockopt::linger, 10'000);
     s.connect(endpoint);
     for (std::size_t i = 0; i < count; ++i) {
-        const auto bytes =
-            nlohmann::json::to_msgpack(nlohmann::json{{"type", "ProxyNotif"}, {"req_id", id_of(i)}});
+        const auto bytes = nlohmann::json::to_msgpack(
+            nlohmann::json{{"type", "ProxyNotif"}, {"req_id", id_of(i)}});
         s.send(zmq::buffer(bytes), zmq::send_flags::none);
         if (interval_us > 0) {
             std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
@@ -208,10 +208,10 @@ int main(int argc, char** argv) {
     const int rounds = argc > 4 ? std::stoi(argv[4]) : 3;
     std::vector<std::string> modes =
         mode == "both" ? std::vector<std::string>{"fd", "thread"} : std::vector<std::string>{mode};
-    std::printf("%zu notifications per round, %s, %d rounds (modes interleaved)\n", count,
-                interval_us > 0 ? ("one every " + std::to_string(interval_us) + " us").c_str()
-                                : "flood",
-                rounds);
+    std::printf(
+        "%zu notifications per round, %s, %d rounds (modes interleaved)\n", count,
+        interval_us > 0 ? ("one every " + std::to_string(interval_us) + " us").c_str() : "flood",
+        rounds);
     std::vector<std::vector<Result>> all(modes.size());
     for (int r = 0; r < rounds; ++r) {
         for (std::size_t i = 0; i < modes.size(); ++i) {
@@ -220,8 +220,9 @@ int main(int argc, char** argv) {
     }
     for (std::size_t i = 0; i < modes.size(); ++i) {
         auto& v = all[i];
-        std::sort(v.begin(), v.end(),
-                  [](const Result& a, const Result& b) { return a.cpu_us_per_msg < b.cpu_us_per_msg; });
+        std::sort(v.begin(), v.end(), [](const Result& a, const Result& b) {
+            return a.cpu_us_per_msg < b.cpu_us_per_msg;
+        });
         const Result& med = v[v.size() / 2];
         std::printf(
             "%-6s  CPU per notification: best %.2f us, median %.2f us, of which the loop's "

@@ -92,8 +92,7 @@ KvReadyListener::Registration::Registration(Registration&& o) noexcept
       expected_(o.expected_),
       error_(o.error_) {}
 
-KvReadyListener::Registration& KvReadyListener::Registration::operator=(
-    Registration&& o) noexcept {
+KvReadyListener::Registration& KvReadyListener::Registration::operator=(Registration&& o) noexcept {
     if (this != &o) {
         reset();
         owner_ = std::exchange(o.owner_, nullptr);
@@ -343,8 +342,7 @@ awaitable<void> KvReadyListener::receive_loop() {
         if (d == Drain::More) {
             co_await net::post(ex_, net::use_awaitable);  // a burst: let others run first
         } else {
-            const auto [ec] =
-                co_await zmq_->fd.async_wait(net::posix::descriptor_base::wait_read);
+            const auto [ec] = co_await zmq_->fd.async_wait(net::posix::descriptor_base::wait_read);
             if (alive && !stopped_ && ec) {
                 PDR_ERROR(kLog, "waiting on the socket failed: " + ec.message());
                 co_return;

@@ -51,7 +51,7 @@ enum class WaitEnd {
 std::string_view to_string(WaitEnd e) noexcept;  // "ready", "timed_out", "stopped", "cancelled"
 
 struct KvReadyOptions {
-    std::string bind;  // tcp://HOST:PORT; port 0 (or `*` for the host) binds what is free
+    std::string bind;      // tcp://HOST:PORT; port 0 (or `*` for the host) binds what is free
     Duration ttl{30'000};  // how long unclaimed notifications and finished ids are kept
     std::size_t max_pending = 65'536;  // entries in the table, at most
     std::size_t max_frame_bytes = 4096;

@@ -94,46 +94,32 @@ std::string_view to_string(FlowMode m) noexcept {
     return "direct";
 }
 
+// Label values of the KV-ready families, in the order of their enums.
+constexpr std::string_view kKvReadyOutcomes[] = {"matched", "early", "duplicate", "unknown",
+                                                 "malformed"};
+constexpr std::string_view kKvReadyMalformedReasons[] = {"not_msgpack", "not_map",   "no_req_id",
+                                                         "id_too_long", "multipart", "too_large"};
+constexpr std::string_view kKvReadyEvictions[] = {"ttl", "capacity"};
+constexpr std::string_view kKvReadyTimeoutPolicies[] = {"error", "proceed"};
+static_assert(std::size(kKvReadyOutcomes) == kKvReadyOutcomeCount);
+static_assert(std::size(kKvReadyMalformedReasons) == kKvReadyMalformedCount);
+static_assert(std::size(kKvReadyEvictions) == kKvReadyEvictionCount);
+static_assert(std::size(kKvReadyTimeoutPolicies) == kKvReadyTimeoutPolicyCount);
+
 std::string_view to_string(KvReadyOutcome o) noexcept {
-    switch (o) {
-        case KvReadyOutcome::Matched:
-            return "matched";
-        case KvReadyOutcome::Early:
-            return "early";
-        case KvReadyOutcome::Duplicate:
-            return "duplicate";
-        case KvReadyOutcome::Unknown:
-            return "unknown";
-        case KvReadyOutcome::Malformed:
-            return "malformed";
-    }
-    return "malformed";
+    return kKvReadyOutcomes[static_cast<std::size_t>(o)];
 }
 
 std::string_view to_string(KvReadyMalformed r) noexcept {
-    switch (r) {
-        case KvReadyMalformed::NotMsgpack:
-            return "not_msgpack";
-        case KvReadyMalformed::NotMap:
-            return "not_map";
-        case KvReadyMalformed::NoReqId:
-            return "no_req_id";
-        case KvReadyMalformed::IdTooLong:
-            return "id_too_long";
-        case KvReadyMalformed::Multipart:
-            return "multipart";
-        case KvReadyMalformed::TooLarge:
-            return "too_large";
-    }
-    return "not_msgpack";
+    return kKvReadyMalformedReasons[static_cast<std::size_t>(r)];
 }
 
 std::string_view to_string(KvReadyEviction r) noexcept {
-    return r == KvReadyEviction::Ttl ? "ttl" : "capacity";
+    return kKvReadyEvictions[static_cast<std::size_t>(r)];
 }
 
 std::string_view to_string(KvReadyTimeoutPolicy p) noexcept {
-    return p == KvReadyTimeoutPolicy::Error ? "error" : "proceed";
+    return kKvReadyTimeoutPolicies[static_cast<std::size_t>(p)];
 }
 
 namespace {
@@ -173,6 +159,15 @@ prometheus::Family<Gauge>& gauges(Registry& r, const std::string& name, const st
 prometheus::Family<Histogram>& histograms(Registry& r, const std::string& name,
                                           const std::string& help) {
     return prometheus::BuildHistogram().Name(name).Help(help).Register(r.families());
+}
+
+// One series per label value, in the values' order.
+template <std::size_t N>
+void add_each(std::array<Counter*, N>& out, prometheus::Family<Counter>& family,
+              const std::string& label, const std::string_view (&values)[N]) {
+    for (std::size_t i = 0; i < N; ++i) {
+        out[i] = &family.Add({{label, s(values[i])}});
+    }
 }
 
 Histogram& latency_histogram(prometheus::Family<Histogram>& family, const Labels& labels) {
@@ -290,35 +285,23 @@ RouterMetrics::RouterMetrics(Registry& registry)
     for (std::size_t i = 0; i < 2; ++i) {
         lease_refresh_requests_[i] = &lease_refresh_requests.Add({{"result", results[i]}});
     }
-    auto& kv_ready_notifications =
-        counters(registry, "pdrouter_kv_ready_notifications_total",
-                 "LMCache KV-ready notifications received, by outcome.");
-    for (std::size_t o = 0; o < kKvReadyOutcomeCount; ++o) {
-        kv_ready_notifications_[o] = &kv_ready_notifications.Add(
-            {{"outcome", s(to_string(static_cast<KvReadyOutcome>(o)))}});
-    }
-    auto& kv_ready_malformed =
-        counters(registry, "pdrouter_kv_ready_malformed_total",
-                 "LMCache KV-ready messages that were not a notification, by reason.");
-    for (std::size_t r = 0; r < kKvReadyMalformedCount; ++r) {
-        kv_ready_malformed_[r] = &kv_ready_malformed.Add(
-            {{"reason", s(to_string(static_cast<KvReadyMalformed>(r)))}});
-    }
-    auto& kv_ready_evictions =
-        counters(registry, "pdrouter_kv_ready_evictions_total",
-                 "Entries evicted from the LMCache kv-ready table, by reason.");
-    for (std::size_t r = 0; r < kKvReadyEvictionCount; ++r) {
-        kv_ready_evictions_[r] = &kv_ready_evictions.Add(
-            {{"reason", s(to_string(static_cast<KvReadyEviction>(r)))}});
-    }
-    auto& kv_ready_timeouts =
-        counters(registry, "pdrouter_kv_ready_timeouts_total",
-                 "LMCache requests whose wait for KV-ready notifications timed out, by what the "
-                 "router did then.");
-    for (std::size_t p = 0; p < kKvReadyTimeoutPolicyCount; ++p) {
-        kv_ready_timeouts_[p] = &kv_ready_timeouts.Add(
-            {{"policy", s(to_string(static_cast<KvReadyTimeoutPolicy>(p)))}});
-    }
+    add_each(kv_ready_notifications_,
+             counters(registry, "pdrouter_kv_ready_notifications_total",
+                      "LMCache KV-ready notifications received, by outcome."),
+             "outcome", kKvReadyOutcomes);
+    add_each(kv_ready_malformed_,
+             counters(registry, "pdrouter_kv_ready_malformed_total",
+                      "LMCache KV-ready messages that were not a notification, by reason."),
+             "reason", kKvReadyMalformedReasons);
+    add_each(kv_ready_evictions_,
+             counters(registry, "pdrouter_kv_ready_evictions_total",
+                      "Entries evicted from the LMCache kv-ready table, by reason."),
+             "reason", kKvReadyEvictions);
+    add_each(kv_ready_timeouts_,
+             counters(registry, "pdrouter_kv_ready_timeouts_total",
+                      "LMCache requests whose wait for KV-ready notifications timed out, by what "
+                      "the router did then."),
+             "policy", kKvReadyTimeoutPolicies);
     auto& instances =
         gauges(registry, "pdrouter_instances", "Configured instances, by role and health.");
     const char* health[2] = {"up", "down"};

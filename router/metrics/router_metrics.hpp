@@ -75,9 +75,9 @@ std::string_view to_string(UpstreamErrorKind k) noexcept;
 std::string_view to_string(DisconnectPhase p) noexcept;
 std::string_view to_string(Role r) noexcept;
 std::string_view to_string(FlowMode m) noexcept;
-std::string_view to_string(KvReadyOutcome o) noexcept;    // "matched", ..., "malformed"
-std::string_view to_string(KvReadyMalformed r) noexcept;  // "not_msgpack", ..., "too_large"
-std::string_view to_string(KvReadyEviction r) noexcept;   // "ttl", "capacity"
+std::string_view to_string(KvReadyOutcome o) noexcept;        // "matched", ..., "malformed"
+std::string_view to_string(KvReadyMalformed r) noexcept;      // "not_msgpack", ..., "too_large"
+std::string_view to_string(KvReadyEviction r) noexcept;       // "ttl", "capacity"
 std::string_view to_string(KvReadyTimeoutPolicy p) noexcept;  // "error", "proceed"
 // "2xx".."5xx"; statuses below 300 count as 2xx, 600 and above as 5xx.
 std::string_view status_class(int status) noexcept;
@@ -163,11 +163,11 @@ private:
     std::array<Counter*, kLegCount> mid_stream_errors_{};
     std::array<Counter*, kFlowModeCount> flows_{};
     std::array<Counter*, 2> lease_refresh_requests_{};           // ok, error
+    std::array<std::array<Gauge*, 2>, kRoleCount> instances_{};  // [role][up, down]
     std::array<Counter*, kKvReadyOutcomeCount> kv_ready_notifications_{};
     std::array<Counter*, kKvReadyMalformedCount> kv_ready_malformed_{};
     std::array<Counter*, kKvReadyEvictionCount> kv_ready_evictions_{};
     std::array<Counter*, kKvReadyTimeoutPolicyCount> kv_ready_timeouts_{};
-    std::array<std::array<Gauge*, 2>, kRoleCount> instances_{};  // [role][up, down]
     // Families whose series appear on first use.
     prometheus::Family<Counter>& bad_requests_;
     prometheus::Family<Counter>& admin_requests_;

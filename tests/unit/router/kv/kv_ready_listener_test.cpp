@@ -228,13 +228,13 @@ awaitable<WaitEnd> lmcache_request(KvReadyListener& l, std::string id) {
 TEST_F(KvReadyListenerTest, CancellationEndsTheWaitAndRemovesTheWaiter) {
     auto& l = start();
     auto w = std::make_shared<Waiting>();
-    net::co_spawn(ioc, lmcache_request(l, "req-c"),
-                  net::bind_cancellation_slot(client_gone.slot(),
-                                              [w](std::exception_ptr e, WaitEnd end) {
-                                                  EXPECT_FALSE(e);
-                                                  w->end = end;
-                                                  w->ended = Clock::now();
-                                              }));
+    net::co_spawn(
+        ioc, lmcache_request(l, "req-c"),
+        net::bind_cancellation_slot(client_gone.slot(), [w](std::exception_ptr e, WaitEnd end) {
+            EXPECT_FALSE(e);
+            w->end = end;
+            w->ended = Clock::now();
+        }));
     ASSERT_TRUE(until([&] { return l.table().wakers().size() == 1; }));
     EXPECT_EQ(l.table().state("req-c"), KvReadyTable::State::Waiting);
     const auto t0 = Clock::now();

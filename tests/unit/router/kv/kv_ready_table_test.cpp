@@ -187,20 +187,25 @@ public:
             return {Outcome::Unknown};
         }
         E& e = it->second;
-        if (e.state == State::Orphan) {
-            ++e.received;
-            return {Outcome::Unknown};
+        switch (e.state) {
+            case State::Orphan:  // counted, to be claimed by expect()
+                e.received += 1;
+                return {Outcome::Unknown};
+            case State::Tombstone:
+                return {Outcome::Duplicate};
+            case State::Registered:
+            case State::Waiting: {
+                const bool wanted = e.received + 1 <= e.expected;
+                if (!wanted) {
+                    return {Outcome::Duplicate};
+                }
+                e.received += 1;
+                const bool last = e.received == e.expected;
+                const Outcome o = e.state == State::Registered ? Outcome::Early : Outcome::Matched;
+                return {o, last, last ? e.waker : nullptr};
+            }
         }
-        if (e.state == State::Tombstone || e.received >= e.expected) {
-            return {Outcome::Duplicate};
-        }
-        ++e.received;
-        Arrival a{e.state == State::Waiting ? Outcome::Matched : Outcome::Early};
-        if (e.received == e.expected) {
-            a.completed = true;
-            a.wake = e.waker;
-        }
-        return a;
+        return {Outcome::Unknown};
     }
 
     void start_wait(const std::string& id, KvReadyWaker* w) {
@@ -272,7 +277,9 @@ void run_random(unsigned seed, int steps, std::size_t ids, std::size_t cap, long
                 bool expect_capacity) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+    auto pick = [&](std::size_t n) {
+        return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
+    };
     KvReadyTable table({ms{ttl}, cap});
     Model model(ttl, cap);
     std::vector<std::string> pool;

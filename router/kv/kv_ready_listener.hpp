@@ -11,9 +11,11 @@
 // Each prefill TP rank PUSHes one msgpack map per finished request (kv_ready_frame.hpp); the
 // counting, and what happens to notifications nobody waits for, is KvReadyTable's. A wait ends
 // when `expected` notifications arrived for the id, at the deadline, at stop(), or at once when
-// the awaiting coroutine is cancelled through its cancellation slot (the server's client-gone
-// signal: terminal cancellation); the Registration's destruction then turns the entry into a
-// tombstone. One steady_timer per wait, cancelled by the notification that completes it.
+// the awaiting coroutine is cancelled through its cancellation slot: the server's client-gone
+// signal (terminal), or any type the coroutine's filter lets through (total, with
+// enable_total_cancellation; nothing is left half done). The Registration's destruction then
+// turns the entry into a tombstone. One steady_timer per wait, cancelled by the notification
+// that completes it.
 //
 // Asio integration: the socket's ZMQ_FD in a posix::stream_descriptor. ZMQ_FD is edge-
 // triggered, so each wake-up receives with ZMQ_DONTWAIT until EAGAIN and then re-reads

@@ -219,7 +219,10 @@ TEST_F(KvReadyListenerTest, TimesOutWithTheCountSoFar) {
 
 // The flow's shape: the registration lives in the request's coroutine, which the server cancels
 // through its slot when the client goes away.
-awaitable<WaitEnd> lmcache_request(KvReadyListener& l, std::string id) {
+awaitable<WaitEnd> lmcache_request(KvReadyListener& l, std::string id, bool total = false) {
+    if (total) {  // a caller that lets every kind of cancellation through
+        co_await net::this_coro::reset_cancellation_state(net::enable_total_cancellation());
+    }
     auto reg = l.expect(std::move(id), 2);
     const WaitEnd end = co_await reg.wait(Clock::now() + ms{30'000});
     co_return end;
@@ -248,6 +251,22 @@ TEST_F(KvReadyListenerTest, CancellationEndsTheWaitAndRemovesTheWaiter) {
     send(rank0, notification("req-c"));
     ASSERT_TRUE(until([&] { return notifications("duplicate") == 1; }));
     EXPECT_EQ(notifications("unknown"), 0);
+}
+
+TEST_F(KvReadyListenerTest, TotalCancellationEndsTheWaitToo) {
+    auto& l = start();
+    auto w = std::make_shared<Waiting>();
+    net::co_spawn(
+        ioc, lmcache_request(l, "req-total", true),
+        net::bind_cancellation_slot(client_gone.slot(), [w](std::exception_ptr e, WaitEnd end) {
+            EXPECT_FALSE(e);
+            w->end = end;
+        }));
+    ASSERT_TRUE(until([&] { return l.table().wakers().size() == 1; }));
+    client_gone.emit(net::cancellation_type::total);
+    ASSERT_TRUE(until([&] { return w->end.has_value(); }, ms{1000}));
+    EXPECT_EQ(*w->end, WaitEnd::Cancelled);
+    EXPECT_EQ(l.table().state("req-total"), KvReadyTable::State::Tombstone);
 }
 
 TEST_F(KvReadyListenerTest, DuplicatesAreCountedNotReadied) {

@@ -220,8 +220,38 @@ std::string_view to_string(KvMode v) noexcept {
     switch (v) {
         case KvMode::Pull:
             return "pull";
+        case KvMode::Lmcache:
+            return "lmcache";
     }
     return "pull";
+}
+
+std::string_view to_string(OnKvReadyTimeout v) noexcept {
+    return v == OnKvReadyTimeout::Proceed ? "proceed" : "error";
+}
+
+bool parse_port_list(std::string_view s, std::vector<unsigned short>& out, std::string& error) {
+    out.clear();
+    while (true) {
+        const auto comma = s.find(',');
+        const std::string_view item = s.substr(0, comma);
+        unsigned long port = 0;
+        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), port);
+        if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || port == 0 ||
+            port > 65535) {
+            error = "'" + std::string(item) + "' is not a port 1..65535";
+            return false;
+        }
+        out.push_back(static_cast<unsigned short>(port));
+        if (out.size() > kMaxTpRanks) {
+            error = "more than " + std::to_string(kMaxTpRanks) + " ranks";
+            return false;
+        }
+        if (comma == std::string_view::npos) {
+            return true;
+        }
+        s.remove_prefix(comma + 1);
+    }
 }
 
 }  // namespace pdr::config

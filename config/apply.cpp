@@ -296,13 +296,86 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
             }
             case Kind::KvMode: {
                 std::string v = ascii::lower(value);
-                if (v != "pull") {
+                if (v != "pull" && v != "lmcache") {
                     bad_value(src, s, value,
-                              v == "push" || v == "lmcache"
-                                  ? "expected pull (the " + v + " mode is not in this version yet)"
-                                  : std::string("expected pull"));
+                              v == "push" ? "expected pull or lmcache (the push mode is not in "
+                                            "this version yet)"
+                                          : std::string("expected pull or lmcache"));
                 }
-                cfg.kv_mode = config::KvMode::Pull;
+                cfg.kv_mode = v == "pull" ? config::KvMode::Pull : config::KvMode::Lmcache;
+                break;
+            }
+            case Kind::OnKvReadyTimeout: {
+                std::string v = ascii::lower(value);
+                if (v != "error" && v != "proceed") {
+                    bad_value(src, s, value, "expected one of error, proceed");
+                }
+                cfg.on_kv_ready_timeout =
+                    v == "error" ? OnKvReadyTimeout::Error : OnKvReadyTimeout::Proceed;
+                break;
+            }
+            case Kind::LmcachePorts: {
+                // Instances are separated by spaces (or given as separate values), ranks by
+                // commas: "8300,8301 8310,8311".
+                std::vector<std::vector<unsigned short>> groups;
+                for (const auto& v : s.values) {
+                    std::string_view rest = ascii::trim(v);
+                    if (rest.empty()) {
+                        bad_value(src, s, v, "expected comma-separated ports per instance");
+                    }
+                    while (!rest.empty()) {
+                        const auto gap = rest.find_first_of(" \t");
+                        const std::string_view item = rest.substr(0, gap);
+                        std::vector<unsigned short> ports;
+                        std::string error;
+                        if (!parse_port_list(item, ports, error)) {
+                            bad_value(src, s, item, error);
+                        }
+                        groups.push_back(std::move(ports));
+                        rest = gap == std::string_view::npos ? std::string_view()
+                                                             : ascii::trim(rest.substr(gap));
+                    }
+                }
+                if (cfg.lmcache_receivers.size() < groups.size()) {
+                    cfg.lmcache_receivers.resize(groups.size());
+                }
+                for (auto& r : cfg.lmcache_receivers) {
+                    (o.init ? r.init_ports : r.alloc_ports).clear();
+                }
+                for (std::size_t i = 0; i < groups.size(); ++i) {
+                    (o.init ? cfg.lmcache_receivers[i].init_ports
+                            : cfg.lmcache_receivers[i].alloc_ports) = std::move(groups[i]);
+                }
+                break;
+            }
+            case Kind::LmcacheHosts: {
+                const std::vector<std::string> hosts = split_items(src, s);
+                if (cfg.lmcache_receivers.size() < hosts.size()) {
+                    cfg.lmcache_receivers.resize(hosts.size());
+                }
+                for (std::size_t i = 0; i < cfg.lmcache_receivers.size(); ++i) {
+                    std::string host = i < hosts.size() ? without_brackets(hosts[i]) : "";
+                    InstanceAddress a;
+                    std::string error;
+                    if (!host.empty() &&
+                        (host.find_first_of("[]/") != std::string::npos ||
+                         !parse_instance_address(host_port_text(host, "1"), a, error))) {
+                        bad_value(src, s, hosts[i], "expected a host name or IP address");
+                    }
+                    cfg.lmcache_receivers[i].host = host;
+                }
+                break;
+            }
+            case Kind::KvReadyCounts: {
+                cfg.kv_ready_expected.clear();
+                for (const auto& item : split_items(src, s)) {
+                    std::uint64_t n = 0;
+                    if (!parse_uint(item, n) || n > kMaxTpRanks) {
+                        bad_value(src, s, item,
+                                  "expected an integer 0.." + std::to_string(kMaxTpRanks));
+                    }
+                    cfg.kv_ready_expected.push_back(static_cast<int>(n));
+                }
                 break;
             }
             case Kind::ConfigFile:

@@ -34,9 +34,27 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
 enum class OnMissingKvParams { Error, Recompute };
 
 // How the KV cache gets from P to D (docs/protocols.md), and so which flow serves a request.
-// pull: vLLM NixlConnector (D reads P's blocks with the handle P answered). The LMCache and push
-// modes join this enum with their flows.
-enum class KvMode { Pull };
+// pull: vLLM NixlConnector (D reads P's blocks with the handle P answered). lmcache: LMCache's PD
+// backend (P sends the KV to D's receiver and notifies the router over ZMQ; PROTOCOLS.md §5).
+// The push mode joins this enum with its flow.
+enum class KvMode { Pull, Lmcache };
+
+// What --on-kv-ready-timeout does when P's KV-ready notifications do not all arrive in time.
+enum class OnKvReadyTimeout { Error, Proceed };
+
+// A decode instance's LMCache KV receiver (lmcache mode): one init and one alloc port per D TP
+// rank, on `host` (empty: the instance's own host).
+struct LmcacheReceiver {
+    std::string host;
+    std::vector<unsigned short> init_ports, alloc_ports;
+    bool empty() const noexcept { return init_ports.empty(); }
+    friend bool operator==(const LmcacheReceiver&, const LmcacheReceiver&) = default;
+};
+
+// Parses one rank list "8300,8301" (1..65535 each, at most kMaxTpRanks). False + `error` on a
+// bad list.
+inline constexpr std::size_t kMaxTpRanks = 64;
+bool parse_port_list(std::string_view s, std::vector<unsigned short>& out, std::string& error);
 
 struct Config {
     std::string host = "0.0.0.0";
@@ -68,6 +86,16 @@ struct Config {
     std::size_t max_concurrent_requests = 1024;
     std::size_t max_client_connections = 10000;
     KvMode kv_mode = KvMode::Pull;
+    // lmcache mode (PROTOCOLS.md §5). The receivers are per decode instance, in `decode` order
+    // (empty, or one per instance); kv_ready_expected per prefill instance, in `prefill` order
+    // (empty, or one per instance; 0 = the chosen D's TP size).
+    std::string kv_ready_bind;             // tcp://HOST:PORT of the PULL socket (required)
+    Duration kv_ready_timeout{10000};      // the wait for all notifications of one request
+    OnKvReadyTimeout on_kv_ready_timeout = OnKvReadyTimeout::Error;
+    Duration kv_ready_ttl{60000};          // unclaimed notifications are kept this long
+    std::size_t kv_ready_max_pending = 65536;  // hard bound on the notification table
+    std::vector<LmcacheReceiver> lmcache_receivers;
+    std::vector<int> kv_ready_expected;
     OnMissingKvParams on_missing_kv_params = OnMissingKvParams::Error;
     int prefill_retries = 1;  // extra attempts on another P after 5xx/connect/timeout
     int decode_retries = 1;   // extra attempts on another D after a connect failure
@@ -98,5 +126,6 @@ std::string_view version();  // "<major>.<minor>.<patch>" from the CMake project
 
 std::string_view to_string(OnMissingKvParams v) noexcept;
 std::string_view to_string(KvMode v) noexcept;
+std::string_view to_string(OnKvReadyTimeout v) noexcept;
 
 }  // namespace pdr::config

@@ -91,8 +91,9 @@ const std::array kOptions = {
     Option{.name = "max-client-connections", .kind = Kind::Number, .meta = "N",
            .help = "open client connections; more get 503 and are closed (default 10000)",
            .size = &Config::max_client_connections, .min = 1, .max = 1000000},
-    Option{.name = "kv-mode", .kind = Kind::KvMode, .meta = "pull",
-           .help = "how KV moves from prefill to decode: pull (vLLM NixlConnector; default pull)",
+    Option{.name = "kv-mode", .kind = Kind::KvMode, .meta = "pull|lmcache",
+           .help = "how KV moves from prefill to decode: pull (vLLM NixlConnector) or lmcache "
+                   "(LMCache PD backend, ZMQ KV-ready notifications) (default pull)",
            .group = "Behaviour"},
     Option{.name = "on-missing-kv-params", .kind = Kind::OnMissingKv, .meta = "error|recompute",
            .help = "when P answers without kv_transfer_params (default error)"},
@@ -108,6 +109,34 @@ const std::array kOptions = {
     Option{.name = "lease-refresh", .kind = Kind::SetTrue, .meta = "",
            .help = "keep prefill KV leases alive while decode is pending (default)",
            .flag = &Config::lease_refresh},
+    Option{.name = "kv-ready-bind", .kind = Kind::Text, .meta = "tcp://HOST:PORT",
+           .help = "lmcache: ZMQ PULL socket for KV-ready notifications (LMCache's "
+                   "pd_proxy_host/pd_proxy_port point here); required in lmcache mode",
+           .text = &Config::kv_ready_bind, .group = "LMCache mode (--kv-mode lmcache)"},
+    Option{.name = "lmcache-init-ports", .kind = Kind::LmcachePorts, .meta = "P,P.. [P,P.. ...]",
+           .help = "per decode instance (in --decode order): its LMCache receiver init ports, one "
+                   "per D TP rank, comma-separated", .init = true},
+    Option{.name = "lmcache-alloc-ports", .kind = Kind::LmcachePorts, .meta = "P,P.. [P,P.. ...]",
+           .help = "per decode instance: its receiver alloc ports, one per D TP rank"},
+    Option{.name = "lmcache-receiver-hosts", .kind = Kind::LmcacheHosts, .meta = "HOST [HOST ...]",
+           .help = "per decode instance: its KV receiver host (default: the instance's host)"},
+    Option{.name = "kv-ready-expected", .kind = Kind::KvReadyCounts, .meta = "N [N ...]",
+           .help = "per prefill instance: notifications per request, i.e. P's TP size; 0 = the "
+                   "chosen D's TP size (default 0)"},
+    Option{.name = "kv-ready-timeout-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "wait for all KV-ready notifications of a request (default 10000)",
+           .millis = &Config::kv_ready_timeout, .min = 1, .max = kMaxMillis},
+    Option{.name = "on-kv-ready-timeout", .kind = Kind::OnKvReadyTimeout, .meta = "error|proceed",
+           .help = "when the wait times out: answer 504, or send the decode leg anyway (D "
+                   "recomputes what it lacks) (default error)"},
+    Option{.name = "kv-ready-ttl-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "unclaimed notifications (orphans, late duplicates) are dropped after this "
+                   "(default 60000)",
+           .millis = &Config::kv_ready_ttl, .min = 1, .max = kMaxMillis},
+    Option{.name = "kv-ready-max-pending", .kind = Kind::Number, .meta = "N",
+           .help = "most notification-table entries; past it the oldest unclaimed go first "
+                   "(default 65536)",
+           .size = &Config::kv_ready_max_pending, .min = 1, .max = 10000000},
     Option{.name = "log-level", .kind = Kind::LogLevel, .meta = "debug|info|warn|error",
            .help = "log threshold (default info)", .group = "Logging"},
     Option{.name = "log-format", .kind = Kind::LogFormat, .meta = "text|json",

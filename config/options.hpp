@@ -25,6 +25,10 @@ enum class Kind {
     LogFormat,
     OnMissingKv,
     KvMode,
+    OnKvReadyTimeout,
+    LmcachePorts,   // per decode instance, one comma list per instance; `init` picks the list
+    LmcacheHosts,   // per decode instance: the receiver host
+    KvReadyCounts,  // per prefill instance: notifications to wait for (0 = D's TP size)
     ConfigFile,  // --config (command line only)
     Help,        // command line only
     Version,     // command line only
@@ -46,6 +50,7 @@ struct Option {
     std::uint64_t min = 0;
     std::uint64_t max = 0;
     Role role = Role::Prefill;
+    bool init = false;            // LmcachePorts: the init ports (else the alloc ports)
     bool in_file = true;          // valid as a config-file key
     std::string_view group = {};  // starts a new section in --help when not empty
 };
@@ -56,7 +61,8 @@ const Option* find_option(std::string_view name);
 
 // True for kinds that take a list of values after one flag.
 inline bool is_list(Kind k) {
-    return k == Kind::Instances || k == Kind::AliasHosts || k == Kind::AliasPorts;
+    return k == Kind::Instances || k == Kind::AliasHosts || k == Kind::AliasPorts ||
+           k == Kind::LmcachePorts || k == Kind::LmcacheHosts || k == Kind::KvReadyCounts;
 }
 // True for kinds that take no value on the command line.
 inline bool is_switch(Kind k) {

@@ -22,6 +22,75 @@ bool starts_with_dash(const char* s) {
     return s[0] == '-' && s[1] != '\0';
 }
 
+// "tcp://HOST:PORT": HOST an address, a name, "*" or "[v6]"; PORT 0..65535 or "*".
+bool valid_zmq_tcp_endpoint(std::string_view e) {
+    if (!e.starts_with("tcp://")) {
+        return false;
+    }
+    e.remove_prefix(6);
+    const auto colon = e.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+        return false;
+    }
+    const std::string_view port = e.substr(colon + 1);
+    if (port != "*") {
+        if (port.empty() || port.size() > 5 ||
+            port.find_first_not_of("0123456789") != std::string_view::npos ||
+            std::stoul(std::string(port)) > 65535) {
+            return false;
+        }
+    }
+    const std::string_view host = e.substr(0, colon);
+    return host.find_first_of("/ \t") == std::string_view::npos;
+}
+
+// The lmcache-mode settings: complete in that mode, absent in the others.
+void check_lmcache(Config& cfg) {
+    const bool lmcache = cfg.kv_mode == KvMode::Lmcache;
+    if (!lmcache) {
+        if (!cfg.kv_ready_bind.empty() || !cfg.lmcache_receivers.empty() ||
+            !cfg.kv_ready_expected.empty()) {
+            fail("pdrouter: --kv-ready-bind, --lmcache-* and --kv-ready-expected are only used "
+                 "with --kv-mode lmcache (the mode is " +
+                 std::string(to_string(cfg.kv_mode)) + ")");
+        }
+        return;
+    }
+    if (cfg.kv_ready_bind.empty() && !cfg.demo) {
+        fail("pdrouter: --kv-mode lmcache needs --kv-ready-bind tcp://HOST:PORT (the ZMQ PULL "
+             "socket LMCache's pd_proxy_host/pd_proxy_port point to)");
+    }
+    if (!cfg.kv_ready_bind.empty() && !valid_zmq_tcp_endpoint(cfg.kv_ready_bind)) {
+        fail("pdrouter: invalid value '" + cfg.kv_ready_bind +
+             "' for --kv-ready-bind: expected tcp://HOST:PORT (HOST may be * for all "
+             "interfaces)");
+    }
+    if (cfg.demo) {
+        return;  // the demo makes its own receivers
+    }
+    if (!cfg.lmcache_receivers.empty() && cfg.lmcache_receivers.size() != cfg.decode.size()) {
+        fail("pdrouter: " + std::to_string(cfg.lmcache_receivers.size()) +
+             " LMCache receiver(s) (--lmcache-init-ports/--lmcache-alloc-ports/"
+             "--lmcache-receiver-hosts) for " +
+             std::to_string(cfg.decode.size()) +
+             " decode instance(s): give one per decode instance, in --decode order");
+    }
+    for (std::size_t i = 0; i < cfg.lmcache_receivers.size(); ++i) {
+        const auto& r = cfg.lmcache_receivers[i];
+        if (r.init_ports.size() != r.alloc_ports.size()) {
+            fail("pdrouter: decode instance " + cfg.decode[i].text() + " has " +
+                 std::to_string(r.init_ports.size()) + " LMCache init port(s) but " +
+                 std::to_string(r.alloc_ports.size()) +
+                 " alloc port(s): give one of each per D TP rank");
+        }
+    }
+    if (!cfg.kv_ready_expected.empty() && cfg.kv_ready_expected.size() != cfg.prefill.size()) {
+        fail("pdrouter: " + std::to_string(cfg.kv_ready_expected.size()) +
+             " --kv-ready-expected value(s) for " + std::to_string(cfg.prefill.size()) +
+             " prefill instance(s): give one per prefill instance, in --prefill order");
+    }
+}
+
 }  // namespace
 
 ParseOutcome parse_command_line(int argc, const char* const* argv,
@@ -120,6 +189,7 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
                 "pdrouter: --demo runs its own prefill and decode instances; drop --prefill/"
                 "--decode (and --prefiller-*/--decoder-*), or drop --demo");
         }
+        check_lmcache(cfg);
     } catch (const Failure& f) {
         outcome.action = ParseOutcome::Action::Exit;
         outcome.exit_code = 2;

@@ -38,6 +38,80 @@ std::string_view bearer_token(std::string_view v) noexcept {
     return v;
 }
 
+// A port list field of an add body: a list of 1..65535 integers (one per TP rank), or a
+// "8300,8301" string as the flag takes it.
+ValidationError port_list(const disagg::Json& body, const char* key,
+                          std::vector<unsigned short>& out) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) {
+        return {};
+    }
+    const ValidationError bad{Errc::InvalidField,
+                              std::string("\"") + key +
+                                  "\" must be a list of ports 1..65535, one per decode TP rank",
+                              key};
+    if (it->is_string()) {
+        std::string why;
+        if (!config::parse_port_list(it->get<std::string>(), out, why)) {
+            return bad;
+        }
+        return {};
+    }
+    if (!it->is_array() || it->empty() || it->size() > config::kMaxTpRanks) {
+        return bad;
+    }
+    for (const auto& p : *it) {
+        if (!p.is_number_integer() || p.get<std::int64_t>() < 1 || p.get<std::int64_t>() > 65535) {
+            return bad;
+        }
+        out.push_back(static_cast<unsigned short>(p.get<std::int64_t>()));
+    }
+    return {};
+}
+
+// The optional per-instance KV fields of POST /instances/add (PROTOCOLS.md §6):
+// lmcache_init_ports, lmcache_alloc_ports, lmcache_receiver_host, kv_ready_expected.
+ValidationError parse_instance_kv(const disagg::Json& body, instances::InstanceKv& kv) {
+    if (auto e = port_list(body, "lmcache_init_ports", kv.lmcache.init_ports); !e.ok()) {
+        return e;
+    }
+    if (auto e = port_list(body, "lmcache_alloc_ports", kv.lmcache.alloc_ports); !e.ok()) {
+        return e;
+    }
+    if (kv.lmcache.init_ports.size() != kv.lmcache.alloc_ports.size()) {
+        return {Errc::InvalidField,
+                "\"lmcache_init_ports\" and \"lmcache_alloc_ports\" must have one port per "
+                "decode TP rank each (the same count)",
+                "lmcache_alloc_ports"};
+    }
+    if (auto it = body.find("lmcache_receiver_host"); it != body.end() && !it->is_null()) {
+        config::InstanceAddress a;
+        std::string why;
+        if (!it->is_string() ||
+            !config::parse_instance_address(
+                (it->get<std::string>().find(':') != std::string::npos
+                     ? "[" + it->get<std::string>() + "]"
+                     : it->get<std::string>()) +
+                    ":1",
+                a, why)) {
+            return {Errc::InvalidField, "\"lmcache_receiver_host\" must be a host name or address",
+                    "lmcache_receiver_host"};
+        }
+        kv.lmcache.host = a.host;
+    }
+    if (auto it = body.find("kv_ready_expected"); it != body.end() && !it->is_null()) {
+        if (!it->is_number_integer() || it->get<std::int64_t>() < 0 ||
+            it->get<std::int64_t>() > static_cast<std::int64_t>(config::kMaxTpRanks)) {
+            return {Errc::InvalidField,
+                    "\"kv_ready_expected\" must be an integer 0.." +
+                        std::to_string(config::kMaxTpRanks),
+                    "kv_ready_expected"};
+        }
+        kv.kv_ready_expected = static_cast<int>(it->get<std::int64_t>());
+    }
+    return {};
+}
+
 }  // namespace
 
 bool constant_time_equals(std::string_view a, std::string_view b) noexcept {
@@ -135,9 +209,18 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     }
     const std::string type_s = type->get<std::string>();
     const std::string instance_s = instance->get<std::string>();
+    instances::InstanceKv kv;
+    if (action == AdminAction::Add) {
+        err = parse_instance_kv(body, kv);
+        if (!err.ok()) {
+            metrics.admin_request(name, "bad_request");
+            co_await server::respond_error(ex, err.errc, err.message, err.param);
+            co_return;
+        }
+    }
     instances::Registry::AdminResult result;
     if (action == AdminAction::Add) {
-        result = co_await registry.add(type_s, instance_s);
+        result = co_await registry.add(type_s, instance_s, std::move(kv));
     } else {
         result = registry.remove(type_s, instance_s);
     }

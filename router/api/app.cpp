@@ -2,6 +2,7 @@
 
 #include "net/common/log.hpp"
 #include "router/api/admin.hpp"
+#include "router/kv/kv_ready_listener.hpp"
 
 namespace pdr::api {
 
@@ -29,12 +30,28 @@ App::App(net::any_io_executor executor, config::Config cfg)
       client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout}),
       registry_(executor_, client_, router_metrics_, cfg_),
       lease_keeper_(executor_, client_, router_metrics_, cfg_),
-      deps_{registry_, client_, lease_keeper_, router_metrics_, cfg_} {
-    for (const auto& a : cfg_.prefill) {
-        registry_.add_configured(instances::Role::Prefill, a);
+      kv_ready_(cfg_.kv_mode == config::KvMode::Lmcache
+                    ? std::make_unique<kv::KvReadyListener>(
+                          executor_,
+                          kv::KvReadyOptions{.bind = cfg_.kv_ready_bind,
+                                             .ttl = cfg_.kv_ready_ttl,
+                                             .max_pending = cfg_.kv_ready_max_pending},
+                          router_metrics_)
+                    : nullptr),
+      deps_{registry_, client_, lease_keeper_, router_metrics_, cfg_, kv_ready_.get()} {
+    for (std::size_t i = 0; i < cfg_.prefill.size(); ++i) {
+        instances::InstanceKv kv;
+        if (i < cfg_.kv_ready_expected.size()) {
+            kv.kv_ready_expected = cfg_.kv_ready_expected[i];
+        }
+        registry_.add_configured(instances::Role::Prefill, cfg_.prefill[i], std::move(kv));
     }
-    for (const auto& a : cfg_.decode) {
-        registry_.add_configured(instances::Role::Decode, a);
+    for (std::size_t i = 0; i < cfg_.decode.size(); ++i) {
+        instances::InstanceKv kv;
+        if (i < cfg_.lmcache_receivers.size()) {
+            kv.lmcache = cfg_.lmcache_receivers[i];
+        }
+        registry_.add_configured(instances::Role::Decode, cfg_.decode[i], std::move(kv));
     }
     server_ = std::make_unique<server::HttpServer>(
         executor_, limits_from(cfg_), [this](server::Exchange& ex) { return handle(ex); });
@@ -48,6 +65,25 @@ awaitable<bool> App::probe_instances() {
         co_return true;
     }
     co_return co_await registry_.probe_all_at_startup();
+}
+
+bool App::bind_kv_ready(std::string& error) {
+    if (!kv_ready_) {
+        return true;
+    }
+    if (!kv_ready_->start(error)) {
+        return false;
+    }
+    PDR_INFO(kLog, "waiting for LMCache KV-ready notifications on " + kv_ready_->endpoint() +
+                       " (point LMCache's pd_proxy_host/pd_proxy_port here)");
+    for (const auto& d : registry_.list(instances::Role::Decode)) {
+        if (d->kv.lmcache.empty()) {
+            PDR_WARN(kLog, "decode instance " + d->name +
+                               " has no LMCache receiver ports and is never chosen in the "
+                               "lmcache mode (--lmcache-init-ports/--lmcache-alloc-ports)");
+        }
+    }
+    return true;
 }
 
 unsigned short App::listen() {
@@ -64,6 +100,9 @@ awaitable<void> App::shutdown(Duration grace) {
     shutting_down_ = true;
     co_await server_->drain(grace);
     lease_keeper_.stop();
+    if (kv_ready_) {
+        kv_ready_->stop();
+    }
     registry_.stop();
     client_.close_idle();
 }

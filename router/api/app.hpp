@@ -18,6 +18,10 @@
 #include <string>
 #include <unordered_set>
 
+namespace pdr::kv {
+class KvReadyListener;
+}
+
 namespace pdr::api {
 
 class App {
@@ -32,6 +36,9 @@ public:
     // mismatch; unreachable instances are kept). True when no model is configured.
     awaitable<bool> probe_instances();
 
+    // lmcache mode: binds the KV-ready PULL socket (cfg.kv_ready_bind). False with a message in
+    // `error` when it cannot; true at once in the other modes.
+    bool bind_kv_ready(std::string& error);
     // Binds cfg.host:cfg.port (throws std::system_error on failure); returns the bound port.
     unsigned short listen();
     // Starts accepting, the health loop and the lease keeper.
@@ -68,6 +75,7 @@ private:
     upstream::Client client_;
     instances::Registry registry_;
     kv::LeaseKeeper lease_keeper_;
+    std::unique_ptr<kv::KvReadyListener> kv_ready_;  // lmcache mode only
     disagg::FlowDeps deps_;
     std::unique_ptr<server::HttpServer> server_;
     std::size_t generations_in_flight_ = 0;

@@ -2,6 +2,7 @@
 // metrics and the lease-refresh forwarder.
 #include "net/common/log.hpp"
 #include "router/api/app.hpp"
+#include "router/kv/kv_ready_listener.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/run_flow.hpp"
@@ -204,6 +205,20 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
     body["model"] = cfg_.model.empty() ? disagg::Json(nullptr) : disagg::Json(cfg_.model);
     body["requests_in_flight"] = generations_in_flight_;
     body["kv_handles_held"] = lease_keeper_.held();
+    if (kv_ready_) {
+        // lmcache mode: where notifications go, and the decode instances it cannot use.
+        body["kv_ready_endpoint"] = kv_ready_->endpoint();
+        body["kv_ready_pending"] = kv_ready_->table().size();
+        disagg::Json unusable = disagg::Json::array();
+        for (const auto& d : registry_.list(Role::Decode)) {
+            if (d->kv.lmcache.empty()) {
+                unusable.push_back({{"name", d->name},
+                                    {"reason", "no LMCache receiver ports (lmcache_init_ports / "
+                                               "lmcache_alloc_ports): never chosen"}});
+            }
+        }
+        body["decode_nodes_unusable"] = std::move(unusable);
+    }
     body["version"] = config::version();
     co_await respond_json(ex, 200, body);
 }

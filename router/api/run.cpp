@@ -45,6 +45,12 @@ awaitable<void> run_main(RunState& s) {
                          "' (see the log above); check --model and the instance addresses");
         co_return;
     }
+    std::string kv_ready_error;
+    if (!s.app.bind_kv_ready(kv_ready_error)) {
+        fail_startup(s, 1, "cannot bind --kv-ready-bind " + cfg.kv_ready_bind + ": " +
+                               kv_ready_error);
+        co_return;
+    }
     unsigned short port = 0;
     try {
         port = s.app.listen();

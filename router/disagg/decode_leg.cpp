@@ -16,12 +16,54 @@ Duration handover_margin(const config::Config& cfg) {
     return std::min(cfg.connect_timeout, cfg.kv_lease_timeout / 4);
 }
 
+// One decode attempt on `decode`. Retry: the request was not sent and `may_retry`: `failure`
+// says why, and another instance may be tried; Done: the client has been answered (or is gone).
+enum class Attempt { Done, Retry };
+
+awaitable<Attempt> attempt_on(FlowDeps& deps, FlowRequest& req, LegCanceler& canceler,
+                              instances::Instance& decode, std::string body, bool may_retry,
+                              KvHandover* handover, AnswerRewriter* rewriter,
+                              std::string& failure) {
+    const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
+                                      deps.cfg.decode_idle_timeout};
+    upstream::Request attempt_req = make_leg_request(http::verb::post, req.target, req.request_id,
+                                                     req.headers, std::move(body));
+    const Clock::time_point leg_start = Clock::now();
+    upstream::Client::Opened opened =
+        co_await deps.client.open(decode.endpoint, std::move(attempt_req), timeouts);
+    if (opened.failure == upstream::Failure::Canceled || req.exchange.client_gone()) {
+        deps.metrics.client_disconnect(metrics::DisconnectPhase::Handover);
+        co_return Attempt::Done;
+    }
+    if (opened.failure != upstream::Failure::None) {
+        const upstream::Failure f = opened.failure;
+        deps.metrics.upstream_error(metrics::Leg::Decode, error_kind_for(f));
+        const std::string reason = upstream::describe(f, opened.ec);
+        failure = decode.name + ": " + reason;
+        deps.registry.report_leg_failure(decode, f, reason);
+        if (upstream::request_not_sent(f) && may_retry) {
+            log_retry(req.request_id, "decode", decode.name, reason);
+            co_return Attempt::Retry;
+        }
+        log_failure(req.request_id, "decode", decode.name, reason);
+        co_await respond_error(req.exchange, errc_for(f), "decode instance " + failure);
+        co_return Attempt::Done;
+    }
+    if (opened.stream->status() < 500) {
+        deps.registry.report_success(decode);
+    }
+    {
+        LegCanceler::Registration open = canceler.add(*opened.stream);
+        co_await relay_answer(deps, req, *opened.stream, decode, handover, rewriter);
+    }
+    deps.metrics.leg_done(metrics::Leg::Decode, seconds_since(leg_start));
+    co_return Attempt::Done;
+}
+
 }  // namespace
 
 awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& canceler,
                                std::string body, KvHandover* handover) {
-    const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
-                                      deps.cfg.decode_idle_timeout};
     InstanceAttempts tries(deps.registry, Role::Decode, deps.cfg.decode_retries);
     for (;;) {
         if (handover != nullptr &&
@@ -43,42 +85,16 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
         if (tries.is_retry()) {
             deps.metrics.retry(metrics::Leg::Decode);
         }
-        const bool last = tries.last();
         // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
-        upstream::Request attempt_req =
-            make_leg_request(http::verb::post, req.target, req.request_id, req.headers,
-                             last ? std::move(body) : body);
-        const Clock::time_point leg_start = Clock::now();
-        upstream::Client::Opened opened =
-            co_await deps.client.open(decode->endpoint, std::move(attempt_req), timeouts);
-        if (opened.failure == upstream::Failure::Canceled || req.exchange.client_gone()) {
-            deps.metrics.client_disconnect(metrics::DisconnectPhase::Handover);
+        const bool last = tries.last();
+        std::string failure;
+        const Attempt a = co_await attempt_on(deps, req, canceler, *decode,
+                                              last ? std::move(body) : body, !last, handover,
+                                              nullptr, failure);
+        if (a == Attempt::Done) {
             co_return;
         }
-        if (opened.failure != upstream::Failure::None) {
-            const upstream::Failure f = opened.failure;
-            deps.metrics.upstream_error(metrics::Leg::Decode, error_kind_for(f));
-            const std::string reason = upstream::describe(f, opened.ec);
-            tries.failed(decode->name + ": " + reason);
-            deps.registry.report_leg_failure(*decode, f, reason);
-            if (upstream::request_not_sent(f) && !last) {
-                log_retry(req.request_id, "decode", decode->name, reason);
-                continue;
-            }
-            log_failure(req.request_id, "decode", decode->name, reason);
-            co_await respond_error(req.exchange, errc_for(f),
-                                   "decode instance " + tries.last_error());
-            co_return;
-        }
-        if (opened.stream->status() < 500) {
-            deps.registry.report_success(*decode);
-        }
-        {
-            LegCanceler::Registration open = canceler.add(*opened.stream);
-            co_await relay_answer(deps, req, *opened.stream, *decode, handover);
-        }
-        deps.metrics.leg_done(metrics::Leg::Decode, seconds_since(leg_start));
-        co_return;
+        tries.failed(std::move(failure));
     }
     if (tries.tried() == 0) {
         co_await respond_no_instance(deps, req, metrics::Leg::Decode);
@@ -89,6 +105,14 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
         co_await respond_error(req.exchange, Errc::UpstreamConnect,
                                "could not reach a decode instance: " + tries.last_error());
     }
+}
+
+awaitable<void> run_decode_on(FlowDeps& deps, FlowRequest& req, LegCanceler& canceler,
+                              std::string body, instances::Instance& decode,
+                              AnswerRewriter* rewriter) {
+    std::string failure;
+    co_await attempt_on(deps, req, canceler, decode, std::move(body), false, nullptr, rewriter,
+                        failure);
 }
 
 }  // namespace pdr::disagg

@@ -5,6 +5,7 @@
 #include "router/disagg/canceler.hpp"
 #include "router/disagg/flow.hpp"
 #include "router/disagg/handover.hpp"
+#include "router/disagg/relay.hpp"
 
 namespace pdr::disagg {
 
@@ -13,5 +14,11 @@ namespace pdr::disagg {
 // than D a handle P may already have freed; and D's first byte ends the handover.
 awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& canceler,
                                std::string body, KvHandover* handover);
+
+// The decode leg on one given instance, with no retry on another (the LMCache flow: the KV is
+// on that instance's receiver). `rewriter` (nullable) shapes D's 2xx answer.
+awaitable<void> run_decode_on(FlowDeps& deps, FlowRequest& req, LegCanceler& canceler,
+                              std::string body, instances::Instance& decode,
+                              AnswerRewriter* rewriter);
 
 }  // namespace pdr::disagg

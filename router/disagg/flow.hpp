@@ -15,6 +15,10 @@
 #include <string>
 #include <string_view>
 
+namespace pdr::kv {
+class KvReadyListener;
+}
+
 namespace pdr::disagg {
 
 inline constexpr std::string_view kLogComponent = "flow";
@@ -25,6 +29,7 @@ struct FlowDeps {
     kv::LeaseKeeper& lease_keeper;
     metrics::RouterMetrics& metrics;
     const config::Config& cfg;
+    kv::KvReadyListener* kv_ready = nullptr;  // the ZMQ KV-ready listener (lmcache mode only)
 };
 
 // One validated generation request. `body` is the scanned client body (views into raw_body).

@@ -33,7 +33,8 @@ void count_failure(FlowDeps& deps, FlowRequest& req, const instances::Instance& 
 
 // Whole answers (errors, non-stream completions): read everything, answer once.
 awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                const instances::Instance& decode, KvHandover* handover) {
+                                const instances::Instance& decode, KvHandover* handover,
+                                AnswerRewriter* rewriter) {
     std::string body;
     upstream::Failure f = co_await up.read_some(body);
     if (f == upstream::Failure::None && handover != nullptr) {
@@ -61,11 +62,26 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
         log_failure(req.request_id, "decode", decode.name,
                     std::string("status ").append(std::to_string(status)));
     }
+    std::string_view content_type = content_type_of(up);
+    if (rewriter != nullptr && status < 300) {
+        std::string shaped;
+        if (!rewriter->whole(body, shaped)) {
+            deps.metrics.upstream_error(Leg::Decode, metrics::UpstreamErrorKind::Protocol);
+            log_failure(req.request_id, "decode", decode.name,
+                        "answered something that is not a completion object");
+            co_await respond_error(req.exchange, Errc::UpstreamProtocol,
+                                   "decode instance " + decode.name +
+                                       " answered something that is not a completion object");
+            co_return RelayEnd::UpstreamFailed;
+        }
+        body = std::move(shaped);
+        content_type = "application/json";
+    }
     if (status < 400 && !req.exchange.responded() && !req.exchange.client_gone()) {
         // the whole answer goes out now: its first byte is the client's first byte
         deps.metrics.first_byte(req.route, seconds_since(req.started));
     }
-    co_await respond_relayed(req.exchange, status, content_type_of(up), std::move(body),
+    co_await respond_relayed(req.exchange, status, content_type, std::move(body),
                              header_of(up, http::field::retry_after));
     co_return RelayEnd::Complete;
 }
@@ -159,7 +175,8 @@ awaitable<void> end_with_error(FlowRequest& req, SseCutter& cutter,
 }
 
 awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, KvHandover* handover) {
+                                 const instances::Instance& decode, KvHandover* handover,
+                                 AnswerRewriter* rewriter) {
     server::Exchange& ex = req.exchange;
     http::response<http::empty_body> head{static_cast<http::status>(up.status()),
                                           ex.request().version()};
@@ -181,7 +198,19 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
         co_return RelayEnd::ClientGone;
     }
+    // A rewriter's first events go out with the head (held) or at once.
+    std::string start = rewriter != nullptr ? rewriter->stream_start() : std::string();
+    if (!start.empty() && st.head == StreamState::Head::Sent) {
+        const error_code wrote = co_await ex.write_chunk(start);
+        if (wrote) {
+            up.cancel();
+            deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
+            co_return RelayEnd::ClientGone;
+        }
+        start.clear();
+    }
     std::string piece;
+    std::string shaped;
     for (;;) {
         piece.clear();
         upstream::Failure f = co_await up.read_some(piece);
@@ -221,6 +250,25 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         const bool cut_off = up.done() && st.cutter.held() > 0 && ended_by_close(up);
         if (up.done() && st.cutter.held() > 0 && !cut_off) {
             piece.append(st.cutter.flush());  // a last event without its blank line
+        }
+        if (rewriter != nullptr && !piece.empty()) {
+            if (!st.cutter.at_boundary() || !rewriter->stream_events(piece, shaped)) {
+                deps.metrics.upstream_error(Leg::Decode, metrics::UpstreamErrorKind::Protocol);
+                deps.metrics.mid_stream_error(Leg::Decode);
+                log_failure(req.request_id, "decode", decode.name,
+                            "sent a stream event that is not a completion chunk");
+                SseCutter clean;
+                co_await end_with_error(req, clean, decode, Errc::UpstreamProtocol,
+                                        "decode instance " + decode.name +
+                                            " sent a stream event that is not a completion chunk",
+                                        false);
+                co_return RelayEnd::UpstreamFailed;
+            }
+            piece.swap(shaped);
+        }
+        if (!start.empty()) {
+            piece.insert(0, start);
+            start.clear();
         }
         // A held head goes out with this piece; when what came with D's head was only the start
         // of an event (nothing whole to pass on yet), it goes out alone now rather than wait
@@ -273,11 +321,12 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
 }  // namespace
 
 awaitable<RelayEnd> relay_answer(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, KvHandover* handover) {
+                                 const instances::Instance& decode, KvHandover* handover,
+                                 AnswerRewriter* rewriter) {
     if (req.stream && up.status() < 300) {
-        co_return co_await relay_stream(deps, req, up, decode, handover);
+        co_return co_await relay_stream(deps, req, up, decode, handover, rewriter);
     }
-    co_return co_await relay_whole(deps, req, up, decode, handover);
+    co_return co_await relay_whole(deps, req, up, decode, handover, rewriter);
 }
 
 }  // namespace pdr::disagg

@@ -4,6 +4,8 @@
 // bottom and is built from the shared legs:
 //
 //   pull_flow.cpp    vLLM NixlConnector: prefill leg, KV handover (lease kept), decode leg
+//   lmcache_flow.cpp LMCache PD: tokenize, prefill with D's receiver, wait for the ZMQ KV-ready
+//                    notifications, decode on token ids (lmcache_rewrite.cpp shapes the answer)
 //   direct_flow.cpp  no disaggregation: the request straight to a decode instance
 //   (a new mode: <mode>_flow.cpp, a KvMode value in config/config.hpp, a case below)
 //

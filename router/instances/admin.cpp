@@ -67,7 +67,7 @@ std::optional<Registry::AdminResult> Registry::parse_admin_target(std::string_vi
 }
 
 awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
-                                               std::string_view instance_in) {
+                                               std::string_view instance_in, InstanceKv kv) {
     const std::string type(type_in), instance(instance_in);
     Role role{};
     config::InstanceAddress addr;
@@ -105,7 +105,7 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
                                openai_error_body(Errc::Conflict, "Instance already exists."));
     }
 
-    insert(role, addr);
+    insert(role, addr, std::move(kv));
     PDR_INFO(kLog, "added " + type + " instance " + name);
     co_return admin_result("add", "ok", 200,
                            message_body("Added " + name + " to " + type + "_instances."));

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include "config/config.hpp"
 #include "config/role.hpp"
 
 #include "net/common/io.hpp"
@@ -24,10 +25,18 @@ inline constexpr std::size_t kRoleCount = 2;
 std::string_view to_string(Role r) noexcept;  // "prefill" / "decode"
 bool parse_role(std::string_view s, Role& out) noexcept;
 
+// An instance's KV coordinates for the modes that need them (PROTOCOLS.md §5-6).
+struct InstanceKv {
+    config::LmcacheReceiver lmcache;  // decode, lmcache mode: its KV receiver
+    int kv_ready_expected = 0;        // prefill, lmcache mode: notifications per request (0: D's
+                                      // TP size)
+};
+
 struct Instance {
     Role role = Role::Prefill;
     std::string name;  // canonical "host:port" / "[v6]:port"
     upstream::Endpoint endpoint;
+    InstanceKv kv;
     bool up = true;        // false after a failure, until a probe succeeds
     bool removed = false;  // removed via admin API: no new picks, in-flight finish
     // Set on removal: called when the last request in flight on a removed instance ends, so the

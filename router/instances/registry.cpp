@@ -87,11 +87,12 @@ Registry::~Registry() {
     stop();
 }
 
-InstancePtr Registry::insert(Role role, const config::InstanceAddress& a) {
+InstancePtr Registry::insert(Role role, const config::InstanceAddress& a, InstanceKv kv) {
     auto inst = std::make_shared<Instance>();
     inst->role = role;
     inst->name = a.text();
     inst->endpoint = upstream::Endpoint{a.host, a.port};
+    inst->kv = std::move(kv);
     auto series = metrics_.instance(metrics_role(role), inst->name);
     inst->in_flight_gauge = &series.in_flight;
     inst->requests_counter = &series.requests;
@@ -104,13 +105,13 @@ InstancePtr Registry::insert(Role role, const config::InstanceAddress& a) {
     return inst;
 }
 
-void Registry::add_configured(Role role, const config::InstanceAddress& a) {
+void Registry::add_configured(Role role, const config::InstanceAddress& a, InstanceKv kv) {
     if (find(role, a.text())) {
         PDR_WARN(kLog,
                  "ignoring duplicate " + std::string(to_string(role)) + " instance " + a.text());
         return;
     }
-    insert(role, a);
+    insert(role, a, std::move(kv));
 }
 
 InstancePtr Registry::find(Role role, std::string_view name) const {
@@ -155,7 +156,8 @@ void Registry::update_counts(Role role) {
     metrics_.set_instance_counts(metrics_role(role), up, down);
 }
 
-InstancePtr Registry::pick(Role role, const Instance* exclude) {
+InstancePtr Registry::pick(Role role, const Instance* exclude,
+                           bool (*usable)(const Instance&)) {
     prune(role);
     auto& v = instances_[index(role)];
     const std::size_t n = v.size();
@@ -166,7 +168,8 @@ InstancePtr Registry::pick(Role role, const Instance* exclude) {
     for (std::size_t i = 0; i < n; ++i) {
         const std::size_t at = (cursor + i) % n;
         const auto& inst = v[at];
-        if (inst->up && !inst->removed && inst.get() != exclude) {
+        if (inst->up && !inst->removed && inst.get() != exclude &&
+            (usable == nullptr || usable(*inst))) {
             cursor = (at + 1) % n;
             return inst;
         }
@@ -238,6 +241,16 @@ std::size_t Registry::count(Role role, bool up_only) const {
     return n;
 }
 
+std::size_t Registry::count_usable(Role role, bool (*usable)(const Instance&)) const {
+    std::size_t n = 0;
+    for (const auto& inst : instances_[index(role)]) {
+        if (!inst->removed && inst->up && usable(*inst)) {
+            ++n;
+        }
+    }
+    return n;
+}
+
 std::vector<InstancePtr> Registry::list(Role role) const {
     std::vector<InstancePtr> out;
     for (const auto& inst : instances_[index(role)]) {
@@ -263,6 +276,16 @@ nlohmann::json Registry::to_json() const {
                            {"requests", inst->requests},
                            {"failures", inst->failures},
                            {"last_error", inst->last_error}});
+            const InstanceKv& kv = inst->kv;
+            if (!kv.lmcache.empty()) {
+                out.back()["lmcache_init_ports"] = kv.lmcache.init_ports;
+                out.back()["lmcache_alloc_ports"] = kv.lmcache.alloc_ports;
+                out.back()["lmcache_receiver_host"] =
+                    kv.lmcache.host.empty() ? inst->endpoint.host : kv.lmcache.host;
+            }
+            if (kv.kv_ready_expected != 0) {
+                out.back()["kv_ready_expected"] = kv.kv_ready_expected;
+            }
         }
     }
     return out;

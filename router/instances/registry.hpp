@@ -54,7 +54,7 @@ public:
     Registry& operator=(const Registry&) = delete;
 
     // Start-up list (from flags/config file). A duplicate of an existing instance is ignored.
-    void add_configured(Role role, const config::InstanceAddress& a);
+    void add_configured(Role role, const config::InstanceAddress& a, InstanceKv kv = {});
     // When cfg.model is set: GET /v1/models on each instance; returns false (and logs) when
     // one serves another model. Unreachable instances are logged and kept (considered up).
     awaitable<bool> probe_all_at_startup();
@@ -66,13 +66,17 @@ public:
     // POST /instances/add. 400 bad type/address or model mismatch; 502 probe failed (instance
     // unreachable or not a model server); 409 duplicate; 200 {"message": "Added ..."}.
     // Counts pdrouter_admin_requests_total{action="add"}.
-    awaitable<AdminResult> add(std::string_view type, std::string_view instance);
+    // `kv`: the instance's KV coordinates from the body (lmcache receiver ports...).
+    awaitable<AdminResult> add(std::string_view type, std::string_view instance,
+                               InstanceKv kv = {});
     // POST /instances/remove. 400 bad type/address; 404 unknown; 200 {"message": "Removed ..."}.
     // Counts pdrouter_admin_requests_total{action="remove"}.
     AdminResult remove(std::string_view type, std::string_view instance);
 
-    // Round robin over instances that are up and not removed, skipping `exclude`; null if none.
-    InstancePtr pick(Role role, const Instance* exclude = nullptr);
+    // Round robin over instances that are up and not removed, skipping `exclude` and (when
+    // given) those `usable` refuses; null if none.
+    InstancePtr pick(Role role, const Instance* exclude = nullptr,
+                     bool (*usable)(const Instance&) = nullptr);
     InFlight acquire(const InstancePtr& inst) { return InFlight(inst); }
     // `inst` cannot be reached or is stuck (connect failure, timeout): marks it down now.
     void report_failure(Instance& inst, std::string_view reason);
@@ -90,6 +94,8 @@ public:
     void report_success(Instance& inst);
 
     std::size_t count(Role role, bool up_only) const;  // not removed (and up, if up_only)
+    // Instances that are up, not removed, and that `usable` accepts.
+    std::size_t count_usable(Role role, bool (*usable)(const Instance&)) const;
     std::vector<InstancePtr> list(Role role) const;    // not removed, in insertion order
     // GET /instances: [{role,name,up,removed,in_flight,requests,failures,last_error}] — also
     // shows removed instances that still have requests in flight.
@@ -109,7 +115,7 @@ private:
         bool ok = false;
         std::string error;
     };
-    InstancePtr insert(Role role, const config::InstanceAddress& a);
+    InstancePtr insert(Role role, const config::InstanceAddress& a, InstanceKv kv);
     void prune(Role role);
     void update_counts(Role role);
     void mark_down(Instance& inst, std::string_view reason);

@@ -3,6 +3,7 @@
 // environment, and write temporary config files.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,14 @@ inline ParseOutcome parse(std::vector<std::string> args, const Env& env = {}) {
 inline std::vector<std::string> with_instances(std::vector<std::string> args) {
     args.insert(args.begin(), {"--prefill", "127.0.0.1:8100", "--decode", "127.0.0.1:8200"});
     return args;
+}
+
+// Asserts an error outcome whose single line is exactly `message`.
+inline void expect_error(const ParseOutcome& r, const std::string& message) {
+    EXPECT_EQ(r.action, ParseOutcome::Action::Exit);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output, message + "\n");
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
 // A temporary file removed when the object goes away.

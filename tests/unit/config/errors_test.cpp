@@ -6,14 +6,6 @@
 namespace pdr::config::test {
 namespace {
 
-// Asserts an error outcome whose single line is exactly `message`.
-void expect_error(const ParseOutcome& r, const std::string& message) {
-    EXPECT_EQ(r.action, ParseOutcome::Action::Exit);
-    EXPECT_EQ(r.exit_code, 2);
-    EXPECT_EQ(r.output, message + "\n");
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-}
-
 TEST(ConfigErrors, UnknownFlagsAndStrayArguments) {
     expect_error(parse(with_instances({"--bogus"})),
                  "pdrouter: unknown option '--bogus' (see --help)");
@@ -96,10 +88,10 @@ TEST(ConfigErrors, BadEnumsAndBooleans) {
                  "pdrouter: invalid value 'ignore' for --on-missing-kv-params: expected one of "
                  "error, recompute");
     expect_error(parse(with_instances({"--kv-mode", "nixl"})),
-                 "pdrouter: invalid value 'nixl' for --kv-mode: expected pull");
+                 "pdrouter: invalid value 'nixl' for --kv-mode: expected pull or lmcache");
     expect_error(parse(with_instances({"--kv-mode=push"})),
-                 "pdrouter: invalid value 'push' for --kv-mode: expected pull (the push mode is "
-                 "not in this version yet)");
+                 "pdrouter: invalid value 'push' for --kv-mode: expected pull or lmcache (the "
+                 "push mode is not in this version yet)");
     expect_error(parse(with_instances({"--demo=maybe"})),
                  "pdrouter: invalid value 'maybe' for --demo: expected true or false (also yes/no, "
                  "on/off, 1/0)");

@@ -4,7 +4,11 @@
 //
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
 //                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
-//                  [--repeat N]
+//                  [--repeat N] [--lmcache]
+//
+// --lmcache also runs an LMCache pair (pdsim --kv-mode lmcache, pdrouter --kv-mode lmcache with
+// its ZMQ KV-ready socket) beside the pull-mode pair, alternating with the pull rows, and prints
+// its CPU per request and its TTFB against pull mode's in the same run.
 //
 // --repeat N runs each nginx-hop and pdrouter row N times, alternating, prints every run, and
 // judges the CPU target on the median (the spread between single runs on a shared 2-core VM is
@@ -44,6 +48,7 @@ struct Options {
     std::vector<bool> answers{false, true};  // stream?
     std::string nginx = "/usr/sbin/nginx";   // "none": no reference rows
     int repeat = 1;                          // runs of each nginx-hop and pdrouter row
+    bool lmcache = false;                    // also the lmcache-mode pair
 };
 
 double median(std::vector<double> v) {
@@ -182,6 +187,8 @@ Options parse(int argc, char** argv) {
                 std::fprintf(stderr, "pdrouter_bench: --repeat must be 1..20\n");
                 std::exit(2);
             }
+        } else if (a == "--lmcache") {
+            o.lmcache = true;
         } else if (a == "--quick") {
             o.requests = 200;
         } else {
@@ -221,6 +228,30 @@ int main(int argc, char** argv) try {
              "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn"},
             "/tmp/pdr-bench-router.log");
         std::unique_ptr<Child> nginx = start_nginx(o, decode.port());
+        // The LMCache pair: P notifies the router's PULL socket; D's receiver on fixed ports.
+        std::unique_ptr<Child> lm_prefill, lm_decode, lm_router;
+        if (o.lmcache) {
+            const std::string ready = "tcp://127.0.0.1:" + std::to_string(pdr::bench::free_port());
+            const std::string init = std::to_string(pdr::bench::free_port());
+            const std::string alloc = std::to_string(pdr::bench::free_port());
+            lm_prefill = std::make_unique<Child>(
+                std::vector<std::string>{pdsim, "--role", "prefill", "--kv-mode", "lmcache",
+                                         "--kv-ready-connect", ready, "--log-level", "warn"},
+                "/tmp/pdr-bench-lm-prefill.log");
+            lm_decode = std::make_unique<Child>(
+                std::vector<std::string>{pdsim, "--role", "decode", "--kv-mode", "lmcache",
+                                         "--lmcache-init-ports", init, "--lmcache-alloc-ports",
+                                         alloc, "--token-delay-ms", std::to_string(delay),
+                                         "--log-level", "warn"},
+                "/tmp/pdr-bench-lm-decode.log");
+            lm_router = std::make_unique<Child>(
+                std::vector<std::string>{
+                    pdrouter, "--kv-mode", "lmcache", "--kv-ready-bind", ready, "--prefill",
+                    "127.0.0.1:" + std::to_string(lm_prefill->port()), "--decode",
+                    "127.0.0.1:" + std::to_string(lm_decode->port()), "--lmcache-init-ports", init,
+                    "--lmcache-alloc-ports", alloc, "--log-level", "warn"},
+                "/tmp/pdr-bench-lm-router.log");
+        }
         // Streams and long answers take longer per request: keep each row bounded in time.
         std::size_t n = delay > 0 ? std::max<std::size_t>(o.requests / 2, 100) : o.requests;
 
@@ -246,6 +277,14 @@ int main(int argc, char** argv) try {
             std::vector<double> nginx_cpu;
             std::vector<double> router_cpu;
             std::vector<double> router_ttfb;
+            std::vector<double> lm_cpu;
+            std::vector<double> lm_ttfb;
+            LoadSpec via_lm = direct;
+            if (lm_router) {
+                via_lm.target = {"127.0.0.1", lm_router->port()};
+                pdr::bench::run_load(LoadSpec{via_lm.target, via_lm.path, via_lm.body, stream,
+                                              o.concurrency, n / 10, 0});
+            }
             std::size_t router_failed = 0;
             LoadSpec via = direct;
             via.target = {"127.0.0.1", router.port()};
@@ -277,6 +316,27 @@ int main(int argc, char** argv) try {
                 router_ttfb.push_back(percentile(r.result.ttfb_ms, 50));
                 router_failed += r.result.failed;
                 print_row(r);
+                if (lm_router) {
+                    double l0 = lm_router->cpu_seconds();
+                    Row l{"pdr lmcache", delay, stream, pdr::bench::run_load(via_lm)};
+                    double l1 = lm_router->cpu_seconds();
+                    std::size_t lserved = l.result.ok + l.result.failed + n / 10;
+                    l.cpu_us_per_req = (l1 - l0) * 1e6 / static_cast<double>(lserved);
+                    lm_cpu.push_back(l.cpu_us_per_req);
+                    lm_ttfb.push_back(percentile(l.result.ttfb_ms, 50));
+                    router_failed += l.result.failed;
+                    print_row(l);
+                }
+            }
+            if (lm_router) {
+                char line[256];
+                std::snprintf(line, sizeof line,
+                              "- %s, decode delay %d ms: lmcache mode CPU %.0f us/request vs pull "
+                              "%.0f (%.2f x); TTFB p50 %.2f ms vs pull %.2f ms (%+.2f ms)\n",
+                              stream ? "stream" : "json", delay, median(lm_cpu), median(router_cpu),
+                              median(lm_cpu) / median(router_cpu), median(lm_ttfb),
+                              median(router_ttfb), median(lm_ttfb) - median(router_ttfb));
+                verdicts << line;
             }
             const double cpu = median(router_cpu);
             bool cpu_ok = cpu <= 100;

@@ -10,6 +10,37 @@
 
 namespace pdr::router {
 
+namespace {
+
+// tcp://HOST:PORT with a free port when none (or 0, or *) is given; HOST 127.0.0.1 by default.
+std::string demo_kv_ready_bind(const std::string& given) {
+    std::string host = "127.0.0.1";
+    if (!given.empty()) {
+        const auto colon = given.rfind(':');
+        const std::string port = given.substr(colon + 1);
+        host = given.substr(6, colon - 6);
+        if (port != "0" && port != "*") {
+            return given;
+        }
+    }
+    net::io_context ioc;
+    net::ip::tcp::acceptor probe(ioc, net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = probe.local_endpoint().port();
+    return "tcp://" + host + ":" + std::to_string(port);
+}
+
+// The address the prefill's PUSH socket connects to: the bind address, loopback for a wildcard.
+std::string demo_kv_ready_connect(const std::string& bind) {
+    const auto colon = bind.rfind(':');
+    std::string host = bind.substr(6, colon - 6);
+    if (host == "*" || host == "0.0.0.0") {
+        host = "127.0.0.1";
+    }
+    return "tcp://" + host + bind.substr(colon);
+}
+
+}  // namespace
+
 struct Demo::Impl {
     net::io_context ioc{1};
     std::optional<net::executor_work_guard<net::io_context::executor_type>> guard;
@@ -34,14 +65,28 @@ void Demo::start(config::Config& cfg) {
         sc.model = kDemoModel;
         sc.token_delay = cfg.demo_token_delay;
         sc.kv_lease_seconds = std::chrono::duration<double>(cfg.kv_lease_timeout).count();
+        if (cfg.kv_mode == config::KvMode::Lmcache) {
+            // An LMCache pair: P sends the KV to D's receiver (TP 1) and notifies the router.
+            sc.kv_mode = sim::KvMode::Lmcache;
+            sc.lmcache.kv_ready_connect = demo_kv_ready_connect(cfg.kv_ready_bind);
+        }
         return std::make_unique<sim::SimServer>(d.ioc.get_executor(), sc);
     };
+    const bool lmcache = cfg.kv_mode == config::KvMode::Lmcache;
+    if (lmcache) {
+        // The prefill must know where to notify before the router binds: a free port now.
+        cfg.kv_ready_bind = demo_kv_ready_bind(cfg.kv_ready_bind);
+    }
     d.prefill = make(sim::Role::Prefill);
     d.decode = make(sim::Role::Decode);
     const unsigned short p_port = d.prefill->start();
     const unsigned short d_port = d.decode->start();
     cfg.prefill.push_back(config::InstanceAddress{"127.0.0.1", p_port});
     cfg.decode.push_back(config::InstanceAddress{"127.0.0.1", d_port});
+    if (lmcache) {
+        const sim::LmcacheConfig& rx = d.decode->config().lmcache;
+        cfg.lmcache_receivers.push_back(config::LmcacheReceiver{"", rx.init_ports, rx.alloc_ports});
+    }
     d.guard.emplace(d.ioc.get_executor());
     d.thread = std::thread([&d] { d.ioc.run(); });
     d.running = true;

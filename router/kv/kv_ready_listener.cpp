@@ -211,12 +211,14 @@ void KvReadyListener::stop() {
         return;
     }
     stopped_ = true;
-    sweep_timer_.cancel();
-    tasks_.stop();
-    zmq_.reset();  // linger 0: closes at once
+    // Closing the socket (linger 0: at once) ends the receive loop's wait, whose cancellation
+    // is not the task group's to emit (see receive_loop). Then the waits and the sweep loop.
+    zmq_.reset();
     for (KvReadyWaker* w : table_.wakers()) {
         w->timer.cancel();
     }
+    sweep_timer_.cancel();
+    tasks_.stop();
 }
 
 KvReadyListener::Registration KvReadyListener::expect(std::string req_id, std::size_t expected) {
@@ -342,7 +344,12 @@ awaitable<void> KvReadyListener::receive_loop() {
         if (d == Drain::More) {
             co_await net::post(ex_, net::use_awaitable);  // a burst: let others run first
         } else {
-            const auto [ec] = co_await zmq_->fd.async_wait(net::posix::descriptor_base::wait_read);
+            // No cancellation slot: the wait's cancellation handler would point into the
+            // descriptor, which stop() destroys before the task group's cancellation is
+            // delivered; destroying it (release()) ends the wait with operation_aborted.
+            const auto [ec] = co_await zmq_->fd.async_wait(
+                net::posix::descriptor_base::wait_read,
+                net::bind_cancellation_slot(net::cancellation_slot(), use_tuple));
             if (alive && !stopped_ && ec) {
                 PDR_ERROR(kLog, "waiting on the socket failed: " + ec.message());
                 co_return;

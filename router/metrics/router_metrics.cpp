@@ -94,6 +94,34 @@ std::string_view to_string(FlowMode m) noexcept {
     return "direct";
 }
 
+// Label values of the KV-ready families, in the order of their enums.
+constexpr std::string_view kKvReadyOutcomes[] = {"matched", "early", "duplicate", "unknown",
+                                                 "malformed"};
+constexpr std::string_view kKvReadyMalformedReasons[] = {"not_msgpack", "not_map",   "no_req_id",
+                                                         "id_too_long", "multipart", "too_large"};
+constexpr std::string_view kKvReadyEvictions[] = {"ttl", "capacity"};
+constexpr std::string_view kKvReadyTimeoutPolicies[] = {"error", "proceed"};
+static_assert(std::size(kKvReadyOutcomes) == kKvReadyOutcomeCount);
+static_assert(std::size(kKvReadyMalformedReasons) == kKvReadyMalformedCount);
+static_assert(std::size(kKvReadyEvictions) == kKvReadyEvictionCount);
+static_assert(std::size(kKvReadyTimeoutPolicies) == kKvReadyTimeoutPolicyCount);
+
+std::string_view to_string(KvReadyOutcome o) noexcept {
+    return kKvReadyOutcomes[static_cast<std::size_t>(o)];
+}
+
+std::string_view to_string(KvReadyMalformed r) noexcept {
+    return kKvReadyMalformedReasons[static_cast<std::size_t>(r)];
+}
+
+std::string_view to_string(KvReadyEviction r) noexcept {
+    return kKvReadyEvictions[static_cast<std::size_t>(r)];
+}
+
+std::string_view to_string(KvReadyTimeoutPolicy p) noexcept {
+    return kKvReadyTimeoutPolicies[static_cast<std::size_t>(p)];
+}
+
 namespace {
 
 constexpr std::string_view kStatusClasses[4] = {"2xx", "3xx", "4xx", "5xx"};
@@ -133,6 +161,15 @@ prometheus::Family<Histogram>& histograms(Registry& r, const std::string& name,
     return prometheus::BuildHistogram().Name(name).Help(help).Register(r.families());
 }
 
+// One series per label value, in the values' order.
+template <std::size_t N>
+void add_each(std::array<Counter*, N>& out, prometheus::Family<Counter>& family,
+              const std::string& label, const std::string_view (&values)[N]) {
+    for (std::size_t i = 0; i < N; ++i) {
+        out[i] = &family.Add({{label, s(values[i])}});
+    }
+}
+
 Histogram& latency_histogram(prometheus::Family<Histogram>& family, const Labels& labels) {
     return family.Add(labels, latency_buckets());
 }
@@ -170,6 +207,15 @@ RouterMetrics::RouterMetrics(Registry& registry)
                           "Requests whose KV was recomputed (re-prefilled or decoded without "
                           "remote KV).")
                      .Add({})),
+      kv_ready_pending(gauges(registry, "pdrouter_kv_ready_pending",
+                              "Entries in the LMCache kv-ready table (waiting requests, "
+                              "unclaimed and finished ids kept until their TTL).")
+                           .Add({})),
+      kv_ready_wait(latency_histogram(
+          histograms(registry, "pdrouter_kv_ready_wait_seconds",
+                     "Time the LMCache flow waited for KV-ready notifications after the "
+                     "prefill answer."),
+          {})),
       registry_(registry),
       bad_requests_(counters(registry, "pdrouter_bad_requests_total",
                              "Client requests rejected, by error code.")),
@@ -239,6 +285,23 @@ RouterMetrics::RouterMetrics(Registry& registry)
     for (std::size_t i = 0; i < 2; ++i) {
         lease_refresh_requests_[i] = &lease_refresh_requests.Add({{"result", results[i]}});
     }
+    add_each(kv_ready_notifications_,
+             counters(registry, "pdrouter_kv_ready_notifications_total",
+                      "LMCache KV-ready notifications received, by outcome."),
+             "outcome", kKvReadyOutcomes);
+    add_each(kv_ready_malformed_,
+             counters(registry, "pdrouter_kv_ready_malformed_total",
+                      "LMCache KV-ready messages that were not a notification, by reason."),
+             "reason", kKvReadyMalformedReasons);
+    add_each(kv_ready_evictions_,
+             counters(registry, "pdrouter_kv_ready_evictions_total",
+                      "Entries evicted from the LMCache kv-ready table, by reason."),
+             "reason", kKvReadyEvictions);
+    add_each(kv_ready_timeouts_,
+             counters(registry, "pdrouter_kv_ready_timeouts_total",
+                      "LMCache requests whose wait for KV-ready notifications timed out, by what "
+                      "the router did then."),
+             "policy", kKvReadyTimeoutPolicies);
     auto& instances =
         gauges(registry, "pdrouter_instances", "Configured instances, by role and health.");
     const char* health[2] = {"up", "down"};
@@ -297,6 +360,23 @@ void RouterMetrics::flow_started(FlowMode mode) noexcept {
 
 void RouterMetrics::lease_refresh_request(bool ok) noexcept {
     lease_refresh_requests_[ok ? 0 : 1]->Increment();
+}
+
+void RouterMetrics::kv_ready_notification(KvReadyOutcome outcome) noexcept {
+    kv_ready_notifications_[idx(outcome)]->Increment();
+}
+
+void RouterMetrics::kv_ready_malformed(KvReadyMalformed reason) noexcept {
+    kv_ready_notifications_[idx(KvReadyOutcome::Malformed)]->Increment();
+    kv_ready_malformed_[idx(reason)]->Increment();
+}
+
+void RouterMetrics::kv_ready_evicted(KvReadyEviction reason, double n) noexcept {
+    kv_ready_evictions_[idx(reason)]->Increment(n);
+}
+
+void RouterMetrics::kv_ready_timeout(KvReadyTimeoutPolicy policy) noexcept {
+    kv_ready_timeouts_[idx(policy)]->Increment();
 }
 
 void RouterMetrics::bad_request(std::string_view code) {

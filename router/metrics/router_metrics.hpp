@@ -55,6 +55,18 @@ inline constexpr std::size_t kRoleCount = 2;
 enum class FlowMode { Pull, Push, Lmcache, Direct };
 inline constexpr std::size_t kFlowModeCount = 4;
 
+// LMCache "KV ready" notifications (router/kv/kv_ready_listener.hpp), by what became of each.
+enum class KvReadyOutcome { Matched, Early, Duplicate, Unknown, Malformed };
+inline constexpr std::size_t kKvReadyOutcomeCount = 5;
+// Why a ZMQ message was not a notification.
+enum class KvReadyMalformed { NotMsgpack, NotMap, NoReqId, IdTooLong, Multipart, TooLarge };
+inline constexpr std::size_t kKvReadyMalformedCount = 6;
+enum class KvReadyEviction { Ttl, Capacity };
+inline constexpr std::size_t kKvReadyEvictionCount = 2;
+// What the flow did when the wait for notifications timed out.
+enum class KvReadyTimeoutPolicy { Error, Proceed };
+inline constexpr std::size_t kKvReadyTimeoutPolicyCount = 2;
+
 // Label values as rendered: "completions", "chat_completions", ..., "prefill", "connect_timeout",
 // "status_4xx", "handover", "lmcache", ...
 std::string_view to_string(Route r) noexcept;
@@ -63,6 +75,10 @@ std::string_view to_string(UpstreamErrorKind k) noexcept;
 std::string_view to_string(DisconnectPhase p) noexcept;
 std::string_view to_string(Role r) noexcept;
 std::string_view to_string(FlowMode m) noexcept;
+std::string_view to_string(KvReadyOutcome o) noexcept;        // "matched", ..., "malformed"
+std::string_view to_string(KvReadyMalformed r) noexcept;      // "not_msgpack", ..., "too_large"
+std::string_view to_string(KvReadyEviction r) noexcept;       // "ttl", "capacity"
+std::string_view to_string(KvReadyTimeoutPolicy p) noexcept;  // "error", "proceed"
 // "2xx".."5xx"; statuses below 300 count as 2xx, 600 and above as 5xx.
 std::string_view status_class(int status) noexcept;
 
@@ -101,6 +117,15 @@ public:
     void flow_started(FlowMode mode) noexcept;
     // pdrouter_lease_refresh_requests_total{result="ok"|"error"}
     void lease_refresh_request(bool ok) noexcept;
+    // pdrouter_kv_ready_notifications_total{outcome}; a Malformed one through kv_ready_malformed.
+    void kv_ready_notification(KvReadyOutcome outcome) noexcept;
+    // pdrouter_kv_ready_notifications_total{outcome="malformed"} and
+    // pdrouter_kv_ready_malformed_total{reason}
+    void kv_ready_malformed(KvReadyMalformed reason) noexcept;
+    // pdrouter_kv_ready_evictions_total{reason}
+    void kv_ready_evicted(KvReadyEviction reason, double n = 1) noexcept;
+    // pdrouter_kv_ready_timeouts_total{policy}: the flow's wait for notifications timed out.
+    void kv_ready_timeout(KvReadyTimeoutPolicy policy) noexcept;
     // pdrouter_bad_requests_total{code} (OpenAI error code, e.g. "invalid_request_error");
     // creates the series on first use (takes the family's mutex).
     void bad_request(std::string_view code);
@@ -123,6 +148,8 @@ public:
     Gauge& kv_handles_held;            // pdrouter_kv_handles_held
     Histogram& kv_handover_gap;        // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
     Counter& recomputes;               // pdrouter_recomputes_total
+    Gauge& kv_ready_pending;           // pdrouter_kv_ready_pending (entries in the kv-ready table)
+    Histogram& kv_ready_wait;          // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
 
 private:
     Registry& registry_;
@@ -137,6 +164,10 @@ private:
     std::array<Counter*, kFlowModeCount> flows_{};
     std::array<Counter*, 2> lease_refresh_requests_{};           // ok, error
     std::array<std::array<Gauge*, 2>, kRoleCount> instances_{};  // [role][up, down]
+    std::array<Counter*, kKvReadyOutcomeCount> kv_ready_notifications_{};
+    std::array<Counter*, kKvReadyMalformedCount> kv_ready_malformed_{};
+    std::array<Counter*, kKvReadyEvictionCount> kv_ready_evictions_{};
+    std::array<Counter*, kKvReadyTimeoutPolicyCount> kv_ready_timeouts_{};
     // Families whose series appear on first use.
     prometheus::Family<Counter>& bad_requests_;
     prometheus::Family<Counter>& admin_requests_;

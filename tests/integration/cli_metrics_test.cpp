@@ -289,6 +289,13 @@ TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
     expect_series("pdrouter_requests_in_flight", {}, 0);
     expect_series("pdrouter_flow_requests_total", {{"mode", "pull"}}, 4);
     expect_series("pdrouter_kv_handover_gap_seconds_count", {}, 4);
+    // The LMCache KV-ready families exist (at 0) whatever the mode.
+    expect_series("pdrouter_kv_ready_notifications_total", {{"outcome", "matched"}}, 0);
+    expect_series("pdrouter_kv_ready_malformed_total", {{"reason", "not_msgpack"}}, 0);
+    expect_series("pdrouter_kv_ready_evictions_total", {{"reason", "ttl"}}, 0);
+    expect_series("pdrouter_kv_ready_timeouts_total", {{"policy", "proceed"}}, 0);
+    expect_series("pdrouter_kv_ready_pending", {}, 0);
+    expect_series("pdrouter_kv_ready_wait_seconds_count", {}, 0);
 }
 
 }  // namespace

@@ -162,6 +162,18 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "instances.",
         "# HELP pdrouter_kv_handover_gap_seconds Time from the prefill answer to the decode leg's "
         "first byte.",
+        "# HELP pdrouter_kv_ready_evictions_total Entries evicted from the LMCache kv-ready table, "
+        "by reason.",
+        "# HELP pdrouter_kv_ready_malformed_total LMCache KV-ready messages that were not a "
+        "notification, by reason.",
+        "# HELP pdrouter_kv_ready_notifications_total LMCache KV-ready notifications received, by "
+        "outcome.",
+        "# HELP pdrouter_kv_ready_pending Entries in the LMCache kv-ready table (waiting "
+        "requests, unclaimed and finished ids kept until their TTL).",
+        "# HELP pdrouter_kv_ready_timeouts_total LMCache requests whose wait for KV-ready "
+        "notifications timed out, by what the router did then.",
+        "# HELP pdrouter_kv_ready_wait_seconds Time the LMCache flow waited for KV-ready "
+        "notifications after the prefill answer.",
         "# HELP pdrouter_lease_refresh_forwarded_total Lease ids from inbound lease_refresh "
         "requests forwarded to their prefill instance.",
         "# HELP pdrouter_lease_refresh_requests_total Lease refresh requests sent to prefill "
@@ -195,6 +207,12 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# TYPE pdrouter_instances gauge",
         "# TYPE pdrouter_kv_handles_held gauge",
         "# TYPE pdrouter_kv_handover_gap_seconds histogram",
+        "# TYPE pdrouter_kv_ready_evictions_total counter",
+        "# TYPE pdrouter_kv_ready_malformed_total counter",
+        "# TYPE pdrouter_kv_ready_notifications_total counter",
+        "# TYPE pdrouter_kv_ready_pending gauge",
+        "# TYPE pdrouter_kv_ready_timeouts_total counter",
+        "# TYPE pdrouter_kv_ready_wait_seconds histogram",
         "# TYPE pdrouter_lease_refresh_forwarded_total counter",
         "# TYPE pdrouter_lease_refresh_requests_total counter",
         "# TYPE pdrouter_lease_refresh_sent_total counter",
@@ -231,6 +249,14 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_kv_handover_gap_seconds_bucket", 19},
         {"pdrouter_kv_handover_gap_seconds_count", 1},
         {"pdrouter_kv_handover_gap_seconds_sum", 1},
+        {"pdrouter_kv_ready_evictions_total", 2},
+        {"pdrouter_kv_ready_malformed_total", 6},
+        {"pdrouter_kv_ready_notifications_total", 5},
+        {"pdrouter_kv_ready_pending", 1},
+        {"pdrouter_kv_ready_timeouts_total", 2},
+        {"pdrouter_kv_ready_wait_seconds_bucket", 19},
+        {"pdrouter_kv_ready_wait_seconds_count", 1},
+        {"pdrouter_kv_ready_wait_seconds_sum", 1},
         {"pdrouter_lease_refresh_forwarded_total", 1},
         {"pdrouter_lease_refresh_requests_total", 2},
         {"pdrouter_lease_refresh_sent_total", 1},
@@ -273,6 +299,38 @@ TEST(RouterMetrics, RequestDurationBucketsAfterOneObservation) {
     EXPECT_TRUE(contains(t, "pdrouter_request_duration_seconds_count{route=\"models\"} 0\n"));
 }
 
+TEST(RouterMetrics, KvReadySeries) {
+    Registry r;
+    RouterMetrics m(r);
+    const std::string zero = r.render();
+    EXPECT_TRUE(contains(zero, "pdrouter_kv_ready_notifications_total{outcome=\"early\"} 0\n"));
+    EXPECT_TRUE(contains(zero, "pdrouter_kv_ready_malformed_total{reason=\"multipart\"} 0\n"));
+    EXPECT_TRUE(contains(zero, "pdrouter_kv_ready_evictions_total{reason=\"ttl\"} 0\n"));
+    EXPECT_TRUE(contains(zero, "pdrouter_kv_ready_timeouts_total{policy=\"proceed\"} 0\n"));
+    m.kv_ready_notification(KvReadyOutcome::Matched);
+    m.kv_ready_notification(KvReadyOutcome::Unknown);
+    m.kv_ready_malformed(KvReadyMalformed::TooLarge);
+    m.kv_ready_malformed(KvReadyMalformed::NoReqId);
+    m.kv_ready_evicted(KvReadyEviction::Capacity, 3);
+    m.kv_ready_timeout(KvReadyTimeoutPolicy::Error);
+    m.kv_ready_pending.Set(7);
+    m.kv_ready_wait.Observe(0.02);
+    const std::string t = r.render();
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_notifications_total{outcome=\"matched\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_notifications_total{outcome=\"unknown\"} 1\n"));
+    // A malformed message counts once as an outcome and once under its reason.
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_notifications_total{outcome=\"malformed\"} 2\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_malformed_total{reason=\"too_large\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_malformed_total{reason=\"no_req_id\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_malformed_total{reason=\"not_msgpack\"} 0\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_evictions_total{reason=\"capacity\"} 3\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_timeouts_total{policy=\"error\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_timeouts_total{policy=\"proceed\"} 0\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_pending 7\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_wait_seconds_bucket{le=\"0.025\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_kv_ready_wait_seconds_bucket{le=\"0.01\"} 0\n"));
+}
+
 // Runs `promtool check metrics` on text; returns its exit status and output.
 int promtool_check(const std::string& text, std::string& output) {
     auto dir = std::filesystem::temp_directory_path();
@@ -310,6 +368,8 @@ TEST(RouterMetrics, PromtoolAcceptsTheExposition) {
     InstanceMetrics gone = m.instance(Role::Prefill, "p:1");
     m.remove_instance(Role::Prefill, "p:1");
     gone.requests.Increment();
+    m.kv_ready_malformed(KvReadyMalformed::Multipart);
+    m.kv_ready_wait.Observe(0.3);
     prometheus::BuildCounter()
         .Name("pdrouter_escape_check_total")
         .Help("Label values with a quote, a backslash and a newline.")

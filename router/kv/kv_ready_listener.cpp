@@ -1,0 +1,373 @@
+// KvReadyListener: LMCache "KV ready" notifications from a ZMQ PULL socket, driven by the
+// router's executor through the socket's ZMQ_FD (PROTOCOLS.md §5).
+#include "router/kv/kv_ready_listener.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <zmq.hpp>
+
+#include "net/common/log.hpp"
+#include "router/kv/kv_ready_frame.hpp"
+
+namespace pdr::kv {
+
+// A wait's timer, in the waiting coroutine's frame; the table keeps a pointer to it while the
+// wait runs so that the completing notification (or stop()) can cancel it.
+struct KvReadyWaker {
+    Timer timer;
+};
+
+namespace {
+
+constexpr std::string_view kLog = "kv-ready";
+using Descriptor = TupleToken::as_default_on_t<net::posix::stream_descriptor>;
+
+metrics::KvReadyOutcome outcome_of(KvReadyTable::Outcome o) noexcept {
+    switch (o) {
+        case KvReadyTable::Outcome::Matched:
+            return metrics::KvReadyOutcome::Matched;
+        case KvReadyTable::Outcome::Early:
+            return metrics::KvReadyOutcome::Early;
+        case KvReadyTable::Outcome::Duplicate:
+            return metrics::KvReadyOutcome::Duplicate;
+        case KvReadyTable::Outcome::Unknown:
+            return metrics::KvReadyOutcome::Unknown;
+    }
+    return metrics::KvReadyOutcome::Unknown;
+}
+
+std::string_view refusal(KvReadyTable::Expect e) noexcept {
+    switch (e) {
+        case KvReadyTable::Expect::Ok:
+            return {};
+        case KvReadyTable::Expect::Full:
+            return "kv-ready table full";
+        case KvReadyTable::Expect::InUse:
+            return "kv-ready: req_id already registered";
+        case KvReadyTable::Expect::BadId:
+            return "kv-ready: req_id empty or longer than 256 bytes";
+    }
+    return "kv-ready: refused";
+}
+
+bool is_ipv6_bind(std::string_view bind) {
+    return bind.substr(0, 7) == "tcp://[";
+}
+
+}  // namespace
+
+std::string_view to_string(WaitEnd e) noexcept {
+    switch (e) {
+        case WaitEnd::Ready:
+            return "ready";
+        case WaitEnd::TimedOut:
+            return "timed_out";
+        case WaitEnd::Stopped:
+            return "stopped";
+        case WaitEnd::Cancelled:
+            return "cancelled";
+    }
+    return "stopped";
+}
+
+struct KvReadyListener::Zmq {
+    explicit Zmq(const net::any_io_executor& ex)
+        : context(1), socket(context, zmq::socket_type::pull), fd(ex) {}
+    ~Zmq() {
+        // libzmq owns the descriptor: take it back from Asio (which cancels a pending wait)
+        // before the socket closes it.
+        (void)fd.release();
+    }
+    zmq::context_t context;
+    zmq::socket_t socket;
+    Descriptor fd;
+};
+
+// ---- Registration ---------------------------------------------------------------------------
+
+KvReadyListener::Registration::Registration(Registration&& o) noexcept
+    : owner_(std::exchange(o.owner_, nullptr)),
+      id_(std::move(o.id_)),
+      expected_(o.expected_),
+      error_(o.error_) {}
+
+KvReadyListener::Registration& KvReadyListener::Registration::operator=(Registration&& o) noexcept {
+    if (this != &o) {
+        reset();
+        owner_ = std::exchange(o.owner_, nullptr);
+        id_ = std::move(o.id_);
+        expected_ = o.expected_;
+        error_ = o.error_;
+    }
+    return *this;
+}
+
+void KvReadyListener::Registration::reset() {
+    if (auto* k = std::exchange(owner_, nullptr)) {
+        k->table_.release(id_, Clock::now());
+        k->publish();
+    }
+}
+
+std::size_t KvReadyListener::Registration::received() const {
+    return owner_ == nullptr ? 0 : owner_->table_.received(id_);
+}
+
+bool KvReadyListener::Registration::ready() const {
+    return owner_ != nullptr && owner_->table_.ready(id_);
+}
+
+awaitable<WaitEnd> KvReadyListener::Registration::wait(Clock::time_point deadline) {
+    KvReadyListener* k = owner_;
+    if (k == nullptr || k->stopped_) {
+        co_return WaitEnd::Stopped;
+    }
+    k->table_.start_wait(id_);
+    if (k->table_.ready(id_)) {
+        co_return WaitEnd::Ready;
+    }
+    const net::cancellation_state before = co_await net::this_coro::cancellation_state;
+    if (before.cancelled() != net::cancellation_type::none) {
+        co_return WaitEnd::Cancelled;
+    }
+    // Clears the table's pointer to the waker however the frame ends.
+    struct Armed {
+        KvReadyTable& table;
+        const std::string& id;
+        KvReadyWaker waker;
+        ~Armed() { table.set_waker(id, nullptr); }
+    } armed{k->table_, id_, KvReadyWaker{Timer(k->ex_, deadline)}};
+    k->table_.set_waker(id_, &armed.waker);
+    const auto [ec] = co_await armed.waker.timer.async_wait();
+    if (k->table_.ready(id_)) {
+        co_return WaitEnd::Ready;
+    }
+    if (k->stopped_) {
+        co_return WaitEnd::Stopped;
+    }
+    const net::cancellation_state after = co_await net::this_coro::cancellation_state;
+    if (ec && after.cancelled() != net::cancellation_type::none) {
+        co_return WaitEnd::Cancelled;
+    }
+    co_return WaitEnd::TimedOut;
+}
+
+// ---- Listener -------------------------------------------------------------------------------
+
+KvReadyListener::KvReadyListener(net::any_io_executor ex, KvReadyOptions opts,
+                                 metrics::RouterMetrics& m)
+    : ex_(std::move(ex)),
+      opts_(std::move(opts)),
+      metrics_(m),
+      table_(KvReadyTable::Options{opts_.ttl, opts_.max_pending}),
+      sweep_timer_(ex_),
+      tasks_(ex_) {
+    opts_.max_frame_bytes = std::max<std::size_t>(opts_.max_frame_bytes, 1);
+    publish();
+}
+
+KvReadyListener::~KvReadyListener() {
+    stop();
+}
+
+bool KvReadyListener::start(std::string& error) {
+    if (started_ || stopped_) {
+        error = started_ ? "kv-ready listener already started" : "kv-ready listener stopped";
+        return false;
+    }
+    if (opts_.bind.substr(0, 6) != "tcp://") {
+        error = "kv-ready bind address '" + opts_.bind + "' is not tcp://HOST:PORT";
+        return false;
+    }
+    std::unique_ptr<Zmq> z;
+    try {
+        z = std::make_unique<Zmq>(ex_);
+        z->socket.set(zmq::sockopt::linger, 0);
+        z->socket.set(zmq::sockopt::rcvhwm, opts_.rcvhwm);
+        z->socket.set(zmq::sockopt::maxmsgsize,
+                      static_cast<std::int64_t>(opts_.max_frame_bytes) * kMaxMsgFactor);
+        z->socket.set(zmq::sockopt::ipv6, is_ipv6_bind(opts_.bind));
+        z->socket.bind(opts_.bind);
+        endpoint_ = z->socket.get(zmq::sockopt::last_endpoint);
+        z->fd.assign(z->socket.get(zmq::sockopt::fd));
+    } catch (const zmq::error_t& e) {
+        error = "kv-ready socket: cannot bind " + opts_.bind + ": " + e.what();
+        return false;
+    } catch (const boost::system::system_error& e) {
+        error = std::string("kv-ready socket: cannot watch its descriptor: ") + e.what();
+        return false;
+    }
+    zmq_ = std::move(z);
+    started_ = true;
+    PDR_INFO(kLog, "listening on " + endpoint_);
+    tasks_.spawn(receive_loop());
+    tasks_.spawn(sweep_loop());
+    return true;
+}
+
+void KvReadyListener::stop() {
+    if (stopped_) {
+        return;
+    }
+    stopped_ = true;
+    sweep_timer_.cancel();
+    tasks_.stop();
+    zmq_.reset();  // linger 0: closes at once
+    for (KvReadyWaker* w : table_.wakers()) {
+        w->timer.cancel();
+    }
+}
+
+KvReadyListener::Registration KvReadyListener::expect(std::string req_id, std::size_t expected) {
+    if (stopped_) {
+        return Registration(std::string_view("kv-ready listener stopped"));
+    }
+    const KvReadyTable::Expect r = table_.expect(req_id, expected, Clock::now());
+    publish();
+    if (r != KvReadyTable::Expect::Ok) {
+        return Registration(refusal(r));
+    }
+    return Registration(this, std::move(req_id), std::max<std::size_t>(expected, 1));
+}
+
+void KvReadyListener::publish() {
+    const KvReadyTable::Evictions& e = table_.evictions();
+    if (e.ttl != published_.ttl) {
+        metrics_.kv_ready_evicted(metrics::KvReadyEviction::Ttl,
+                                  static_cast<double>(e.ttl - published_.ttl));
+    }
+    if (e.capacity != published_.capacity) {
+        metrics_.kv_ready_evicted(metrics::KvReadyEviction::Capacity,
+                                  static_cast<double>(e.capacity - published_.capacity));
+    }
+    published_ = e;
+    metrics_.kv_ready_pending.Set(static_cast<double>(table_.size()));
+}
+
+void KvReadyListener::on_frame(std::string_view bytes, Clock::time_point now) {
+    KvReadyFrame frame = decode_kv_ready(bytes, opts_.max_frame_bytes);
+    if (!frame.ok()) {
+        note_malformed(*frame.malformed, now);
+        return;
+    }
+    const KvReadyTable::Arrival a = table_.arrive(frame.req_id, now);
+    metrics_.kv_ready_notification(outcome_of(a.outcome));
+    if (a.wake != nullptr) {
+        a.wake->timer.cancel();
+    }
+    if (a.outcome == KvReadyTable::Outcome::Unknown) {
+        ++unknown_since_log_;
+        log_problems(now);
+    }
+}
+
+void KvReadyListener::note_malformed(metrics::KvReadyMalformed reason, Clock::time_point now) {
+    metrics_.kv_ready_malformed(reason);
+    ++malformed_since_log_[static_cast<std::size_t>(reason)];
+    log_problems(now);
+}
+
+void KvReadyListener::log_problems(Clock::time_point now) {
+    if (last_log_ != Clock::time_point{} && now - last_log_ < kLogInterval) {
+        return;
+    }
+    std::string text;
+    for (std::size_t r = 0; r < malformed_since_log_.size(); ++r) {
+        if (malformed_since_log_[r] != 0) {
+            text += (text.empty() ? "" : ", ") +
+                    std::string(to_string(static_cast<metrics::KvReadyMalformed>(r))) + " " +
+                    std::to_string(malformed_since_log_[r]);
+        }
+    }
+    if (text.empty() && unknown_since_log_ == 0) {
+        return;
+    }
+    std::string line = text.empty() ? "no malformed messages" : "malformed messages (" + text + ")";
+    line += " and " + std::to_string(unknown_since_log_) +
+            " notification(s) for unknown req_ids since the previous warning (one per " +
+            std::to_string(kLogInterval.count() / 1000) + " s at most)";
+    PDR_WARN(kLog, line);
+    malformed_since_log_ = {};
+    unknown_since_log_ = 0;
+    last_log_ = now;
+}
+
+KvReadyListener::Drain KvReadyListener::drain() {
+    zmq::socket_t& sock = zmq_->socket;
+    zmq::message_t msg;
+    const Clock::time_point now = Clock::now();
+    std::size_t taken = 0;
+    try {
+        for (;;) {
+            // Until EAGAIN, then ZMQ_EVENTS: reading it processes libzmq's pending commands and
+            // re-arms the edge-triggered ZMQ_FD; POLLIN there means more arrived meanwhile.
+            while (taken < kBatch && sock.recv(msg, zmq::recv_flags::dontwait)) {
+                ++taken;
+                if (!msg.more()) {
+                    on_frame(msg.to_string_view(), now);
+                    continue;
+                }
+                while (msg.more() && sock.recv(msg, zmq::recv_flags::dontwait)) {
+                }
+                note_malformed(metrics::KvReadyMalformed::Multipart, now);
+            }
+            const bool readable = (sock.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+            if (!readable) {
+                publish();
+                return Drain::Empty;
+            }
+            if (taken >= kBatch) {
+                publish();
+                return Drain::More;
+            }
+        }
+    } catch (const zmq::error_t& e) {
+        publish();
+        if (e.num() == EINTR) {
+            return Drain::More;
+        }
+        PDR_ERROR(kLog, std::string("receiving stopped: ") + e.what());
+        return Drain::Failed;
+    }
+}
+
+awaitable<void> KvReadyListener::receive_loop() {
+    const TaskGroup::Alive alive = tasks_.alive();
+    while (!stopped_) {
+        const Drain d = drain();
+        if (d == Drain::Failed) {
+            co_return;
+        }
+        if (d == Drain::More) {
+            co_await net::post(ex_, net::use_awaitable);  // a burst: let others run first
+        } else {
+            const auto [ec] = co_await zmq_->fd.async_wait(net::posix::descriptor_base::wait_read);
+            if (alive && !stopped_ && ec) {
+                PDR_ERROR(kLog, "waiting on the socket failed: " + ec.message());
+                co_return;
+            }
+        }
+        if (!alive) {
+            co_return;
+        }
+    }
+}
+
+awaitable<void> KvReadyListener::sweep_loop() {
+    const TaskGroup::Alive alive = tasks_.alive();
+    const Duration tick = std::max<Duration>(opts_.ttl / 4, Duration{1});
+    while (!stopped_) {
+        sweep_timer_.expires_after(tick);
+        co_await sweep_timer_.async_wait();
+        if (!alive || stopped_) {
+            co_return;
+        }
+        const Clock::time_point now = Clock::now();
+        table_.sweep(now);
+        publish();
+        log_problems(now);
+    }
+}
+
+}  // namespace pdr::kv

@@ -1,0 +1,161 @@
+#pragma once
+// KvReadyListener (PROTOCOLS.md §5, step 3): the router's ZMQ PULL socket for LMCache's "KV ready"
+// notifications, and the waits of the requests that expect them.
+//
+//   auto reg = kv_ready.expect(req_id, d_tp_size);   // before P gets the request
+//   if (!reg.ok()) → 503 with reg.error()
+//   ... P answers ...
+//   WaitEnd end = co_await reg.wait(deadline);        // Ready | TimedOut | Stopped | Cancelled
+//   ... D leg; `reg` goes out of scope when the request ends
+//
+// Each prefill TP rank PUSHes one msgpack map per finished request (kv_ready_frame.hpp); the
+// counting, and what happens to notifications nobody waits for, is KvReadyTable's. A wait ends
+// when `expected` notifications arrived for the id, at the deadline, at stop(), or at once when
+// the awaiting coroutine is cancelled through its cancellation slot: the server's client-gone
+// signal (terminal), or any type the coroutine's filter lets through (total, with
+// enable_total_cancellation; nothing is left half done). The Registration's destruction then
+// turns the entry into a tombstone. One steady_timer per wait, cancelled by the notification
+// that completes it.
+//
+// Asio integration: the socket's ZMQ_FD in a posix::stream_descriptor. ZMQ_FD is edge-
+// triggered, so each wake-up receives with ZMQ_DONTWAIT until EAGAIN and then re-reads
+// ZMQ_EVENTS (which also re-arms the descriptor) before waiting again; at most kBatch messages
+// are taken before the loop lets other handlers run. No thread of ours, no polling.
+//
+// Frame limits: a message larger than max_frame_bytes is counted as malformed (too_large) and
+// dropped; ZMQ_MAXMSGSIZE is kMaxMsgFactor × max_frame_bytes, and a peer that sends a message
+// larger than that is disconnected by libzmq (its PUSH socket reconnects; that message and any
+// it had in flight are lost and counted nowhere). Memory: at most max_pending entries of at most
+// KvReadyTable::kMaxIdBytes of id each, plus rcvhwm queued messages.
+//
+// Single-threaded: every member runs on the executor passed in. Lifetime: Registrations must not
+// outlive the listener; call stop() and let the io_context finish before destroying it.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "net/common/io.hpp"
+#include "net/common/task_group.hpp"
+#include "router/kv/kv_ready_table.hpp"
+#include "router/metrics/router_metrics.hpp"
+
+namespace pdr::kv {
+
+enum class WaitEnd {
+    Ready,      // `expected` notifications arrived
+    TimedOut,   // the deadline passed first
+    Stopped,    // the listener stopped (or the Registration is empty)
+    Cancelled,  // the awaiting coroutine was cancelled (the client went away)
+};
+std::string_view to_string(WaitEnd e) noexcept;  // "ready", "timed_out", "stopped", "cancelled"
+
+struct KvReadyOptions {
+    std::string bind;      // tcp://HOST:PORT; port 0 (or `*` for the host) binds what is free
+    Duration ttl{30'000};  // how long unclaimed notifications and finished ids are kept
+    std::size_t max_pending = 65'536;  // entries in the table, at most
+    std::size_t max_frame_bytes = 4096;
+    int rcvhwm = 1000;  // ZMQ_RCVHWM: messages queued in the socket, at most
+};
+
+class KvReadyListener {
+public:
+    static constexpr std::size_t kBatch = 256;        // messages per turn of the loop
+    static constexpr std::int64_t kMaxMsgFactor = 4;  // ZMQ_MAXMSGSIZE / max_frame_bytes
+    static constexpr Duration kLogInterval{10'000};   // malformed/unknown summary, at most
+
+    KvReadyListener(net::any_io_executor ex, KvReadyOptions opts, metrics::RouterMetrics& m);
+    ~KvReadyListener();
+    KvReadyListener(const KvReadyListener&) = delete;
+    KvReadyListener& operator=(const KvReadyListener&) = delete;
+
+    // Binds the PULL socket and starts receiving and sweeping. False with a message in `error`
+    // (not tcp://, bad address, port in use, already started or stopped).
+    bool start(std::string& error);
+    // Closes the socket (linger 0), stops the loops and ends every wait with Stopped; later
+    // expect() calls are refused. Idempotent.
+    void stop();
+    // The endpoint actually bound (ZMQ_LAST_ENDPOINT, e.g. tcp://127.0.0.1:41234) after start().
+    const std::string& endpoint() const noexcept { return endpoint_; }
+
+    // Move-only RAII: a request's claim on its id's notifications. Destruction (or reset())
+    // ends it: the entry becomes a tombstone until the TTL. Not to be moved while wait() runs.
+    class Registration {
+    public:
+        Registration() = default;
+        Registration(Registration&& o) noexcept;
+        Registration& operator=(Registration&& o) noexcept;
+        Registration(const Registration&) = delete;
+        Registration& operator=(const Registration&) = delete;
+        ~Registration() { reset(); }
+
+        bool ok() const noexcept { return owner_ != nullptr; }
+        explicit operator bool() const noexcept { return ok(); }
+        // Why expect() refused ("kv-ready table full", ...); empty when ok().
+        std::string_view error() const noexcept { return error_; }
+        const std::string& req_id() const noexcept { return id_; }
+        std::size_t expected() const noexcept { return expected_; }
+        std::size_t received() const;  // notifications counted for the id so far
+        bool ready() const;            // received() >= expected()
+
+        // Waits until ready, the deadline, stop() or cancellation (see the top of the file).
+        // Notifications that arrived before are counted; ready at once if they suffice.
+        awaitable<WaitEnd> wait(Clock::time_point deadline);
+
+        void reset();  // same as destruction
+
+    private:
+        friend class KvReadyListener;
+        Registration(KvReadyListener* owner, std::string id, std::size_t expected)
+            : owner_(owner), id_(std::move(id)), expected_(expected) {}
+        explicit Registration(std::string_view error) : error_(error) {}
+
+        KvReadyListener* owner_ = nullptr;
+        std::string id_;
+        std::size_t expected_ = 0;
+        std::string_view error_;
+    };
+
+    // Registers `req_id` for `expected` notifications (D's TP size; at least 1). Refused (check
+    // ok()) when the table is full of live registrations, the id is registered already, is empty
+    // or longer than KvReadyTable::kMaxIdBytes, or the listener stopped.
+    Registration expect(std::string req_id, std::size_t expected);
+
+    const KvReadyTable& table() const noexcept { return table_; }
+
+private:
+    struct Zmq;  // context, PULL socket and its ZMQ_FD (zmq.hpp stays out of this header)
+    enum class Drain { Empty, More, Failed };
+
+    Drain drain();
+    void on_frame(std::string_view bytes, Clock::time_point now);
+    void note_malformed(metrics::KvReadyMalformed reason, Clock::time_point now);
+    void log_problems(Clock::time_point now);
+    void publish();  // table size and new evictions → metrics
+    awaitable<void> receive_loop();
+    awaitable<void> sweep_loop();
+
+    net::any_io_executor ex_;
+    KvReadyOptions opts_;
+    metrics::RouterMetrics& metrics_;
+    KvReadyTable table_;
+    KvReadyTable::Evictions published_;
+    std::unique_ptr<Zmq> zmq_;
+    std::string endpoint_;
+
+    // Problems since the last warning: malformed by reason, then unknown ids.
+    std::array<std::uint64_t, metrics::kKvReadyMalformedCount> malformed_since_log_{};
+    std::uint64_t unknown_since_log_ = 0;
+    Clock::time_point last_log_{};
+
+    Timer sweep_timer_;
+    bool started_ = false;
+    bool stopped_ = false;
+    // The receive and sweep loops. Last member: destroyed first, so a loop resuming later
+    // touches nothing.
+    TaskGroup tasks_;
+};
+
+}  // namespace pdr::kv

@@ -381,6 +381,7 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
             case Kind::ConfigFile:
             case Kind::Help:
             case Kind::Version:
+            case Kind::CheckConfig:
                 break;  // handled while scanning the command line
         }
     }

@@ -172,6 +172,9 @@ const std::array kOptions = {
            .in_file = false},
     Option{.name = "help", .kind = Kind::Help, .meta = "", .help = "print this help and exit",
            .in_file = false},
+    Option{.name = "check-config", .kind = Kind::CheckConfig, .meta = "",
+           .help = "check the configuration and exit, starting nothing (0: OK, 2: an error)",
+           .in_file = false},
     // clang-format on
 };
 
@@ -235,7 +238,7 @@ std::string help_text() {
         "\nEnvironment:\n"
         "  ADMIN_API_KEY                   same as --admin-api-key\n"
         "  OPENAI_API_KEY                  same as --upstream-api-key\n"
-        "\nExit status: 0 on --help/--version, 2 on a configuration error.\n";
+        "\nExit status: 0 on --help/--version/--check-config, 2 on a configuration error.\n";
     return out;
 }
 

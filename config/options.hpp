@@ -32,6 +32,8 @@ enum class Kind {
     ConfigFile,  // --config (command line only)
     Help,        // command line only
     Version,     // command line only
+    // command line only: check everything, print "configuration OK", exit 0
+    CheckConfig,
 };
 
 using ::pdr::Role;
@@ -66,7 +68,8 @@ inline bool is_list(Kind k) {
 }
 // True for kinds that take no value on the command line.
 inline bool is_switch(Kind k) {
-    return k == Kind::SetTrue || k == Kind::SetFalse || k == Kind::Help || k == Kind::Version;
+    return k == Kind::SetTrue || k == Kind::SetFalse || k == Kind::Help || k == Kind::Version ||
+           k == Kind::CheckConfig;
 }
 
 // One setting as found in one source, before validation.

@@ -96,6 +96,7 @@ void check_lmcache(Config& cfg) {
 ParseOutcome parse_command_line(int argc, const char* const* argv,
                                 const std::function<const char*(const char*)>& getenv_fn) {
     ParseOutcome outcome;
+    bool check_only = false;  // --check-config
     try {
         std::vector<RawSetting> flags;
         for (int i = 1; i < argc; ++i) {
@@ -118,7 +119,8 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
             }
             RawSetting s{o, name, {}};
             if (eq != std::string_view::npos) {
-                if (o->kind == Kind::Help || o->kind == Kind::Version) {
+                if (o->kind == Kind::Help || o->kind == Kind::Version ||
+                    o->kind == Kind::CheckConfig) {
                     fail("pdrouter: --" + name + " takes no value");
                 }
                 s.values.emplace_back(body.substr(eq + 1));
@@ -143,6 +145,10 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
                 outcome.action = ParseOutcome::Action::Exit;
                 outcome.output = version_text();
                 return outcome;
+            }
+            if (o->kind == Kind::CheckConfig) {
+                check_only = true;
+                continue;
             }
             if (o->kind == Kind::ConfigFile) {
                 if (s.values.front().empty()) {
@@ -200,6 +206,10 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
         outcome.exit_code = 2;
         outcome.output = std::string("pdrouter: cannot read the configuration: ") + e.what() + "\n";
         outcome.config = Config{};
+    }
+    if (check_only && outcome.action == ParseOutcome::Action::Run) {
+        outcome.action = ParseOutcome::Action::Exit;
+        outcome.output = "configuration OK\n";
     }
     return outcome;
 }

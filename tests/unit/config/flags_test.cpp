@@ -299,6 +299,21 @@ TEST(ConfigFlags, HelpAndVersionExitZero) {
     EXPECT_EQ(version(), PDR_TEST_PROJECT_VERSION);
 }
 
+TEST(ConfigFlags, CheckConfigValidatesEverythingAndStartsNothing) {
+    auto ok = parse(with_instances({"--check-config", "--port", "9000"}));
+    EXPECT_EQ(ok.action, ParseOutcome::Action::Exit);
+    EXPECT_EQ(ok.exit_code, 0);
+    EXPECT_EQ(ok.output, "configuration OK\n");
+    // The file is read and checked as at start-up, wherever the flag stands.
+    TempFile bad(".yaml", "prefill: 127.0.0.1:8100\ndecode: 127.0.0.1:8200\ncolour: red\n");
+    auto r = parse({"--check-config", "--config", bad.path()});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.output.find("unknown key 'colour'"), std::string::npos) << r.output;
+    EXPECT_EQ(parse({"--check-config", "--prefill", "127.0.0.1:8100"}).exit_code, 2);
+    EXPECT_EQ(parse(with_instances({"--check-config=yes"})).exit_code, 2);
+    EXPECT_EQ(parse(with_instances({"--check-config", "--help"})).output, help_text());
+}
+
 TEST(ConfigFlags, HelpMentionsEveryFlagAndEnv) {
     std::string h = help_text();
     for (const char* flag : {"--host",
@@ -310,6 +325,7 @@ TEST(ConfigFlags, HelpMentionsEveryFlagAndEnv) {
                              "--admin-api-key",
                              "--upstream-api-key",
                              "--config",
+                             "--check-config",
                              "--connect-timeout-ms",
                              "--prefill-timeout-ms",
                              "--decode-timeout-ms",

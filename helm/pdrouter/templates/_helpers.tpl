@@ -1,0 +1,136 @@
+{{/* Names and labels. */}}
+{{- define "pdrouter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "pdrouter.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pdrouter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pdrouter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "pdrouter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "pdrouter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* shutdown_grace_ms as an integer (0 is a valid value, so no `default`). */}}
+{{- define "pdrouter.shutdownGraceMs" -}}
+{{- if hasKey .Values.router "shutdown_grace_ms" -}}
+{{- int64 .Values.router.shutdown_grace_ms -}}
+{{- else -}}
+10000
+{{- end -}}
+{{- end -}}
+
+{{/*
+terminationGracePeriodSeconds: above preStop's sleep plus pdrouter's drain, or the kubelet kills
+the router while requests still finish.
+*/}}
+{{- define "pdrouter.terminationGracePeriodSeconds" -}}
+{{- $graceS := div (add (include "pdrouter.shutdownGraceMs" . | int64) 999) 1000 -}}
+{{- $needed := add (int64 .Values.preStopSleepSeconds) $graceS -}}
+{{- if eq (toString .Values.terminationGracePeriodSeconds) "" -}}
+{{- add $needed (int64 .Values.terminationGraceMarginSeconds) -}}
+{{- else if le (int64 .Values.terminationGracePeriodSeconds) $needed -}}
+{{- fail (printf "terminationGracePeriodSeconds %d must be above preStopSleepSeconds + router.shutdown_grace_ms (%d s), or the router is killed while it drains" (int64 .Values.terminationGracePeriodSeconds) $needed) -}}
+{{- else -}}
+{{- int64 .Values.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The checks that stop a render with a clear message. */}}
+{{- define "pdrouter.validate" -}}
+{{- if not (has .Values.kvMode (list "pull" "lmcache")) -}}
+{{- fail (printf "kvMode %q: expected pull or lmcache (push mode is a placeholder until pdrouter has it)" (toString .Values.kvMode)) -}}
+{{- end -}}
+{{- range $key := list "admin_api_key" "upstream_api_key" -}}
+{{- if hasKey $.Values.router $key -}}
+{{- fail (printf "router.%s: keys are not written into the ConfigMap; name a Secret in secrets.adminApiKey / secrets.upstreamApiKey" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key := list "port" "prefill" "decode" "kv_mode" "kv_ready_bind" "config" "demo" "port_file" -}}
+{{- if hasKey $.Values.router $key -}}
+{{- fail (printf "router.%s is set by the chart: use containerPort, prefill, decode, kvMode or lmcache.kvReadyPort" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $_ := $.Values.router -}}
+{{- if or (hasPrefix "lmcache_" $key) (hasPrefix "kv_ready_" $key) (eq $key "on_kv_ready_timeout") -}}
+{{- fail (printf "router.%s: lmcache keys go under lmcache:" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $e := .Values.extraEnv -}}
+{{- if and (has $e.name (list "ADMIN_API_KEY" "OPENAI_API_KEY")) (hasKey $e "value") -}}
+{{- fail (printf "extraEnv %s: take keys from a Secret (secrets.adminApiKey / secrets.upstreamApiKey), never an inline value" $e.name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq .Values.kvMode "lmcache") (or .Values.autoscaling.enabled (gt (int64 .Values.replicaCount) 1)) -}}
+{{- fail "kvMode lmcache takes one router replica (replicaCount 1, autoscaling off): every prefill engine sends its KV-ready notifications to the one address its LMCache config names, so a second replica would wait for notifications that reach the first; run one release per prefill group instead" -}}
+{{- end -}}
+{{- if and .Values.podDisruptionBudget.enabled (ne (toString .Values.podDisruptionBudget.maxUnavailable) "") (ne (toString .Values.podDisruptionBudget.minAvailable) "") -}}
+{{- fail "podDisruptionBudget: set maxUnavailable or minAvailable, not both" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+router.yaml: pdrouter's config file. Keys are pdrouter's (docs/configuration.md); the render test
+runs `pdrouter --config router.yaml --check-config` on it.
+*/}}
+{{- define "pdrouter.routerConfig" -}}
+{{- include "pdrouter.validate" . -}}
+{{- $cfg := dict "port" (int64 .Values.containerPort) "prefill" .Values.prefill "decode" .Values.decode "kv_mode" .Values.kvMode -}}
+{{- range $key, $value := .Values.router -}}
+{{- if ne (toString $value) "" -}}
+{{- $_ := set $cfg $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- if eq .Values.kvMode "lmcache" -}}
+{{- $_ := set $cfg "kv_ready_bind" (printf "tcp://0.0.0.0:%d" (int64 .Values.lmcache.kvReadyPort)) -}}
+{{- range $key, $value := .Values.lmcache -}}
+{{- if and (ne $key "kvReadyPort") (ne (toString $value) "") (ne (toString $value) "[]") -}}
+{{- $_ := set $cfg $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+# pdrouter configuration, rendered by the pdrouter Helm chart (keys: docs/configuration.md).
+{{ toYaml $cfg }}
+{{- end -}}
+
+{{/* The container's environment: keys only by secretKeyRef. */}}
+{{- define "pdrouter.env" -}}
+{{- with .Values.secrets.adminApiKey }}
+{{- if .name }}
+- name: ADMIN_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ required "secrets.adminApiKey.key: the key in the Secret" .key }}
+{{- end }}
+{{- end }}
+{{- with .Values.secrets.upstreamApiKey }}
+{{- if .name }}
+- name: OPENAI_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ required "secrets.upstreamApiKey.key: the key in the Secret" .key }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

@@ -3,6 +3,8 @@ find_package(Threads REQUIRED)
 find_package(Boost 1.81 REQUIRED CONFIG)
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(CURL REQUIRED)
+# ZMQ (cppzmq headers + libzmq): LMCache mode's "KV ready" notifications (issue 16).
+find_package(cppzmq 4.9 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
 # The /metrics registry and text format (prometheus-cpp::core only: our own server serves it).

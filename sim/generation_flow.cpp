@@ -382,7 +382,12 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     plan.split_first_event = Duration{fault ? fault->split_first_event_ms : 0};
 
     if (cfg.role == Role::Prefill && cfg.kv_mode == KvMode::Lmcache && g.kv_params) {
-        co_await lmcache_prefill(*this, x, *ctx, g, fault ? fault->lmcache : LmcacheFault{}, plan);
+        // (Not a conditional expression inside the co_await: GCC 12 frees its temporary early.)
+        LmcacheFault lf;
+        if (fault) {
+            lf = fault->lmcache;
+        }
+        co_await lmcache_prefill(*this, x, *ctx, std::move(g), std::move(lf), std::move(plan));
         co_return;
     }
     if (cfg.role == Role::Prefill) {

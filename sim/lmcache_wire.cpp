@@ -39,30 +39,36 @@ bool magic_is(const unsigned char* p, std::string_view magic) {
 
 // The 8-byte messages (Hello, KvAck): magic, version, status, rank.
 template <class Status>
-std::array<unsigned char, 8> encode_small(std::string_view magic, Status status, int rank) {
+std::array<unsigned char, 8> encode_small(std::string_view magic, const RankStatus<Status>& m) {
     std::array<unsigned char, 8> out{};
     std::memcpy(out.data(), magic.data(), 4);
     unsigned char* p = out.data() + 4;
     put(p, kWireVersion, 1);
-    put(p, static_cast<std::uint8_t>(status), 1);
-    put(p, static_cast<std::uint64_t>(rank), 2);
+    put(p, static_cast<std::uint8_t>(m.status), 1);
+    put(p, static_cast<std::uint64_t>(m.rank), 2);
     return out;
 }
 
-// False when the magic or version is wrong or the status is above `max_status`.
-bool decode_small(std::span<const unsigned char, 8> in, std::string_view magic,
-                  std::uint8_t max_status, std::uint8_t& status, int& rank) {
+// Nothing when the magic or version is wrong or the status is above `max_status`.
+template <class Status>
+std::optional<RankStatus<Status>> decode_small(std::span<const unsigned char, 8> in,
+                                               std::string_view magic, Status max_status) {
     const unsigned char* p = in.data();
     if (!magic_is(p, magic)) {
-        return false;
+        return std::nullopt;
     }
     p += 4;
     if (get(p, 1) != kWireVersion) {
-        return false;
+        return std::nullopt;
     }
-    status = static_cast<std::uint8_t>(get(p, 1));
-    rank = static_cast<int>(get(p, 2));
-    return status <= max_status;
+    const auto status = get(p, 1);
+    if (status > static_cast<std::uint8_t>(max_status)) {
+        return std::nullopt;
+    }
+    RankStatus<Status> m;
+    m.status = static_cast<Status>(status);
+    m.rank = static_cast<int>(get(p, 2));
+    return m;
 }
 
 }  // namespace
@@ -93,18 +99,11 @@ std::vector<std::string> garbage_notif(NotifGarbage g) {
 }
 
 std::array<unsigned char, kHelloSize> encode_hello(const Hello& h) {
-    return encode_small("PDKH", h.status, h.rank);
+    return encode_small("PDKH", h);
 }
 
 std::optional<Hello> decode_hello(std::span<const unsigned char, kHelloSize> bytes) {
-    std::uint8_t status = 0;
-    Hello h;
-    if (!decode_small(bytes, "PDKH", static_cast<std::uint8_t>(HelloStatus::BadHello), status,
-                      h.rank)) {
-        return std::nullopt;
-    }
-    h.status = static_cast<HelloStatus>(status);
-    return h;
+    return decode_small(bytes, "PDKH", HelloStatus::BadHello);
 }
 
 std::string encode_kv_header(const KvHeader& h) {
@@ -176,18 +175,11 @@ std::string_view to_string(KvStatus s) noexcept {
 }
 
 std::array<unsigned char, kAckSize> encode_ack(const KvAck& a) {
-    return encode_small("PDKA", a.status, a.rank);
+    return encode_small("PDKA", a);
 }
 
 std::optional<KvAck> decode_ack(std::span<const unsigned char, kAckSize> bytes) {
-    std::uint8_t status = 0;
-    KvAck a;
-    if (!decode_small(bytes, "PDKA", static_cast<std::uint8_t>(KvStatus::TooLarge), status,
-                      a.rank)) {
-        return std::nullopt;
-    }
-    a.status = static_cast<KvStatus>(status);
-    return a;
+    return decode_small(bytes, "PDKA", KvStatus::TooLarge);
 }
 
 KvPattern::KvPattern(std::uint64_t key, int rank, std::uint32_t tokens, std::uint32_t block_tokens,

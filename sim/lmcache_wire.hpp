@@ -37,12 +37,16 @@ inline constexpr std::size_t kHugeNotifBytes = 8u << 20;
 inline constexpr std::uint8_t kWireVersion = 1;
 inline constexpr std::size_t kMaxReqIdBytes = 1024;
 
-enum class HelloStatus : std::uint8_t { Ok = 0, WrongRank = 1, BadHello = 2 };
-struct Hello {
+// The two 8-byte messages, "PDKH" (hello, both ways) and "PDKA" (ack): magic, version, status,
+// rank (2).
+template <class Status>
+struct RankStatus {
     int rank = 0;
-    HelloStatus status = HelloStatus::Ok;
+    Status status = Status::Ok;
 };
-inline constexpr std::size_t kHelloSize = 8;  // "PDKH", version, status, rank (2)
+enum class HelloStatus : std::uint8_t { Ok = 0, WrongRank = 1, BadHello = 2 };
+using Hello = RankStatus<HelloStatus>;
+inline constexpr std::size_t kHelloSize = 8;
 std::array<unsigned char, kHelloSize> encode_hello(const Hello& h);
 std::optional<Hello> decode_hello(std::span<const unsigned char, kHelloSize> bytes);
 
@@ -74,11 +78,8 @@ enum class KvStatus : std::uint8_t {
     TooLarge = 4
 };
 std::string_view to_string(KvStatus s) noexcept;
-struct KvAck {
-    int rank = 0;
-    KvStatus status = KvStatus::Ok;
-};
-inline constexpr std::size_t kAckSize = 8;  // "PDKA", version, status, rank (2)
+using KvAck = RankStatus<KvStatus>;
+inline constexpr std::size_t kAckSize = 8;
 std::array<unsigned char, kAckSize> encode_ack(const KvAck& a);
 std::optional<KvAck> decode_ack(std::span<const unsigned char, kAckSize> bytes);
 

@@ -3,10 +3,11 @@ find_package(Threads REQUIRED)
 find_package(Boost 1.81 REQUIRED CONFIG)
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(CURL REQUIRED)
+# ZMQ (cppzmq headers + libzmq, target `cppzmq`): the LMCache mode's "KV ready" notifications
+# (router/kv/ receives them, pdsim sends them; issue 16).
+find_package(cppzmq 4.9 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
-# cppzmq (header-only) and libzmq: the LMCache mode's KV-ready socket (router/kv/, issue 16).
-pkg_check_modules(CPPZMQ REQUIRED IMPORTED_TARGET cppzmq)
 # The /metrics registry and text format (prometheus-cpp::core only: our own server serves it).
 find_package(prometheus-cpp CONFIG REQUIRED)  # Debian ships no version file
 # pdrouter allocates and frees many small objects per request (coroutine frames, handlers,

@@ -1,5 +1,7 @@
 #include "sim/sim_server.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -24,6 +26,48 @@ bool parse_long(std::string_view s, long long& out) {
     return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
+// "8300,8301": ports 0-65535 (0: any free port), 1 to 64 of them.
+bool parse_ports(std::string_view s, std::vector<unsigned short>& out) {
+    out.clear();
+    while (true) {
+        const auto comma = s.find(',');
+        long long n = 0;
+        if (!parse_long(s.substr(0, comma), n) || n < 0 || n > 65535 || out.size() == 64) {
+            return false;
+        }
+        out.push_back(static_cast<unsigned short>(n));
+        if (comma == std::string_view::npos) {
+            return true;
+        }
+        s.remove_prefix(comma + 1);
+    }
+}
+
+// Checks the LMCache flags against each other once all are read; fills a decode's default
+// receiver ports.
+int finish_lmcache(SimConfig& cfg, bool tp_size_given) {
+    LmcacheConfig& l = cfg.lmcache;
+    if (cfg.kv_mode != KvMode::Lmcache || cfg.role != Role::Decode) {
+        return 0;
+    }
+    if (l.init_ports.empty() != l.alloc_ports.empty() ||
+        l.init_ports.size() != l.alloc_ports.size()) {
+        std::cerr << "pdsim: --lmcache-init-ports and --lmcache-alloc-ports must list the same "
+                     "number of ports, one per TP rank (see --help)\n";
+        return 2;
+    }
+    if (l.init_ports.empty()) {
+        l.init_ports.assign(static_cast<std::size_t>(l.tp_size), 0);
+        l.alloc_ports.assign(static_cast<std::size_t>(l.tp_size), 0);
+    } else if (tp_size_given && static_cast<int>(l.init_ports.size()) != l.tp_size) {
+        std::cerr << "pdsim: --tp-size " << l.tp_size << " does not match the "
+                  << l.init_ports.size() << " LMCache receiver port(s) given (see --help)\n";
+        return 2;
+    }
+    l.tp_size = static_cast<int>(l.init_ports.size());
+    return 0;
+}
+
 bool parse_double(const std::string& s, double& out) {
     if (s.empty()) {
         return false;
@@ -40,7 +84,11 @@ std::string usage_text() {
     return "usage: pdsim --role prefill|decode [--port N] [--host H] [--engine-id ID]\n"
            "             [--model NAME] [--kv-lease-seconds S] [--token-delay-ms MS]\n"
            "             [--block-size-tokens N] [--keep-alive-ms MS] [--port-file PATH]\n"
-           "             [--log-level debug|info|warn|error] [--help]\n"
+           "             [--log-level debug|info|warn|error] [--kv-mode pull|lmcache]\n"
+           "             [--tp-size N] [--kv-ready-connect ENDPOINT] [--kv-bytes-per-token N]\n"
+           "             [--lmcache-init-ports P,..] [--lmcache-alloc-ports P,..]\n"
+           "             [--lmcache-ports-file PATH] [--lmcache-kv-ttl-seconds S]\n"
+           "             [--lmcache-max-kv-bytes N] [--help]\n"
            "\n"
            "An emulated vLLM engine for pdrouter tests and benchmarks (see docs/pdsim.md).\n"
            "  --role              prefill (one token + KV handle) or decode (default decode)\n"
@@ -54,11 +102,29 @@ std::string usage_text() {
            "  --keep-alive-ms     close idle kept-alive connections after this (default 5000,\n"
            "                      as vLLM's server)\n"
            "  --port-file         write the bound port to this file (atomically)\n"
-           "  --log-level         debug, info, warn or error (default info)\n";
+           "  --log-level         debug, info, warn or error (default info)\n"
+           "  --kv-mode           pull (vLLM NixlConnector handles, default) or lmcache (an\n"
+           "                      LMCache P/D pair: P pushes KV to D's receivers and notifies\n"
+           "                      the router over ZMQ)\n"
+           "LMCache mode:\n"
+           "  --tp-size           TP ranks (default 1): prefill sends one notification per\n"
+           "                      rank; decode opens one receiver per rank\n"
+           "  --kv-ready-connect  prefill: ZMQ endpoint its PUSH socket connects to, e.g.\n"
+           "                      tcp://127.0.0.1:7500 (the router's PULL socket)\n"
+           "  --kv-bytes-per-token prefill: KV bytes sent per prompt token and D rank (64)\n"
+           "  --lmcache-init-ports decode: receiver handshake ports, one per TP rank, e.g.\n"
+           "                      8300,8301 (0 = any free port; default: --tp-size free ports)\n"
+           "  --lmcache-alloc-ports decode: receiver KV ports, one per TP rank (as above)\n"
+           "  --lmcache-ports-file decode: write the bound ports there as JSON\n"
+           "                      {\"init_ports\":[..],\"alloc_ports\":[..]} (before --port-file)\n"
+           "  --lmcache-kv-ttl-seconds decode: unclaimed KV is dropped after this (default 60)\n"
+           "  --lmcache-max-kv-bytes decode: bound on unclaimed KV held, oldest dropped first\n"
+           "                      (default 1073741824)\n";
 }
 
 int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                std::string& log_level) {
+    bool tp_size_given = false;
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "--help" || arg == "-h") {
@@ -73,12 +139,26 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
             value = arg.substr(eq + 1);
             has_value = true;
         }
-        static constexpr std::string_view kFlags[] = {"--role",           "--port",
-                                                      "--host",           "--engine-id",
-                                                      "--model",          "--kv-lease-seconds",
-                                                      "--token-delay-ms", "--block-size-tokens",
-                                                      "--port-file",      "--log-level",
-                                                      "--keep-alive-ms"};
+        static constexpr std::string_view kFlags[] = {"--role",
+                                                      "--port",
+                                                      "--host",
+                                                      "--engine-id",
+                                                      "--model",
+                                                      "--kv-lease-seconds",
+                                                      "--token-delay-ms",
+                                                      "--block-size-tokens",
+                                                      "--port-file",
+                                                      "--log-level",
+                                                      "--keep-alive-ms",
+                                                      "--kv-mode",
+                                                      "--tp-size",
+                                                      "--kv-ready-connect",
+                                                      "--kv-bytes-per-token",
+                                                      "--lmcache-init-ports",
+                                                      "--lmcache-alloc-ports",
+                                                      "--lmcache-ports-file",
+                                                      "--lmcache-kv-ttl-seconds",
+                                                      "--lmcache-max-kv-bytes"};
         bool known = false;
         for (auto f : kFlags) {
             known = known || flag == f;
@@ -154,16 +234,66 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                 return bad(flag, value, "expected debug, info, warn or error");
             }
             log_level = value;
+        } else if (flag == "--kv-mode") {
+            if (value == "pull") {
+                cfg.kv_mode = KvMode::Pull;
+            } else if (value == "lmcache") {
+                cfg.kv_mode = KvMode::Lmcache;
+            } else {
+                return bad(flag, value, "expected pull or lmcache");
+            }
+        } else if (flag == "--tp-size") {
+            if (!parse_long(value, n) || n < 1 || n > 64) {
+                return bad(flag, value, "expected an integer 1-64");
+            }
+            cfg.lmcache.tp_size = static_cast<int>(n);
+            tp_size_given = true;
+        } else if (flag == "--kv-ready-connect") {
+            if (value.find("://") == std::string::npos) {
+                return bad(flag, value, "expected a ZMQ endpoint such as tcp://127.0.0.1:7500");
+            }
+            cfg.lmcache.kv_ready_connect = value;
+        } else if (flag == "--kv-bytes-per-token") {
+            if (!parse_long(value, n) || n < 1 || n > (1 << 20)) {
+                return bad(flag, value, "expected an integer 1-1048576");
+            }
+            cfg.lmcache.kv_bytes_per_token = static_cast<std::uint32_t>(n);
+        } else if (flag == "--lmcache-init-ports") {
+            if (!parse_ports(value, cfg.lmcache.init_ports)) {
+                return bad(flag, value, "expected 1-64 comma-separated ports 0-65535");
+            }
+        } else if (flag == "--lmcache-alloc-ports") {
+            if (!parse_ports(value, cfg.lmcache.alloc_ports)) {
+                return bad(flag, value, "expected 1-64 comma-separated ports 0-65535");
+            }
+        } else if (flag == "--lmcache-ports-file") {
+            if (value.empty()) {
+                return bad(flag, value, "expected a path");
+            }
+            cfg.lmcache.ports_file = value;
+        } else if (flag == "--lmcache-kv-ttl-seconds") {
+            if (!parse_double(value, d) || d <= 0 || d > 86400) {
+                return bad(flag, value, "expected seconds > 0 (at most 86400)");
+            }
+            cfg.lmcache.kv_ttl_seconds = d;
+        } else if (flag == "--lmcache-max-kv-bytes") {
+            if (!parse_long(value, n) || n < 1) {
+                return bad(flag, value, "expected a byte count >= 1");
+            }
+            cfg.lmcache.max_kv_bytes = static_cast<std::uint64_t>(n);
         }
     }
-    return 0;
+    return finish_lmcache(cfg, tp_size_given);
 }
 
-void write_port_file(const std::string& path, unsigned short port) {
+namespace {
+
+// Writes `text` to `path` atomically (path.tmp, then rename).
+void write_atomically(const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp";
     {
         std::ofstream out(tmp, std::ios::trunc);
-        out << port << '\n';
+        out << text;
         out.flush();
         if (!out) {
             throw std::runtime_error("cannot write port file " + tmp);
@@ -173,6 +303,21 @@ void write_port_file(const std::string& path, unsigned short port) {
         std::remove(tmp.c_str());
         throw std::runtime_error("cannot rename " + tmp + " to " + path);
     }
+}
+
+}  // namespace
+
+void write_port_file(const std::string& path, unsigned short port) {
+    write_atomically(path, std::to_string(port) + "\n");
+}
+
+void write_lmcache_ports_file(const std::string& path, const LmcacheConfig& cfg) {
+    const nlohmann::json j{{"init_ports", cfg.init_ports}, {"alloc_ports", cfg.alloc_ports}};
+    write_atomically(path, j.dump() + "\n");
+}
+
+const char* kv_mode_name(KvMode m) noexcept {
+    return m == KvMode::Lmcache ? "lmcache" : "pull";
 }
 
 }  // namespace pdr::sim

@@ -42,7 +42,92 @@ bool read_bool(const json& obj, const char* key, bool& out, std::string& error) 
     return true;
 }
 
+// A list of ranks (integers 0-1023).
+bool read_ranks(const json& obj, const char* key, std::vector<int>& out, std::string& error) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) {
+        return true;
+    }
+    if (!it->is_array()) {
+        error = std::string("'") + key + "' must be a list of ranks";
+        return false;
+    }
+    for (const auto& r : *it) {
+        if (!r.is_number_unsigned() || r.get<std::uint64_t>() > 1023) {
+            error = std::string("'") + key + "' must hold ranks 0-1023";
+            return false;
+        }
+        out.push_back(r.get<int>());
+    }
+    return true;
+}
+
+constexpr NotifGarbage kAllGarbage[] = {NotifGarbage::NotMsgpack, NotifGarbage::NonMap,
+                                        NotifGarbage::NoReqId,    NotifGarbage::ReqIdNotString,
+                                        NotifGarbage::Multipart,  NotifGarbage::Huge};
+
+// `true` (every kind), one kind's name, or a list of names.
+bool read_garbage(const json& obj, std::vector<NotifGarbage>& out, std::string& error) {
+    auto it = obj.find("lmcache_notif_garbage");
+    if (it == obj.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) {
+        return true;
+    }
+    if (it->is_boolean()) {
+        out.assign(std::begin(kAllGarbage), std::end(kAllGarbage));
+        return true;
+    }
+    const json names = it->is_string() ? json::array({*it}) : *it;
+    if (!names.is_array()) {
+        error = "'lmcache_notif_garbage' must be true, a kind or a list of kinds";
+        return false;
+    }
+    for (const auto& n : names) {
+        bool found = false;
+        for (auto g : kAllGarbage) {
+            if (n.is_string() && n.get<std::string>() == to_string(g)) {
+                out.push_back(g);
+                found = true;
+            }
+        }
+        if (!found) {
+            error = "'lmcache_notif_garbage': unknown kind " + n.dump() +
+                    " (not_msgpack, non_map, no_req_id, req_id_not_string, multipart, huge)";
+            return false;
+        }
+    }
+    return true;
+}
+
+bool read_lmcache(const json& obj, LmcacheFault& f, std::string& error) {
+    return read_ranks(obj, "lmcache_drop_notif_ranks", f.drop_notif_ranks, error) &&
+           read_ranks(obj, "lmcache_skip_kv_ranks", f.skip_kv_ranks, error) &&
+           read_ranks(obj, "lmcache_corrupt_kv_ranks", f.corrupt_kv_ranks, error) &&
+           read_int(obj, "lmcache_notif_delay_ms", f.notif_delay_ms, error) &&
+           read_bool(obj, "lmcache_notif_early", f.notif_early, error) &&
+           read_bool(obj, "lmcache_notif_duplicate", f.notif_duplicate, error) &&
+           read_bool(obj, "lmcache_fail_after_notif", f.fail_after_notif, error) &&
+           read_garbage(obj, f.notif_garbage, error);
+}
+
 }  // namespace
+
+std::string_view to_string(NotifGarbage g) noexcept {
+    switch (g) {
+        case NotifGarbage::NotMsgpack:
+            return "not_msgpack";
+        case NotifGarbage::NonMap:
+            return "non_map";
+        case NotifGarbage::NoReqId:
+            return "no_req_id";
+        case NotifGarbage::ReqIdNotString:
+            return "req_id_not_string";
+        case NotifGarbage::Multipart:
+            return "multipart";
+        case NotifGarbage::Huge:
+            return "huge";
+    }
+    return "?";
+}
 
 std::optional<std::string> FaultPlan::set(std::string_view body) {
     json obj = parse_untrusted_json(body);
@@ -61,8 +146,15 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
         !read_bool(obj, "close_before_response", f.close_before_response, error) ||
         !read_bool(obj, "omit_kv_params", f.omit_kv_params, error) ||
         !read_bool(obj, "cut_last_event", f.cut_last_event, error) ||
-        !read_bool(obj, "close_delimited", f.close_delimited, error)) {
+        !read_bool(obj, "close_delimited", f.close_delimited, error) ||
+        !read_lmcache(obj, f.lmcache, error)) {
         return error;
+    }
+    if (f.lmcache.notif_delay_ms < 0) {
+        return "'lmcache_notif_delay_ms' must not be negative";
+    }
+    if (f.lmcache.notif_delay_ms > 0 && f.lmcache.notif_early) {
+        return "'lmcache_notif_delay_ms' and 'lmcache_notif_early' exclude each other";
     }
     if (f.status != 0 && (f.status < 100 || f.status > 599)) {
         return "'status' must be an HTTP status (100-599)";

@@ -4,8 +4,33 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pdr::sim {
+
+// Kinds of malformed "KV ready" messages a prefill can send besides the real notifications
+// (fault `lmcache_notif_garbage`). None of them names the request's id as a string.
+enum class NotifGarbage {
+    NotMsgpack,      // bytes that do not decode as msgpack
+    NonMap,          // valid msgpack, not a map (a list)
+    NoReqId,         // {"type": "ProxyNotif"}
+    ReqIdNotString,  // {"type": "ProxyNotif", "req_id": 12345}
+    Multipart,       // a two-frame message whose first frame is a valid notification map
+    Huge,            // one valid notification map of ~8 MiB (a padding field), id "garbage-huge"
+};
+std::string_view to_string(NotifGarbage g) noexcept;
+
+// LMCache-mode faults of a prefill (docs/pdsim.md, "LMCache mode").
+struct LmcacheFault {
+    std::vector<int> drop_notif_ranks;        // P ranks whose notification is not sent
+    int notif_delay_ms = 0;                   // > 0: answer first, notify this much later
+    bool notif_early = false;                 // notify before moving KV and before answering
+    bool notif_duplicate = false;             // every notification is sent twice
+    std::vector<NotifGarbage> notif_garbage;  // sent before the notifications
+    bool fail_after_notif = false;            // move KV, notify, then answer 500
+    std::vector<int> skip_kv_ranks;           // D ranks that get no KV
+    std::vector<int> corrupt_kv_ranks;        // D ranks that get KV with one byte wrong
+};
 
 struct Fault {
     int status = 0;    // != 0: answer with this status and `body` instead
@@ -20,6 +45,7 @@ struct Fault {
     bool close_delimited = false;  // a stream is sent as an HTTP/1.0 body ended by the close
     int split_first_event_ms = 0;  // > 0: a stream's head goes out in one write with the first
                                    // half of its first event; the other half this much later
+    LmcacheFault lmcache;
 };
 
 class FaultPlan {

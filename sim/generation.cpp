@@ -19,12 +19,16 @@ constexpr std::array<std::string_view, 64> kVocab{
     "beacon", "cobalt", "dune",     "echo",   "fable",   "granite", "harvest", "indigo",
 };
 
-std::uint64_t mix64(std::uint64_t x) noexcept {
-    // splitmix64 finaliser
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
+
+// FNV-1a over the 8 little-endian bytes of `id`.
+std::uint64_t fnv1a_id(std::uint64_t h, TokenId id) noexcept {
+    auto v = static_cast<std::uint64_t>(id);
+    for (int i = 0; i < 8; ++i) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
 }
 
 bool is_space(char c) noexcept {
@@ -50,6 +54,14 @@ void for_each_word(std::string_view s, Fn&& fn) {
 
 }  // namespace
 
+std::uint64_t mix64(std::uint64_t x) noexcept {
+    // splitmix64 finaliser
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
 std::uint64_t fnv1a64(std::string_view data, std::uint64_t seed) noexcept {
     std::uint64_t h = seed;
     for (unsigned char c : data) {
@@ -59,19 +71,66 @@ std::uint64_t fnv1a64(std::string_view data, std::uint64_t seed) noexcept {
     return h;
 }
 
-std::string token_text(std::string_view prompt, int i) {
-    std::uint64_t h = mix64(fnv1a64(prompt) ^ mix64(static_cast<std::uint64_t>(i)));
-    std::string out(kVocab[h % kVocab.size()]);
+TokenStream::TokenStream(std::span<const TokenId> prompt) noexcept : state_(kFnvOffset) {
+    for (TokenId id : prompt) {
+        feed(id);
+    }
+}
+
+void TokenStream::feed(TokenId id) noexcept {
+    state_ = fnv1a_id(state_, id);
+}
+
+TokenId TokenStream::next() noexcept {
+    const TokenId id = kFirstGeneratedId + static_cast<TokenId>(mix64(state_) % kVocab.size());
+    feed(id);
+    return id;
+}
+
+std::uint64_t hash_ids(std::span<const TokenId> ids) noexcept {
+    std::uint64_t h = kFnvOffset;
+    for (TokenId id : ids) {
+        h = fnv1a_id(h, id);
+    }
+    return mix64(h ^ ids.size());
+}
+
+std::string id_text(TokenId id) {
+    std::string out;
+    if (id >= kFirstGeneratedId && id < kFirstGeneratedId + static_cast<TokenId>(kVocab.size())) {
+        out = kVocab[static_cast<std::size_t>(id - kFirstGeneratedId)];
+    } else {
+        out = std::to_string(id);
+    }
     out.push_back(' ');
     return out;
 }
 
-std::string generate_text(std::string_view prompt, int max_tokens) {
-    std::string out;
-    for (int i = 0; i < max_tokens; ++i) {
-        out += token_text(prompt, i);
+std::vector<TokenId> generate_ids(std::span<const TokenId> prompt, int n) {
+    std::vector<TokenId> out;
+    TokenStream gen(prompt);
+    for (int i = 0; i < n; ++i) {
+        out.push_back(gen.next());
     }
     return out;
+}
+
+std::string generate_text(std::span<const TokenId> prompt, int n) {
+    std::string out;
+    TokenStream gen(prompt);
+    for (int i = 0; i < n; ++i) {
+        out += id_text(gen.next());
+    }
+    return out;
+}
+
+std::string token_text(std::string_view prompt, int i) {
+    const auto ids = generate_ids(tokenize(prompt), i + 1);
+    return id_text(ids.back());
+}
+
+std::string generate_text(std::string_view prompt, int max_tokens) {
+    return generate_text(tokenize(prompt), max_tokens);
 }
 
 int count_prompt_tokens(std::string_view prompt) {
@@ -80,11 +139,10 @@ int count_prompt_tokens(std::string_view prompt) {
     return n < 1 ? 1 : n;
 }
 
-std::vector<std::int64_t> tokenize(std::string_view prompt) {
-    std::vector<std::int64_t> ids;
+std::vector<TokenId> tokenize(std::string_view prompt) {
+    std::vector<TokenId> ids;
     for_each_word(prompt, [&](std::string_view w) {
-        // Ids 0..99 are reserved for "special" tokens; words map into [100, 50100).
-        ids.push_back(100 + static_cast<std::int64_t>(fnv1a64(w) % 50000));
+        ids.push_back(kFirstWordId + static_cast<TokenId>(fnv1a64(w) % kWordIds));
     });
     if (ids.empty()) {
         ids.push_back(1);  // a lone BOS-like token, so the count matches count_prompt_tokens

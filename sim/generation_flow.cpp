@@ -139,7 +139,7 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
         if (!co_await pause(ctx, x, plan.token_delay * n)) {
             co_return;
         }
-        json body = full_answer(meta, generate_text(g.prompt, n), g.prompt_tokens, n);
+        json body = full_answer(meta, generate_text(g.prompt_ids, n), g.prompt_tokens, n);
         if (plan.finalize) {
             plan.finalize(body);
         }
@@ -194,11 +194,12 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
             co_return;
         }
     }
+    TokenStream gen(g.prompt_ids);
     for (int i = 0; i < n; ++i) {
         if (!co_await pause(ctx, x, plan.token_delay)) {
             co_return;
         }
-        const std::string ev = sse_event(token_chunk(meta, token_text(g.prompt, i), i + 1 == n));
+        const std::string ev = sse_event(token_chunk(meta, id_text(gen.next()), i + 1 == n));
         if (!co_await w.emit(ev)) {
             co_return;
         }
@@ -266,6 +267,43 @@ awaitable<KvReadOutcome> read_kv(SimServer::Impl& im, const KvHandle& h) {
     co_return KvReadOutcome{true, {}};
 }
 
+// LMCache mode's prefill leg: one token, KV moved to the decode and "KV ready" notifications
+// (per the fault plan: before or after the KV, or after the answer), first_tok in the answer.
+awaitable<void> lmcache_prefill(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx,
+                                GenerationRequest g, LmcacheFault f, AnswerPlan plan) {
+    const std::string rid = request_id_of(x.request());
+    for (auto& v : check_lmcache_prefill_request(g.body, rid)) {
+        PDR_WARN("pdsim", v, rid);
+        im.state.add_violation(std::move(v));
+    }
+    LmcacheParams params;
+    if (auto bad = parse_lmcache_params(*g.kv_params, params)) {
+        im.state.add_violation("lmcache prefill request: " + *bad);
+        co_await send_error(x, http::status::bad_request, *bad, kInvalid, "kv_transfer_params");
+        co_return;
+    }
+    g.max_tokens = 1;  // a prefill engine computes the prompt and samples one token
+    g.stream = false;
+    const TokenId first = generate_ids(g.prompt_ids, 1).front();
+    const bool fail_after = f.fail_after_notif;
+    const std::string error = co_await im.lmcache_handover(params, g.prompt_ids, std::move(f));
+    if (!error.empty()) {
+        co_await send_error(x, http::status::internal_server_error, error, kServer);
+        co_return;
+    }
+    if (fail_after && params.spec) {
+        co_await send_error(x, http::status::internal_server_error,
+                            "pdsim injected fault: prefill failed after sending KV-ready", kServer);
+        co_return;
+    }
+    if (params.ret_first_tok) {
+        plan.finalize = [first](json& body) {
+            body["kv_transfer_params"] = {{"first_tok", first}};
+        };
+    }
+    co_await answer(im, x, ctx, g, plan);
+}
+
 }  // namespace
 
 awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api) {
@@ -289,7 +327,7 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     // rejected request names are released on the prefill.
     std::optional<KvHandle> handle;
     std::optional<std::string> handle_error;
-    if (cfg.role == Role::Decode && g.body.is_object()) {
+    if (cfg.role == Role::Decode && cfg.kv_mode == KvMode::Pull && g.body.is_object()) {
         auto it = g.body.find("kv_transfer_params");
         if (it != g.body.end() && !it->is_null()) {
             KvHandle h;
@@ -343,6 +381,15 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     plan.close_delimited = fault && fault->close_delimited;
     plan.split_first_event = Duration{fault ? fault->split_first_event_ms : 0};
 
+    if (cfg.role == Role::Prefill && cfg.kv_mode == KvMode::Lmcache && g.kv_params) {
+        // (Not a conditional expression inside the co_await: GCC 12 frees its temporary early.)
+        LmcacheFault lf;
+        if (fault) {
+            lf = fault->lmcache;
+        }
+        co_await lmcache_prefill(*this, x, *ctx, std::move(g), std::move(lf), std::move(plan));
+        co_return;
+    }
     if (cfg.role == Role::Prefill) {
         const bool leg = g.kv_params.has_value();
         std::string rid = request_id_of(req);
@@ -380,7 +427,23 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     }
 
     // Decode role.
-    if (g.kv_params) {
+    if (cfg.kv_mode == KvMode::Lmcache) {
+        if (g.kv_params) {
+            state.add_violation("lmcache decode request: carries kv_transfer_params");
+        }
+        // A token-id prompt of two or more ids is the router's decode leg: tokens + [first_tok].
+        // Its KV (all but the last token) must have arrived on every rank; it is never
+        // recomputed. A text prompt is a direct request, served without KV.
+        if (g.token_prompt && g.prompt_ids.size() >= 2) {
+            if (auto missing = lmcache_claim(g.prompt_ids)) {
+                PDR_WARN("pdsim", *missing, request_id_of(req));
+                co_await send_error(x, http::status::internal_server_error, *missing, kServer);
+                co_return;
+            }
+        } else {
+            ++state.counters.local_prefills;
+        }
+    } else if (g.kv_params) {
         if (handle_error) {
             state.add_violation("decode request: " + *handle_error);
             co_await send_error(x, http::status::bad_request, *handle_error, kInvalid,

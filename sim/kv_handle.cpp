@@ -83,8 +83,10 @@ std::optional<std::string> parse_kv_handle(const json& params, KvHandle& out) {
     return std::nullopt;
 }
 
-std::vector<std::string> check_prefill_request(const json& body, bool has_request_id) {
-    std::vector<std::string> v;
+namespace {
+
+// The rules both modes' prefill legs share.
+void check_prefill_common(const json& body, bool has_request_id, std::vector<std::string>& v) {
     auto stream = body.find("stream");
     if (stream == body.end() || !stream->is_boolean() || stream->get<bool>()) {
         v.push_back("prefill request: 'stream' is not false");
@@ -100,17 +102,105 @@ std::vector<std::string> check_prefill_request(const json& body, bool has_reques
             v.push_back(std::string("prefill request: '") + key + "' is present");
         }
     }
-    auto kv = body.find("kv_transfer_params");
-    bool drd = false;
-    if (kv != body.end() && kv->is_object()) {
-        auto d = kv->find("do_remote_decode");
-        drd = d != kv->end() && d->is_boolean() && d->get<bool>();
-    }
-    if (!drd) {
-        v.push_back("prefill request: kv_transfer_params.do_remote_decode is not true");
-    }
     if (!has_request_id) {
         v.push_back("prefill request: no X-Request-Id header");
+    }
+}
+
+bool flag_is_true(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::optional<std::string> read_ports(const json& spec, const char* key,
+                                      std::vector<unsigned short>& out) {
+    auto it = spec.find(key);
+    if (it == spec.end() || !it->is_array() || it->empty() || it->size() > 64) {
+        return std::string("kv_transfer_params.disagg_spec.") + key +
+               " must be a list of 1-64 ports";
+    }
+    for (const auto& p : *it) {
+        if (!p.is_number_unsigned() || p.get<std::uint64_t>() < 1 ||
+            p.get<std::uint64_t>() > 65535) {
+            return std::string("kv_transfer_params.disagg_spec.") + key + " holds " + p.dump() +
+                   ", not a port";
+        }
+        out.push_back(p.get<unsigned short>());
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::string> check_prefill_request(const json& body, bool has_request_id) {
+    std::vector<std::string> v;
+    check_prefill_common(body, has_request_id, v);
+    auto kv = body.find("kv_transfer_params");
+    if (kv == body.end() || !kv->is_object() || !flag_is_true(*kv, "do_remote_decode")) {
+        v.push_back("prefill request: kv_transfer_params.do_remote_decode is not true");
+    }
+    return v;
+}
+
+std::optional<std::string> parse_lmcache_params(const json& params, LmcacheParams& out) {
+    out = LmcacheParams{};
+    if (!params.is_object()) {
+        return "kv_transfer_params is not an object";
+    }
+    if (auto r = params.find("ret_first_tok"); r != params.end() && !r->is_null()) {
+        if (!r->is_boolean()) {
+            return "kv_transfer_params.ret_first_tok must be a boolean";
+        }
+        out.ret_first_tok = r->get<bool>();
+    }
+    auto it = params.find("disagg_spec");
+    if (it == params.end() || it->is_null()) {
+        return std::nullopt;
+    }
+    if (!it->is_object()) {
+        return "kv_transfer_params.disagg_spec must be an object";
+    }
+    DisaggSpec spec;
+    for (const char* key : {"req_id", "receiver_host"}) {
+        if (!non_empty_string(*it, key)) {
+            return std::string("kv_transfer_params.disagg_spec.") + key +
+                   " is missing or not a string";
+        }
+    }
+    spec.req_id = (*it)["req_id"].get<std::string>();
+    spec.receiver_host = (*it)["receiver_host"].get<std::string>();
+    if (auto e = read_ports(*it, "receiver_init_port", spec.init_ports)) {
+        return e;
+    }
+    if (auto e = read_ports(*it, "receiver_alloc_port", spec.alloc_ports)) {
+        return e;
+    }
+    if (spec.init_ports.size() != spec.alloc_ports.size()) {
+        return "kv_transfer_params.disagg_spec: receiver_init_port and receiver_alloc_port "
+               "differ in length (one port each per decode TP rank)";
+    }
+    out.spec = std::move(spec);
+    return std::nullopt;
+}
+
+std::vector<std::string> check_lmcache_prefill_request(const json& body,
+                                                       const std::string& request_id) {
+    std::vector<std::string> v;
+    check_prefill_common(body, !request_id.empty(), v);
+    auto prompt = body.find("prompt");
+    if (prompt == body.end() || !prompt->is_array() || prompt->empty() || !is_int((*prompt)[0])) {
+        v.push_back("lmcache prefill request: 'prompt' is not a list of token ids");
+    }
+    auto kv = body.find("kv_transfer_params");
+    if (kv == body.end() || !kv->is_object() || !flag_is_true(*kv, "ret_first_tok")) {
+        v.push_back("lmcache prefill request: kv_transfer_params.ret_first_tok is not true");
+    }
+    if (kv != body.end() && kv->is_object() && !request_id.empty()) {
+        auto spec = kv->find("disagg_spec");
+        if (spec != kv->end() && spec->is_object() && spec->contains("req_id") &&
+            (*spec)["req_id"] != request_id) {
+            v.push_back("lmcache prefill request: disagg_spec.req_id differs from X-Request-Id");
+        }
     }
     return v;
 }

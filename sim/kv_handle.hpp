@@ -1,6 +1,7 @@
 #pragma once
-// The pull-mode KV handle (vLLM NixlConnector kv_transfer_params) as pdsim produces and
-// consumes it, and the checks of the router's prefill-leg rewrite rules (PROTOCOLS.md §2).
+// kv_transfer_params as pdsim produces and consumes them: the pull-mode KV handle (vLLM
+// NixlConnector), LMCache mode's prefill parameters (ret_first_tok, disagg_spec), and the
+// checks of the router's prefill-leg rewrite rules (PROTOCOLS.md §2 and §5).
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -32,5 +33,29 @@ std::optional<std::string> parse_kv_handle(const nlohmann::json& params, KvHandl
 // stream_options / min_tokens / min_completion_tokens, kv_transfer_params.do_remote_decode true,
 // an X-Request-Id header. Returns one message per breach (empty when the request is clean).
 std::vector<std::string> check_prefill_request(const nlohmann::json& body, bool has_request_id);
+
+// LMCache mode: where a prefill moves the KV (one receiver per decode TP rank) and the id its
+// "KV ready" notifications carry.
+struct DisaggSpec {
+    std::string req_id;
+    std::string receiver_host;
+    std::vector<unsigned short> init_ports;   // per D rank
+    std::vector<unsigned short> alloc_ports;  // per D rank
+};
+struct LmcacheParams {
+    bool ret_first_tok = false;
+    std::optional<DisaggSpec> spec;  // absent: no KV moves, no notification
+};
+// Parses a prefill's kv_transfer_params in LMCache mode. Returns an error message when they
+// are malformed (disagg_spec not an object, req_id / receiver_host not non-empty strings, port
+// lists empty, of different lengths, longer than 64, or holding a non-port).
+std::optional<std::string> parse_lmcache_params(const nlohmann::json& params, LmcacheParams& out);
+
+// Checks an LMCache-mode prefill request: stream false, max_tokens 1 (and max_completion_tokens
+// 1 if present), no stream_options / min_tokens / min_completion_tokens, a prompt of token ids,
+// ret_first_tok true, an X-Request-Id header (`request_id`, empty when absent) equal to
+// disagg_spec.req_id when both are there. One message per breach.
+std::vector<std::string> check_lmcache_prefill_request(const nlohmann::json& body,
+                                                       const std::string& request_id);
 
 }  // namespace pdr::sim

@@ -7,17 +7,6 @@
 
 namespace pdr::sim {
 
-namespace {
-
-std::uint64_t mix64(std::uint64_t x) noexcept {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-}  // namespace
-
 std::string block_checksum(std::string_view engine_id, const std::vector<std::int64_t>& block_ids,
                            std::size_t block_bytes) {
     const std::uint64_t seed = fnv1a64(engine_id);

@@ -37,6 +37,11 @@ int main(int argc, char** argv) {
         const bool v6 = host.find(':') != std::string::npos;
         std::cout << "pdsim listening on " << (v6 ? "[" + host + "]" : host) << ':' << port
                   << std::endl;
+        // The receiver ports first: once the port file is there, both are.
+        if (!sim.config().lmcache.ports_file.empty()) {
+            pdr::sim::write_lmcache_ports_file(sim.config().lmcache.ports_file,
+                                               sim.config().lmcache);
+        }
         if (!port_file.empty()) {
             pdr::sim::write_port_file(port_file, port);
         }

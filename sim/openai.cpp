@@ -52,7 +52,8 @@ std::optional<RequestError> read_prompt(const json& body, GenerationRequest& out
     }
     if (p->is_string()) {
         out.prompt = p->get<std::string>();
-        out.prompt_tokens = count_prompt_tokens(out.prompt);
+        out.prompt_ids = tokenize(out.prompt);
+        out.prompt_tokens = static_cast<int>(out.prompt_ids.size());
         return std::nullopt;
     }
     if (p->is_array() && !p->empty()) {
@@ -61,13 +62,25 @@ std::optional<RequestError> read_prompt(const json& body, GenerationRequest& out
             if (!t.is_number_integer() && !t.is_number_unsigned()) {
                 return fail("'prompt' must be a string or a list of token ids", "prompt");
             }
+            const auto id = t.get<std::int64_t>();
+            const bool in_vocab =
+                t.is_number_unsigned()
+                    ? t.get<std::uint64_t>() <= static_cast<std::uint64_t>(kMaxTokenId)
+                    : id >= 0 && id <= kMaxTokenId;
+            if (!in_vocab) {
+                return fail("token id " + t.dump() + " in 'prompt' is out of vocabulary (0-" +
+                                std::to_string(kMaxTokenId) + ")",
+                            "prompt");
+            }
             if (!text.empty()) {
                 text.push_back(' ');
             }
-            text += std::to_string(t.get<std::int64_t>());
+            text += std::to_string(id);
+            out.prompt_ids.push_back(id);
         }
         out.prompt = std::move(text);
-        out.prompt_tokens = static_cast<int>(p->size());
+        out.token_prompt = true;
+        out.prompt_tokens = static_cast<int>(out.prompt_ids.size());
         return std::nullopt;
     }
     return fail("'prompt' must be a string, a list of token ids, or a list of one of those",
@@ -117,7 +130,8 @@ std::optional<RequestError> parse_generation_request(Api api, std::string_view b
         if (!chat_prompt(*it, out.prompt, error)) {
             return fail(error, "messages");
         }
-        out.prompt_tokens = count_prompt_tokens(out.prompt);
+        out.prompt_ids = tokenize(out.prompt);
+        out.prompt_tokens = static_cast<int>(out.prompt_ids.size());
     } else if (auto e = read_prompt(b, out)) {
         return e;
     }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pdr::sim {
 
@@ -15,9 +16,12 @@ enum class Api { Completions, Chat };
 struct GenerationRequest {
     Api api = Api::Completions;
     nlohmann::json body;  // the parsed request object
-    std::string prompt;   // prompt text (chat: message contents joined by "\n")
-    int prompt_tokens = 1;
-    int max_tokens = 16;  // chat: max_completion_tokens wins over max_tokens
+    std::string prompt;   // prompt text (chat: message contents joined by "\n"; token ids: the
+                          // ids joined by spaces)
+    std::vector<std::int64_t> prompt_ids;  // what generation starts from (text: tokenized)
+    bool token_prompt = false;             // the prompt was given as a list of token ids
+    int prompt_tokens = 1;                 // prompt_ids.size()
+    int max_tokens = 16;                   // chat: max_completion_tokens wins over max_tokens
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
     std::string model;           // the model named in the request (may be empty)

@@ -69,6 +69,7 @@ awaitable<void> serve_exchange(std::weak_ptr<SimServer::Impl> weak, server::Exch
 awaitable<void> stop_on_strand(std::shared_ptr<SimServer::Impl> self) {
     self->stopping = true;
     self->sweep_timer.cancel();
+    self->lmcache_stop();
     if (self->server) {
         co_await self->server->drain(kDrainGrace);
     }
@@ -120,7 +121,8 @@ SimServer::Impl::Impl(net::any_io_executor executor, SimConfig config)
       client(ex, upstream::PoolLimits{.idle_ttl = std::max(
                                           Duration{1},
                                           std::min(Duration{4000}, cfg.keep_alive * 4 / 5))}),
-      sweep_timer(ex) {}
+      sweep_timer(ex),
+      lmcache_tasks(ex) {}
 
 awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
     const auto& req = x.request();
@@ -261,7 +263,9 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
             co_await send_error(x, http::status::not_found, msg, kInvalid);
         }
     } else if (path == "/debug/state") {
-        std::string body = dump_json(state_json(identity, state, store));
+        json j = state_json(identity, state, store);
+        j.update(lmcache_state_json());
+        std::string body = dump_json(j);
         co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/debug/requests") {
         std::string body = dump_json(requests_json(state));
@@ -276,6 +280,7 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         faults.clear();
         store.reset();
         state.reset();
+        lmcache_reset();
         co_await send_json(x, http::status::ok, std::string(kOkBody));
     }
 }
@@ -286,6 +291,12 @@ awaitable<void> SimServer::Impl::sweep_loop() {
         const auto now = Clock::now();
         if (auto n = store.expire(now); n > 0) {
             PDR_DEBUG("pdsim", "lease expired for " + std::to_string(n) + " request(s)");
+        }
+        if (receiver) {
+            if (auto n = receiver->inbox().expire(now); n > 0) {
+                PDR_DEBUG("pdsim",
+                          "lmcache: " + std::to_string(n) + " unclaimed KV copies expired");
+            }
         }
         auto wait = std::chrono::duration_cast<Clock::duration>(kMaxSweepWait);
         if (auto next = store.next_expiry(); next && *next - now < wait) {
@@ -327,6 +338,7 @@ SimServer::SimServer(net::any_io_executor ex, SimConfig cfg)
 SimServer::~SimServer() {
     impl_->stopping = true;
     impl_->sweep_timer.cancel();
+    impl_->lmcache_stop();
 }
 
 unsigned short SimServer::start() {
@@ -344,12 +356,14 @@ unsigned short SimServer::start() {
             std::string("pdsim-") + role_name(im.cfg.role) + "-" + std::to_string(port);
     }
     im.store.set_engine_id(im.cfg.engine_id);
+    im.lmcache_start();
     im.identity = Identity{role_name(im.cfg.role), im.cfg.engine_id, im.cfg.model, port};
     im.created = now_seconds();
     im.server->start();
     net::co_spawn(im.ex, im.sweep_loop(), net::detached);
-    PDR_INFO("pdsim", std::string(role_name(im.cfg.role)) + " engine " + im.cfg.engine_id +
-                          " listening on port " + std::to_string(port));
+    PDR_INFO("pdsim", std::string(role_name(im.cfg.role)) + " engine " + im.cfg.engine_id + " (" +
+                          kv_mode_name(im.cfg.kv_mode) + " mode) listening on port " +
+                          std::to_string(port));
     return port;
 }
 

@@ -1,18 +1,40 @@
 #pragma once
 // pdsim: an emulated vLLM engine (prefill or decode role) serving the OpenAI API with
-// deterministic text, vLLM NixlConnector-style KV handles (pull mode), emulated KV blocks with
-// leases, a debug API (state, request log, fault injection) and Prometheus metrics.
+// deterministic text, vLLM NixlConnector-style KV handles (pull mode) or an LMCache-style P/D
+// pair (KV pushed P→D, "KV ready" notifications over ZMQ), emulated KV blocks with leases, a
+// debug API (state, request log, fault injection) and Prometheus metrics.
 // Endpoints and behaviour: docs/pdsim.md.
 #include "config/role.hpp"
 #include "net/common/io.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pdr::sim {
 
 using ::pdr::Role;
+
+enum class KvMode { Pull, Lmcache };
+const char* kv_mode_name(KvMode m) noexcept;
+
+// LMCache mode (--kv-mode lmcache; docs/pdsim.md, "LMCache mode").
+struct LmcacheConfig {
+    // Prefill: the ZMQ endpoint its PUSH socket connects to (the router's PULL socket), and the
+    // TP size: one "KV ready" notification per rank and request.
+    std::string kv_ready_connect;
+    int tp_size = 1;
+    // Decode: one KV receiver per TP rank, each on an init and an alloc port (0: any free port;
+    // start() fills in the bound ports). Empty: tp_size receivers on free ports.
+    std::vector<unsigned short> init_ports;
+    std::vector<unsigned short> alloc_ports;
+    std::string ports_file;                   // decode: main() writes the bound ports there (JSON)
+    std::uint32_t kv_bytes_per_token = 64;    // prefill: KV bytes per prompt token and D rank
+    double kv_ttl_seconds = 60.0;             // decode: unclaimed KV is dropped after this long
+    std::uint64_t max_kv_bytes = 1ULL << 30;  // decode: bound on unclaimed KV held
+};
 
 struct SimConfig {
     Role role = Role::Decode;
@@ -27,6 +49,8 @@ struct SimConfig {
     Duration keep_alive{5000};
     int block_size_tokens = 16;
     std::size_t block_bytes = 4096;  // bytes of emulated KV per block (deterministic content)
+    KvMode kv_mode = KvMode::Pull;
+    LmcacheConfig lmcache;
 };
 
 class SimServer {
@@ -58,6 +82,9 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
 std::string usage_text();
 // Writes `port` to `path` atomically (path.tmp, then rename). Throws std::runtime_error.
 void write_port_file(const std::string& path, unsigned short port);
+// Writes {"init_ports": [...], "alloc_ports": [...]} (a decode's bound LMCache receiver ports)
+// to `path` atomically. Throws std::runtime_error.
+void write_lmcache_ports_file(const std::string& path, const LmcacheConfig& cfg);
 const char* role_name(Role r) noexcept;
 
 }  // namespace pdr::sim

@@ -32,6 +32,15 @@ struct Counters {
     std::uint64_t generation_tokens = 0;
     std::uint64_t in_flight = 0;
     std::uint64_t decode_blocks_in_use = 0;  // decode role: blocks of running requests
+    // LMCache mode, prefill (the decode's side is counted by its KvReceiver and inbox).
+    std::uint64_t lmcache_handovers = 0;            // requests with a disagg_spec
+    std::uint64_t lmcache_kv_sent = 0;              // rank copies a decode acknowledged
+    std::uint64_t lmcache_kv_skipped = 0;           // rank copies not sent (fault)
+    std::uint64_t lmcache_kv_send_failures = 0;     // rank copies that failed
+    std::uint64_t lmcache_notifs_sent = 0;          // notifications queued (duplicates included)
+    std::uint64_t lmcache_notifs_dropped = 0;       // not sent (fault)
+    std::uint64_t lmcache_notif_send_failures = 0;  // the socket's queue was full
+    std::uint64_t lmcache_garbage_sent = 0;         // malformed messages sent (fault)
 };
 
 struct Identity {

@@ -34,7 +34,7 @@ Server& Cluster::start(const std::string& name, const std::string& exe,
     if (!proc) {
         throw std::runtime_error("cannot start " + name + ": " + error);
     }
-    auto server = std::make_unique<Server>(Server{name, std::move(*proc), 0});
+    auto server = std::make_unique<Server>(Server{name, std::move(*proc), 0, {}, {}});
     server->port = wait_port_file(port_file, server->proc, port_timeout);
     if (server->port == 0) {
         bool alive = server->proc.running();
@@ -50,11 +50,53 @@ Server& Cluster::start(const std::string& name, const std::string& exe,
     return *servers_.back();
 }
 
+namespace {
+
+bool lmcache_mode(const std::vector<std::string>& args) {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--kv-mode=lmcache" ||
+            (args[i] == "--kv-mode" && i + 1 < args.size() && args[i + 1] == "lmcache")) {
+            return true;
+        }
+    }
+    return false;
+}
+
+std::vector<unsigned short> ports_of(const nlohmann::json& j, const char* key) {
+    std::vector<unsigned short> out;
+    if (j.is_object() && j.contains(key) && j[key].is_array()) {
+        for (const auto& p : j[key]) {
+            out.push_back(p.get<unsigned short>());
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
 Server& Cluster::start_pdsim(const std::string& role, const std::vector<std::string>& extra) {
     std::vector<std::string> args{"--role", role, "--host",  "127.0.0.1",
                                   "--port", "0",  "--model", kModel};
     args.insert(args.end(), extra.begin(), extra.end());
-    return start("pdsim-" + role, pdsim_path(), args);
+    const bool receivers = role == "decode" && lmcache_mode(args);
+    const std::string ports_file = dir_.file("lmcache-ports-" + std::to_string(counter_) + ".json");
+    if (receivers) {
+        args.push_back("--lmcache-ports-file");
+        args.push_back(ports_file);
+    }
+    Server& s = start("pdsim-" + role, pdsim_path(), args);
+    if (receivers) {
+        // pdsim writes this file before its port file.
+        const auto j = nlohmann::json::parse(read_file(ports_file), nullptr, false);
+        s.lmcache_init_ports = ports_of(j, "init_ports");
+        s.lmcache_alloc_ports = ports_of(j, "alloc_ports");
+        if (s.lmcache_init_ports.empty() ||
+            s.lmcache_init_ports.size() != s.lmcache_alloc_ports.size()) {
+            throw std::runtime_error("pdsim decode wrote no usable " + ports_file + ": " +
+                                     read_file(ports_file));
+        }
+    }
+    return s;
 }
 
 Server& Cluster::start_router(const std::vector<std::string>& prefills,
@@ -86,12 +128,16 @@ std::string Cluster::logs() const {
 PdCluster start_pd(const PdOptions& o) {
     PdCluster pd;
     std::vector<std::string> ps, ds;
+    std::vector<std::string> p_args = o.sim_args;
+    p_args.insert(p_args.end(), o.prefill_args.begin(), o.prefill_args.end());
+    std::vector<std::string> d_args = o.sim_args;
+    d_args.insert(d_args.end(), o.decode_args.begin(), o.decode_args.end());
     for (int i = 0; i < o.prefills; ++i) {
-        pd.prefill.push_back(&pd.cluster->start_pdsim("prefill", o.sim_args));
+        pd.prefill.push_back(&pd.cluster->start_pdsim("prefill", p_args));
         ps.push_back(pd.prefill.back()->address());
     }
     for (int i = 0; i < o.decodes; ++i) {
-        pd.decode.push_back(&pd.cluster->start_pdsim("decode", o.sim_args));
+        pd.decode.push_back(&pd.cluster->start_pdsim("decode", d_args));
         ds.push_back(pd.decode.back()->address());
     }
     pd.router = &pd.cluster->start_router(ps, ds, o.router_args);
@@ -286,6 +332,19 @@ std::string route_of(const nlohmann::json& body) {
     return body.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
 }
 
+std::vector<std::int64_t> prompt_token_ids(const nlohmann::json& body) {
+    std::string prompt;
+    if (body.contains("messages")) {
+        std::string error;
+        sim::chat_prompt(body["messages"], prompt, error);
+    } else if (body.contains("prompt") && body["prompt"].is_array()) {
+        return body["prompt"].get<std::vector<std::int64_t>>();  // already token ids
+    } else {
+        prompt = body.value("prompt", "");
+    }
+    return sim::tokenize(prompt);
+}
+
 std::string expected_text(const nlohmann::json& body) {
     // Same rule as pdsim: chat's max_completion_tokens wins over max_tokens.
     int max_tokens = sim::kDefaultMaxTokens;
@@ -296,14 +355,26 @@ std::string expected_text(const nlohmann::json& body) {
         body["max_completion_tokens"].is_number_integer()) {
         max_tokens = body["max_completion_tokens"].get<int>();
     }
-    std::string prompt;
-    if (body.contains("messages")) {
-        std::string error;
-        sim::chat_prompt(body["messages"], prompt, error);
-    } else {
-        prompt = body.value("prompt", "");
-    }
+    return sim::generate_text(prompt_token_ids(body), max_tokens);
+}
+
+std::string expected_completion_text(const std::string& prompt, int max_tokens) {
     return sim::generate_text(prompt, max_tokens);
+}
+
+std::string expected_chat_text(const nlohmann::json& messages, int max_tokens) {
+    std::string prompt;
+    std::string error;
+    sim::chat_prompt(messages, prompt, error);
+    return sim::generate_text(prompt, max_tokens);
+}
+
+std::int64_t expected_first_token(const std::vector<std::int64_t>& ids) {
+    return sim::generate_ids(ids, 1).front();
+}
+
+std::string token_id_text(std::int64_t id) {
+    return sim::id_text(id);
 }
 
 bool wait_until(const std::function<bool()>& pred, Ms timeout, Ms poll) {

@@ -3,6 +3,7 @@
 // pdsim's debug API, pdrouter's /metrics and the expected deterministic answer text.
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +22,10 @@ struct Server {
     std::string name;  // e.g. "pdsim-prefill-0", "pdrouter"
     Process proc;
     unsigned short port = 0;
+    // A decode pdsim started with --kv-mode lmcache: its KV receivers' bound ports, one per TP
+    // rank (what the router puts in disagg_spec.receiver_init_port / receiver_alloc_port).
+    std::vector<unsigned short> lmcache_init_ports;
+    std::vector<unsigned short> lmcache_alloc_ports;
     std::string address() const { return "127.0.0.1:" + std::to_string(port); }
 };
 
@@ -34,6 +39,9 @@ public:
     Cluster& operator=(const Cluster&) = delete;
 
     // pdsim --role <role> --host 127.0.0.1 --port 0 --port-file F --model kModel <extra...>
+    // A decode whose `extra` holds "--kv-mode lmcache" also gets --lmcache-ports-file, and the
+    // returned Server carries its receiver ports (ports 0 by default: --tp-size free ones, or
+    // pass --lmcache-init-ports / --lmcache-alloc-ports).
     Server& start_pdsim(const std::string& role, const std::vector<std::string>& extra = {});
     // pdrouter --host 127.0.0.1 --port 0 --port-file F --prefill A ... --decode B ... <extra...>
     Server& start_router(const std::vector<std::string>& prefills,
@@ -63,8 +71,10 @@ struct PdCluster {
 struct PdOptions {
     int prefills = 1;
     int decodes = 1;
-    std::vector<std::string> sim_args;     // both roles
-    std::vector<std::string> router_args;  // appended to the router's command line
+    std::vector<std::string> sim_args;      // both roles
+    std::vector<std::string> prefill_args;  // prefills only (after sim_args)
+    std::vector<std::string> decode_args;   // decodes only (after sim_args)
+    std::vector<std::string> router_args;   // appended to the router's command line
 
     // Fluent setters: start(PdOptions{}.p(2).d(2).router({"--flag", "v"})).
     PdOptions& p(int n) {
@@ -81,6 +91,14 @@ struct PdOptions {
     }
     PdOptions& router(std::vector<std::string> a) {
         router_args = std::move(a);
+        return *this;
+    }
+    PdOptions& prefill_sim(std::vector<std::string> a) {
+        prefill_args = std::move(a);
+        return *this;
+    }
+    PdOptions& decode_sim(std::vector<std::string> a) {
+        decode_args = std::move(a);
         return *this;
     }
 };
@@ -121,8 +139,19 @@ std::optional<double> metric(const std::string& text, const std::string& name,
 // ---- requests and expected answers ------------------------------------------------------------
 nlohmann::json completion_body(const std::string& prompt, int max_tokens, bool stream);
 nlohmann::json chat_body(const std::string& content, int max_tokens, bool stream);
-// pdsim's deterministic text for a completion/chat body (sim::generate_text).
+// pdsim's deterministic text for a completion/chat body (sim::generate_text): what a single
+// engine answers, and what a P/D pair must answer too (in LMCache mode: P's first token plus D's
+// continuation from the prompt ids + [first_tok]).
 std::string expected_text(const nlohmann::json& body);
+std::string expected_completion_text(const std::string& prompt, int max_tokens);
+std::string expected_chat_text(const nlohmann::json& messages, int max_tokens);
+// The ids pdsim's POST /tokenize answers for a completion body's prompt (string) or a chat
+// body's messages.
+std::vector<std::int64_t> prompt_token_ids(const nlohmann::json& body);
+// The first token id a prefill answers for `ids` (kv_transfer_params.first_tok), and the text of
+// any generated token id.
+std::int64_t expected_first_token(const std::vector<std::int64_t>& ids);
+std::string token_id_text(std::int64_t id);
 std::string route_of(const nlohmann::json& body);  // "/v1/chat/completions" or "/v1/completions"
 
 // Polls `pred` every `poll` until true or `timeout`; returns the final value.

@@ -109,13 +109,93 @@ TEST(Cli, BadValuesReturnTwo) {
     }
 }
 
+TEST(Cli, LmcacheFlags) {
+    SimConfig cfg;
+    std::string pf;
+    std::string lvl;
+    ASSERT_EQ(parse({"--role", "decode", "--kv-mode", "lmcache", "--lmcache-init-ports", "8300,0",
+                     "--lmcache-alloc-ports=8310,8311", "--lmcache-ports-file", "/tmp/p",
+                     "--lmcache-kv-ttl-seconds", "2.5", "--lmcache-max-kv-bytes", "1000",
+                     "--kv-bytes-per-token", "128"},
+                    cfg, pf, lvl),
+              0);
+    EXPECT_EQ(cfg.kv_mode, KvMode::Lmcache);
+    EXPECT_EQ(cfg.lmcache.init_ports, (std::vector<unsigned short>{8300, 0}));
+    EXPECT_EQ(cfg.lmcache.alloc_ports, (std::vector<unsigned short>{8310, 8311}));
+    EXPECT_EQ(cfg.lmcache.tp_size, 2);  // one rank per port
+    EXPECT_EQ(cfg.lmcache.ports_file, "/tmp/p");
+    EXPECT_DOUBLE_EQ(cfg.lmcache.kv_ttl_seconds, 2.5);
+    EXPECT_EQ(cfg.lmcache.max_kv_bytes, 1000u);
+    EXPECT_EQ(cfg.lmcache.kv_bytes_per_token, 128u);
+
+    SimConfig d;  // a decode without ports: --tp-size free ones
+    ASSERT_EQ(parse({"--kv-mode", "lmcache", "--tp-size", "3"}, d, pf, lvl), 0);
+    EXPECT_EQ(d.lmcache.init_ports, (std::vector<unsigned short>{0, 0, 0}));
+    EXPECT_EQ(d.lmcache.alloc_ports.size(), 3u);
+
+    SimConfig p;
+    ASSERT_EQ(parse({"--role", "prefill", "--kv-mode", "lmcache", "--tp-size", "2",
+                     "--kv-ready-connect", "tcp://127.0.0.1:7500"},
+                    p, pf, lvl),
+              0);
+    EXPECT_EQ(p.lmcache.tp_size, 2);
+    EXPECT_EQ(p.lmcache.kv_ready_connect, "tcp://127.0.0.1:7500");
+    EXPECT_TRUE(p.lmcache.init_ports.empty());
+
+    SimConfig pull;  // pull mode stays the default
+    ASSERT_EQ(parse({}, pull, pf, lvl), 0);
+    EXPECT_EQ(pull.kv_mode, KvMode::Pull);
+}
+
+TEST(Cli, LmcacheBadValues) {
+    const std::vector<std::vector<std::string>> bad = {
+        {"--kv-mode", "push"},
+        {"--tp-size", "0"},
+        {"--kv-ready-connect", "127.0.0.1:7500"},
+        {"--kv-bytes-per-token", "0"},
+        {"--lmcache-init-ports", "8300,x"},
+        {"--lmcache-alloc-ports", "70000"},
+        {"--lmcache-alloc-ports", ""},
+        {"--lmcache-kv-ttl-seconds", "0"},
+        {"--lmcache-max-kv-bytes", "0"},
+    };
+    for (const auto& a : bad) {
+        SimConfig cfg;
+        std::string pf;
+        std::string lvl;
+        testing::internal::CaptureStderr();
+        EXPECT_EQ(parse(a, cfg, pf, lvl), 2) << a[0] << " " << a[1];
+        const std::string err = testing::internal::GetCapturedStderr();
+        EXPECT_NE(err.find(a[0]), std::string::npos) << err;
+    }
+    // Receiver ports that do not pair up, or disagree with --tp-size.
+    for (const auto& a : std::vector<std::vector<std::string>>{
+             {"--kv-mode", "lmcache", "--lmcache-init-ports", "1,2"},
+             {"--kv-mode", "lmcache", "--lmcache-init-ports", "1,2", "--lmcache-alloc-ports", "3"},
+             {"--kv-mode", "lmcache", "--tp-size", "3", "--lmcache-init-ports", "1,2",
+              "--lmcache-alloc-ports", "3,4"}}) {
+        SimConfig cfg;
+        std::string pf;
+        std::string lvl;
+        testing::internal::CaptureStderr();
+        EXPECT_EQ(parse(a, cfg, pf, lvl), 2) << a.size();
+        EXPECT_NE(testing::internal::GetCapturedStderr().find("port"), std::string::npos);
+    }
+}
+
 TEST(Cli, HelpReturnsOne) {
     SimConfig cfg;
     std::string pf;
     std::string lvl;
     testing::internal::CaptureStdout();
     EXPECT_EQ(parse({"--help"}, cfg, pf, lvl), 1);
-    EXPECT_NE(testing::internal::GetCapturedStdout().find("--kv-lease-seconds"), std::string::npos);
+    const std::string help = testing::internal::GetCapturedStdout();
+    for (const char* flag :
+         {"--kv-lease-seconds", "--kv-mode", "--tp-size", "--kv-ready-connect",
+          "--kv-bytes-per-token", "--lmcache-init-ports", "--lmcache-alloc-ports",
+          "--lmcache-ports-file", "--lmcache-kv-ttl-seconds", "--lmcache-max-kv-bytes"}) {
+        EXPECT_NE(help.find(flag), std::string::npos) << flag;
+    }
 }
 
 TEST(Cli, PortFileIsWritten) {

@@ -62,9 +62,68 @@ TEST(Generation, TokenizeMatchesCount) {
     EXPECT_EQ(ids[0], ids[3]);  // same word, same id
     EXPECT_NE(ids[0], ids[1]);
     for (auto id : ids) {
-        EXPECT_GE(id, 100);
+        EXPECT_GE(id, kFirstWordId);
+        EXPECT_LT(id, kFirstWordId + kWordIds);
     }
     EXPECT_EQ(tokenize("").size(), 1u);
+}
+
+// The rule a prefill/decode pair relies on: P's first token (ids, 1) followed by D's
+// continuation (ids + [first], n - 1) is the single-engine answer (ids, n), for every n.
+TEST(Generation, SplitAfterFirstTokenEqualsSingleAnswer) {
+    for (const std::string prompt : {"The quick brown fox", "", "one", "a b c d e f g h i j"}) {
+        const auto ids = tokenize(prompt);
+        for (int n : {1, 2, 5, 16}) {
+            const auto single = generate_ids(ids, n);
+            ASSERT_EQ(static_cast<int>(single.size()), n);
+            const TokenId first = generate_ids(ids, 1).front();
+            EXPECT_EQ(first, single[0]);
+            auto with_first = ids;
+            with_first.push_back(first);
+            const std::string split = id_text(first) + generate_text(with_first, n - 1);
+            EXPECT_EQ(split, generate_text(prompt, n)) << prompt << " n=" << n;
+        }
+    }
+}
+
+// The same through a chat prompt: messages -> chat_prompt text -> tokenize.
+TEST(Generation, ChatSplitEqualsSingleAnswer) {
+    auto msgs = nlohmann::json::parse(
+        R"([{"role":"system","content":"be brief"},{"role":"user","content":"tell me"}])");
+    std::string text;
+    std::string err;
+    ASSERT_TRUE(chat_prompt(msgs, text, err)) << err;
+    auto ids = tokenize(text);
+    const TokenId first = generate_ids(ids, 1).front();
+    ids.push_back(first);
+    EXPECT_EQ(id_text(first) + generate_text(ids, 7), generate_text(text, 8));
+}
+
+TEST(Generation, AutoregressiveOnIds) {
+    const std::vector<TokenId> ids{5, 6, 7};
+    // The next token depends on the whole sequence: each prefix gives the next token.
+    const auto out = generate_ids(ids, 4);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        std::vector<TokenId> prefix = ids;
+        prefix.insert(prefix.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(i));
+        EXPECT_EQ(generate_ids(prefix, 1).front(), out[i]) << i;
+    }
+    EXPECT_NE(generate_ids(std::vector<TokenId>{5, 6, 8}, 8), generate_ids(ids, 8));
+    EXPECT_NE(generate_ids(std::vector<TokenId>{6, 5, 7}, 8), generate_ids(ids, 8));
+    for (TokenId id : generate_ids(ids, 64)) {
+        EXPECT_GE(id, kFirstGeneratedId);
+        EXPECT_LT(id, kFirstGeneratedId + 64);
+        EXPECT_EQ(id_text(id).back(), ' ');
+    }
+    EXPECT_EQ(id_text(7), "7 ");
+}
+
+TEST(Generation, HashIdsSeparatesSequences) {
+    const std::vector<TokenId> a{1, 2, 3};
+    EXPECT_EQ(hash_ids(a), hash_ids(std::vector<TokenId>{1, 2, 3}));
+    EXPECT_NE(hash_ids(a), hash_ids(std::vector<TokenId>{1, 2}));
+    EXPECT_NE(hash_ids(a), hash_ids(std::vector<TokenId>{3, 2, 1}));
+    EXPECT_NE(hash_ids(std::vector<TokenId>{}), hash_ids(std::vector<TokenId>{0}));
 }
 
 TEST(Generation, ChatPromptJoinsContents) {

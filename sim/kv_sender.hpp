@@ -1,0 +1,31 @@
+#pragma once
+// A prefill's side of the LMCache-mode KV transport (sim/lmcache_wire.hpp): moves one D rank's
+// KV for one request.
+#include "net/common/io.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace pdr::sim {
+
+struct KvTarget {
+    std::string host;
+    unsigned short init_port = 0;
+    unsigned short alloc_port = 0;
+    int rank = 0;
+};
+
+struct KvShipment {
+    std::uint64_t key = 0;  // hash_ids of the prompt ids
+    std::uint32_t tokens = 0;
+    std::uint32_t block_tokens = 16;
+    std::uint32_t bytes_per_token = 64;
+    std::string req_id;
+    bool corrupt = false;  // fault: one byte of the payload is wrong
+};
+
+// Handshake on the init port, then one KV frame on the alloc port and D's ack. Returns an error
+// message, empty when D acknowledged the KV. Each network operation is bounded by `timeout`.
+awaitable<std::string> send_kv(KvTarget target, KvShipment kv, Duration timeout);
+
+}  // namespace pdr::sim

@@ -89,10 +89,10 @@ struct Config {
     // lmcache mode (PROTOCOLS.md §5). The receivers are per decode instance, in `decode` order
     // (empty, or one per instance); kv_ready_expected per prefill instance, in `prefill` order
     // (empty, or one per instance; 0 = the chosen D's TP size).
-    std::string kv_ready_bind;             // tcp://HOST:PORT of the PULL socket (required)
-    Duration kv_ready_timeout{10000};      // the wait for all notifications of one request
+    std::string kv_ready_bind;         // tcp://HOST:PORT of the PULL socket (required)
+    Duration kv_ready_timeout{10000};  // the wait for all notifications of one request
     OnKvReadyTimeout on_kv_ready_timeout = OnKvReadyTimeout::Error;
-    Duration kv_ready_ttl{60000};          // unclaimed notifications are kept this long
+    Duration kv_ready_ttl{60000};              // unclaimed notifications are kept this long
     std::size_t kv_ready_max_pending = 65536;  // hard bound on the notification table
     std::vector<LmcacheReceiver> lmcache_receivers;
     std::vector<int> kv_ready_expected;

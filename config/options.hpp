@@ -29,9 +29,9 @@ enum class Kind {
     LmcachePorts,   // per decode instance, one comma list per instance; `init` picks the list
     LmcacheHosts,   // per decode instance: the receiver host
     KvReadyCounts,  // per prefill instance: notifications to wait for (0 = D's TP size)
-    ConfigFile,  // --config (command line only)
-    Help,        // command line only
-    Version,     // command line only
+    ConfigFile,     // --config (command line only)
+    Help,           // command line only
+    Version,        // command line only
     // command line only: check everything, print "configuration OK", exit 0
     CheckConfig,
 };

@@ -50,15 +50,17 @@ void check_lmcache(Config& cfg) {
     if (!lmcache) {
         if (!cfg.kv_ready_bind.empty() || !cfg.lmcache_receivers.empty() ||
             !cfg.kv_ready_expected.empty()) {
-            fail("pdrouter: --kv-ready-bind, --lmcache-* and --kv-ready-expected are only used "
-                 "with --kv-mode lmcache (the mode is " +
-                 std::string(to_string(cfg.kv_mode)) + ")");
+            fail(
+                "pdrouter: --kv-ready-bind, --lmcache-* and --kv-ready-expected are only used "
+                "with --kv-mode lmcache (the mode is " +
+                std::string(to_string(cfg.kv_mode)) + ")");
         }
         return;
     }
     if (cfg.kv_ready_bind.empty() && !cfg.demo) {
-        fail("pdrouter: --kv-mode lmcache needs --kv-ready-bind tcp://HOST:PORT (the ZMQ PULL "
-             "socket LMCache's pd_proxy_host/pd_proxy_port point to)");
+        fail(
+            "pdrouter: --kv-mode lmcache needs --kv-ready-bind tcp://HOST:PORT (the ZMQ PULL "
+            "socket LMCache's pd_proxy_host/pd_proxy_port point to)");
     }
     if (!cfg.kv_ready_bind.empty() && !valid_zmq_tcp_endpoint(cfg.kv_ready_bind)) {
         fail("pdrouter: invalid value '" + cfg.kv_ready_bind +

@@ -46,10 +46,10 @@ ValidationError port_list(const disagg::Json& body, const char* key,
     if (it == body.end() || it->is_null()) {
         return {};
     }
-    const ValidationError bad{Errc::InvalidField,
-                              std::string("\"") + key +
-                                  "\" must be a list of ports 1..65535, one per decode TP rank",
-                              key};
+    const ValidationError bad{
+        Errc::InvalidField,
+        std::string("\"") + key + "\" must be a list of ports 1..65535, one per decode TP rank",
+        key};
     if (it->is_string()) {
         std::string why;
         if (!config::parse_port_list(it->get<std::string>(), out, why)) {
@@ -88,12 +88,11 @@ ValidationError parse_instance_kv(const disagg::Json& body, instances::InstanceK
         config::InstanceAddress a;
         std::string why;
         if (!it->is_string() ||
-            !config::parse_instance_address(
-                (it->get<std::string>().find(':') != std::string::npos
-                     ? "[" + it->get<std::string>() + "]"
-                     : it->get<std::string>()) +
-                    ":1",
-                a, why)) {
+            !config::parse_instance_address((it->get<std::string>().find(':') != std::string::npos
+                                                 ? "[" + it->get<std::string>() + "]"
+                                                 : it->get<std::string>()) +
+                                                ":1",
+                                            a, why)) {
             return {Errc::InvalidField, "\"lmcache_receiver_host\" must be a host name or address",
                     "lmcache_receiver_host"};
         }

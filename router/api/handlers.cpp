@@ -2,10 +2,10 @@
 // metrics and the lease-refresh forwarder.
 #include "net/common/log.hpp"
 #include "router/api/app.hpp"
-#include "router/kv/kv_ready_listener.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/run_flow.hpp"
+#include "router/kv/kv_ready_listener.hpp"
 
 #include <algorithm>
 
@@ -213,8 +213,9 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
         for (const auto& d : registry_.list(Role::Decode)) {
             if (d->kv.lmcache.empty()) {
                 unusable.push_back({{"name", d->name},
-                                    {"reason", "no LMCache receiver ports (lmcache_init_ports / "
-                                               "lmcache_alloc_ports): never chosen"}});
+                                    {"reason",
+                                     "no LMCache receiver ports (lmcache_init_ports / "
+                                     "lmcache_alloc_ports): never chosen"}});
             }
         }
         body["decode_nodes_unusable"] = std::move(unusable);

@@ -47,8 +47,8 @@ awaitable<void> run_main(RunState& s) {
     }
     std::string kv_ready_error;
     if (!s.app.bind_kv_ready(kv_ready_error)) {
-        fail_startup(s, 1, "cannot bind --kv-ready-bind " + cfg.kv_ready_bind + ": " +
-                               kv_ready_error);
+        fail_startup(s, 1,
+                     "cannot bind --kv-ready-bind " + cfg.kv_ready_bind + ": " + kv_ready_error);
         co_return;
     }
     unsigned short port = 0;

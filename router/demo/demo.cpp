@@ -24,7 +24,8 @@ std::string demo_kv_ready_bind(const std::string& given) {
         }
     }
     net::io_context ioc;
-    net::ip::tcp::acceptor probe(ioc, net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    net::ip::tcp::acceptor probe(ioc,
+                                 net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
     const unsigned short port = probe.local_endpoint().port();
     return "tcp://" + host + ":" + std::to_string(port);
 }

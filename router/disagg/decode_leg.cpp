@@ -88,9 +88,9 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
         // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
         const bool last = tries.last();
         std::string failure;
-        const Attempt a = co_await attempt_on(deps, req, canceler, *decode,
-                                              last ? std::move(body) : body, !last, handover,
-                                              nullptr, failure);
+        const Attempt a =
+            co_await attempt_on(deps, req, canceler, *decode, last ? std::move(body) : body, !last,
+                                handover, nullptr, failure);
         if (a == Attempt::Done) {
             co_return;
         }

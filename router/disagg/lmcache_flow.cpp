@@ -1,7 +1,6 @@
 #include "router/disagg/lmcache_flow.hpp"
 
 #include "net/common/log.hpp"
-#include "net/common/uuid.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/decode_leg.hpp"
 #include "router/disagg/lmcache_rewrite.hpp"
@@ -79,8 +78,8 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
         if (ask.tokens) {
             side.tokens = *ask.tokens;
         } else {
-            PostResult tok =
-                co_await post_to(deps, req, *p, "/tokenize", lmcache::make_tokenize_body(req.body, ask));
+            PostResult tok = co_await post_to(deps, req, *p, "/tokenize",
+                                              lmcache::make_tokenize_body(req.body, ask));
             if (tok.result.failure == upstream::Failure::Canceled || req.exchange.client_gone()) {
                 deps.metrics.client_disconnect(metrics::DisconnectPhase::Prefill);
                 co_return side;
@@ -132,7 +131,10 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
         // disagg_spec, so it moves no KV and sends no notification.
         lmcache::DisaggSpec spec;
         if (!first_only) {
-            spec.req_id = req.request_id + "-" + make_uuid_v4().substr(0, 8);
+            // The request id (PROTOCOLS.md §5): unique among requests in flight (the API refuses
+            // a client's X-Request-Id that one in flight uses). A retry on another P reuses it:
+            // it follows only a failure that sent nothing.
+            spec.req_id = req.request_id;
             spec.receiver_host =
                 decode.kv.lmcache.host.empty() ? decode.endpoint.host : decode.kv.lmcache.host;
             spec.init_ports = decode.kv.lmcache.init_ports;
@@ -143,17 +145,17 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
             // Registered before P can send anything, so no notification of it is an orphan.
             side.ready = deps.kv_ready->expect(spec.req_id, expected);
             if (!side.ready.ok()) {
-                const std::string why = "cannot wait for KV-ready notifications: " +
-                                        std::string(side.ready.error()) +
-                                        " (--kv-ready-max-pending)";
+                const std::string why =
+                    "cannot wait for KV-ready notifications: " + std::string(side.ready.error()) +
+                    " (--kv-ready-max-pending)";
                 log_failure(req.request_id, "prefill", p->name, why);
                 co_await respond_error(req.exchange, Errc::TooManyRequests, why);
                 co_return side;
             }
         }
-        PostResult pre = co_await post_to(deps, req, *p, "/v1/completions",
-                                          lmcache::make_prefill_body(
-                                              req.body, side.tokens, first_only ? nullptr : &spec));
+        PostResult pre = co_await post_to(
+            deps, req, *p, "/v1/completions",
+            lmcache::make_prefill_body(req.body, side.tokens, first_only ? nullptr : &spec));
         if (pre.result.failure == upstream::Failure::Canceled || req.exchange.client_gone()) {
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Prefill);
             co_return side;
@@ -278,8 +280,7 @@ awaitable<void> run_lmcache_flow(FlowDeps& deps, FlowRequest& req) {
 
     // D is chosen first: P sends the KV straight to its receiver. D is held in flight for the
     // whole request.
-    const instances::InstancePtr decode =
-        deps.registry.pick(Role::Decode, nullptr, has_receiver);
+    const instances::InstancePtr decode = deps.registry.pick(Role::Decode, nullptr, has_receiver);
     if (!decode) {  // went down meanwhile (nothing above awaited, so not in practice)
         co_await respond_no_instance(deps, req, Leg::Decode);
         co_return;
@@ -313,8 +314,7 @@ awaitable<void> run_lmcache_flow(FlowDeps& deps, FlowRequest& req) {
         co_return;
     }
     if (end == kv::WaitEnd::Stopped) {
-        co_await respond_error(req.exchange, Errc::ShuttingDown,
-                               "the router is shutting down");
+        co_await respond_error(req.exchange, Errc::ShuttingDown, "the router is shutting down");
         co_return;
     }
     if (end == kv::WaitEnd::TimedOut) {

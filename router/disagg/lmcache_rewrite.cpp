@@ -12,13 +12,17 @@ namespace {
 // Fields only the chat API has: they do not go into the completion bodies sent to P and D. The
 // chat template ones go to /tokenize instead. (logprobs/top_logprobs: chat's boolean logprobs
 // is not the completion API's integer; they are dropped.)
-constexpr std::string_view kTemplateFields[] = {
-    "add_generation_prompt", "continue_final_message", "chat_template",
-    "chat_template_kwargs",  "tools",                  "documents",
-    "add_special_tokens",    "mm_processor_kwargs"};
+constexpr std::string_view kTemplateFields[] = {"add_generation_prompt",
+                                                "continue_final_message",
+                                                "chat_template",
+                                                "chat_template_kwargs",
+                                                "tools",
+                                                "documents",
+                                                "add_special_tokens",
+                                                "mm_processor_kwargs"};
 
-bool integer_member(const JsonObjectView& body, std::string_view key, std::optional<std::int64_t>& out,
-                    std::string& error, std::string& param) {
+bool integer_member(const JsonObjectView& body, std::string_view key,
+                    std::optional<std::int64_t>& out, std::string& error, std::string& param) {
     const JsonMember* m = body.find(key);
     if (m == nullptr || m->kind == JsonKind::Null) {
         return true;
@@ -459,9 +463,9 @@ bool AnswerShaper::stream_events(std::string_view events, std::string& out) {
         if (eol == std::string_view::npos) {
             pos = events.size();
         } else {
-            pos = eol + (events[eol] == '\r' && eol + 1 < events.size() && events[eol + 1] == '\n'
-                             ? 2
-                             : 1);
+            pos =
+                eol +
+                (events[eol] == '\r' && eol + 1 < events.size() && events[eol + 1] == '\n' ? 2 : 1);
         }
         if (line.empty()) {
             if (!finish_event()) {

@@ -20,7 +20,7 @@ enum class Api { Completions, Chat };
 struct ClientAsk {
     Api api = Api::Completions;
     bool stream = false;
-    bool include_usage = false;           // stream_options.include_usage
+    bool include_usage = false;              // stream_options.include_usage
     std::optional<std::int64_t> max_tokens;  // max_completion_tokens (chat) or max_tokens
     std::optional<std::int64_t> min_tokens;
     // The client sent token ids as its prompt: they are the tokens (no /tokenize).

@@ -156,8 +156,7 @@ void Registry::update_counts(Role role) {
     metrics_.set_instance_counts(metrics_role(role), up, down);
 }
 
-InstancePtr Registry::pick(Role role, const Instance* exclude,
-                           bool (*usable)(const Instance&)) {
+InstancePtr Registry::pick(Role role, const Instance* exclude, bool (*usable)(const Instance&)) {
     prune(role);
     auto& v = instances_[index(role)];
     const std::size_t n = v.size();

@@ -96,7 +96,7 @@ public:
     std::size_t count(Role role, bool up_only) const;  // not removed (and up, if up_only)
     // Instances that are up, not removed, and that `usable` accepts.
     std::size_t count_usable(Role role, bool (*usable)(const Instance&)) const;
-    std::vector<InstancePtr> list(Role role) const;    // not removed, in insertion order
+    std::vector<InstancePtr> list(Role role) const;  // not removed, in insertion order
     // GET /instances: [{role,name,up,removed,in_flight,requests,failures,last_error}] — also
     // shows removed instances that still have requests in flight.
     nlohmann::json to_json() const;

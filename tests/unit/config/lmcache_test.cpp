@@ -10,19 +10,19 @@ namespace {
 using Ports = std::vector<unsigned short>;
 
 std::vector<std::string> lmcache(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--kv-mode",  "lmcache",     "--kv-ready-bind",
-                                     "tcp://127.0.0.1:7500", "--prefill", "127.0.0.1:8100",
-                                     "--decode",   "127.0.0.1:8200", "127.0.0.1:8201"};
+    std::vector<std::string> args = {
+        "--kv-mode",      "lmcache",  "--kv-ready-bind", "tcp://127.0.0.1:7500", "--prefill",
+        "127.0.0.1:8100", "--decode", "127.0.0.1:8200",  "127.0.0.1:8201"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
 }
 
 TEST(ConfigLmcache, FlagsGivePerInstanceReceivers) {
-    auto r = parse(lmcache({"--lmcache-init-ports", "8300,8301 8400", "--lmcache-alloc-ports",
-                            "8310,8311", "8410", "--lmcache-receiver-hosts", "10.0.0.2", "[::1]",
-                            "--kv-ready-expected", "2", "--kv-ready-timeout-ms", "500",
-                            "--on-kv-ready-timeout", "PROCEED", "--kv-ready-ttl-ms", "900",
-                            "--kv-ready-max-pending", "10"}));
+    auto r = parse(
+        lmcache({"--lmcache-init-ports", "8300,8301 8400", "--lmcache-alloc-ports", "8310,8311",
+                 "8410", "--lmcache-receiver-hosts", "10.0.0.2", "[::1]", "--kv-ready-expected",
+                 "2", "--kv-ready-timeout-ms", "500", "--on-kv-ready-timeout", "PROCEED",
+                 "--kv-ready-ttl-ms", "900", "--kv-ready-max-pending", "10"}));
     ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
     const Config& c = r.config;
     EXPECT_EQ(c.kv_mode, KvMode::Lmcache);
@@ -83,10 +83,10 @@ TEST(ConfigLmcache, Errors) {
                  "pdrouter: 1 LMCache receiver(s) (--lmcache-init-ports/--lmcache-alloc-ports/"
                  "--lmcache-receiver-hosts) for 2 decode instance(s): give one per decode "
                  "instance, in --decode order");
-    expect_error(parse(lmcache({"--lmcache-init-ports", "8300,8301 1", "--lmcache-alloc-ports",
-                                "8310 2"})),
-                 "pdrouter: decode instance 127.0.0.1:8200 has 2 LMCache init port(s) but 1 "
-                 "alloc port(s): give one of each per D TP rank");
+    expect_error(
+        parse(lmcache({"--lmcache-init-ports", "8300,8301 1", "--lmcache-alloc-ports", "8310 2"})),
+        "pdrouter: decode instance 127.0.0.1:8200 has 2 LMCache init port(s) but 1 "
+        "alloc port(s): give one of each per D TP rank");
     expect_error(parse(lmcache({"--lmcache-init-ports", "8300,0 1"})),
                  "pdrouter: invalid value '8300,0' for --lmcache-init-ports: '0' is not a port "
                  "1..65535");

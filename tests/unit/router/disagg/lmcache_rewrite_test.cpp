@@ -104,8 +104,8 @@ TEST(LmcacheBodies, PrefillAsksForTheFirstTokenAndNamesDsReceiver) {
     EXPECT_EQ(p["max_tokens"], 1);
     EXPECT_EQ(p["stream"], false);
     EXPECT_EQ(p["temperature"], 0.3);
-    for (const char* gone : {"messages", "stream_options", "max_completion_tokens", "tools",
-                             "logprobs"}) {
+    for (const char* gone :
+         {"messages", "stream_options", "max_completion_tokens", "tools", "logprobs"}) {
         EXPECT_FALSE(p.contains(gone)) << gone;
     }
     EXPECT_EQ(p["kv_transfer_params"],
@@ -150,10 +150,10 @@ TEST(LmcacheFirstToken, NeedsFirstTok) {
     EXPECT_EQ(f.finish_reason, "length");
     EXPECT_EQ(f.model, "m");
     EXPECT_FALSE(parse_first_token(R"({"choices":[{"text":"x"}]})", f, why));
-    EXPECT_FALSE(parse_first_token(R"({"choices":[],"kv_transfer_params":{"first_tok":1}})", f,
-                                   why));
-    EXPECT_FALSE(parse_first_token(R"({"choices":[{}],"kv_transfer_params":{"first_tok":"1"}})",
-                                   f, why));
+    EXPECT_FALSE(
+        parse_first_token(R"({"choices":[],"kv_transfer_params":{"first_tok":1}})", f, why));
+    EXPECT_FALSE(
+        parse_first_token(R"({"choices":[{}],"kv_transfer_params":{"first_tok":"1"}})", f, why));
 }
 
 FirstToken first_token() {

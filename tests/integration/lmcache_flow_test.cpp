@@ -1,0 +1,410 @@
+// The LMCache flow (PROTOCOLS.md §5, --kv-mode lmcache) through real pdrouter + pdsim processes:
+// pdsim prefills send the KV to pdsim decodes' receivers and notify the router's ZMQ PULL socket
+// once per TP rank; the router waits for every rank, then decodes on token ids. Exact text (P's
+// first token plus D's continuation equals the single-engine answer), chat conversion, usage,
+// TP 2, xPyD, and each notification fault with both timeout policies.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.hpp>
+
+#include <set>
+#include <thread>
+
+#include "tests/support/checks.hpp"
+#include "tests/support/fixture.hpp"
+
+namespace pdr::test {
+namespace {
+
+using nlohmann::json;
+
+// A loopback port that was free a moment ago (the prefills must know the router's PULL address
+// before the router binds it).
+unsigned short free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        throw std::runtime_error("free_port: bind failed");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
+struct LmOptions {
+    int prefills = 1;
+    int decodes = 1;
+    int tp = 1;
+    std::vector<std::string> router_args;
+};
+
+struct LmCluster {
+    Cluster* cluster = nullptr;
+    std::vector<Server*> prefill, decode;
+    Server* router = nullptr;
+    std::string kv_ready;  // tcp://127.0.0.1:PORT
+};
+
+class LmcacheFlowTest : public ClusterTest {
+protected:
+    LmCluster start_lm(const LmOptions& o) {
+        LmCluster lm;
+        lm.cluster = &new_cluster();
+        lm.kv_ready = "tcp://127.0.0.1:" + std::to_string(free_port());
+        const std::string tp = std::to_string(o.tp);
+        std::vector<std::string> ps, ds;
+        std::string init, alloc;
+        for (int i = 0; i < o.prefills; ++i) {
+            lm.prefill.push_back(&lm.cluster->start_pdsim(
+                "prefill", {"--kv-mode", "lmcache", "--tp-size", tp, "--kv-ready-connect",
+                            lm.kv_ready}));
+            ps.push_back(lm.prefill.back()->address());
+        }
+        for (int i = 0; i < o.decodes; ++i) {
+            Server& d =
+                lm.cluster->start_pdsim("decode", {"--kv-mode", "lmcache", "--tp-size", tp});
+            lm.decode.push_back(&d);
+            ds.push_back(d.address());
+            auto join = [](const std::vector<unsigned short>& v) {
+                std::string s;
+                for (auto p : v) {
+                    s += (s.empty() ? "" : ",") + std::to_string(p);
+                }
+                return s;
+            };
+            init += (init.empty() ? "" : " ") + join(d.lmcache_init_ports);
+            alloc += (alloc.empty() ? "" : " ") + join(d.lmcache_alloc_ports);
+        }
+        std::vector<std::string> args = {"--kv-mode",
+                                         "lmcache",
+                                         "--kv-ready-bind",
+                                         lm.kv_ready,
+                                         "--lmcache-init-ports",
+                                         init,
+                                         "--lmcache-alloc-ports",
+                                         alloc,
+                                         "--kv-ready-timeout-ms",
+                                         "3000",
+                                         "--connect-timeout-ms",
+                                         "500",
+                                         "--health-interval-ms",
+                                         "60000"};
+        args.insert(args.end(), o.router_args.begin(), o.router_args.end());
+        lm.router = &lm.cluster->start_router(ps, ds, args);
+        return lm;
+    }
+};
+
+double m(const Server& router, const std::string& name,
+         const std::map<std::string, std::string>& labels = {}) {
+    return metric(metrics_text(router), name, labels).value_or(-1);
+}
+
+bool metric_reaches(const Server& router, const std::string& name,
+                    const std::map<std::string, std::string>& labels, double at_least,
+                    Ms bound = Ms{3000}) {
+    return wait_until([&] { return m(router, name, labels) >= at_least; }, bound);
+}
+
+// The decode-leg requests a pdsim recorded (POSTs whose prompt is a token-id list).
+int decode_legs(const Server& d) {
+    int n = 0;
+    for (const auto& r : sim_requests(d)) {
+        n += r.value("path", "") == "/v1/completions" ? 1 : 0;
+    }
+    return n;
+}
+
+std::string first_token_text(const json& body) {
+    return token_id_text(expected_first_token(prompt_token_ids(body)));
+}
+
+TEST_F(LmcacheFlowTest, OneToOneEveryShapeExactTextFirstTokenFirstAndUsage) {
+    LmCluster lm = start_lm({});
+    int n = 0;
+    for (bool chat : {false, true}) {
+        for (bool stream : {false, true}) {
+            ++n;
+            json body = chat ? chat_body("tell me about rivers " + std::to_string(n), 7, stream)
+                             : completion_body("once upon a time " + std::to_string(n), 7, stream);
+            if (stream) {
+                body["stream_options"] = {{"include_usage", true}};
+            }
+            const HttpResponse r = send_generation(*lm.router, body);
+            EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+            const std::string first = first_token_text(body);
+            const std::size_t prompt_tokens = prompt_token_ids(body).size();
+            json usage;
+            if (!stream) {
+                const json j = r.json();
+                EXPECT_EQ(j.value("object", ""), chat ? "chat.completion" : "text_completion");
+                const std::string text = chat ? j["choices"][0]["message"]["content"].get<std::string>()
+                                              : j["choices"][0]["text"].get<std::string>();
+                EXPECT_EQ(text.substr(0, first.size()), first);
+                usage = j["usage"];
+            } else {
+                const std::vector<std::string> events = sse_data(r.body);
+                ASSERT_GE(events.size(), 4u) << r.body;
+                // Chat: a role chunk, then P's token; completions: P's token first.
+                const json e0 = json::parse(events[0]);
+                const json content = json::parse(events[chat ? 1 : 0]);
+                if (chat) {
+                    EXPECT_EQ(e0["choices"][0]["delta"]["role"], "assistant");
+                    EXPECT_EQ(content["choices"][0]["delta"]["content"], first);
+                } else {
+                    EXPECT_EQ(content["choices"][0]["text"], first);
+                }
+                std::set<std::string> ids;
+                std::set<long long> created;
+                for (const auto& e : events) {
+                    if (e == "[DONE]") {
+                        continue;
+                    }
+                    const json j = json::parse(e);
+                    ids.insert(j["id"].get<std::string>());
+                    created.insert(j["created"].get<long long>());
+                    EXPECT_EQ(j["object"], chat ? "chat.completion.chunk" : "text_completion");
+                    if (j.contains("usage") && j["usage"].is_object()) {
+                        usage = j["usage"];
+                    }
+                }
+                EXPECT_EQ(ids.size(), 1u) << r.body;
+                EXPECT_EQ(created.size(), 1u) << r.body;
+            }
+            EXPECT_EQ(usage["prompt_tokens"], prompt_tokens) << usage;
+            EXPECT_EQ(usage["completion_tokens"], 7) << usage;
+            EXPECT_EQ(usage["total_tokens"], prompt_tokens + 7) << usage;
+        }
+    }
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_timeouts_total"), 0);
+    EXPECT_GE(m(*lm.router, "pdrouter_kv_ready_wait_seconds_count"), 4);
+    EXPECT_EQ(counter(sim_state(*lm.decode[0]), "lmcache_kv_missing"), 0);
+    EXPECT_EQ(counter(sim_state(*lm.decode[0]), "lmcache_kv_claimed"), 4);
+}
+
+TEST_F(LmcacheFlowTest, TwoByTwoWithTp2UsesEveryInstance) {
+    LmCluster lm = start_lm({.prefills = 2, .decodes = 2, .tp = 2, .router_args = {}});
+    for (int i = 0; i < 8; ++i) {
+        json body = completion_body("xpyd prompt number " + std::to_string(i), 5, i % 2 == 1);
+        EXPECT_TRUE(answer_ok(send_generation(*lm.router, body), body)) << i;
+    }
+    for (Server* d : lm.decode) {
+        EXPECT_EQ(counter(sim_state(*d), "lmcache_kv_claimed"), 4);
+    }
+    for (Server* p : lm.prefill) {
+        EXPECT_EQ(counter(sim_state(*p), "lmcache_handovers"), 4);
+        EXPECT_EQ(counter(sim_state(*p), "lmcache_notifs_sent"), 8);  // 2 ranks each
+    }
+    EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_notifications_total", {}, 16));
+}
+
+TEST_F(LmcacheFlowTest, Tp2WaitsForTheSecondRanksNotification) {
+    LmCluster lm = start_lm({.tp = 2, .router_args = {"--kv-ready-timeout-ms", "800"}});
+    // Rank 1's notification never comes: the request must not start D on rank 0's alone.
+    sim_fault(*lm.prefill[0], {{"lmcache_drop_notif_ranks", {1}}, {"count", 1}});
+    const auto t0 = Clock::now();
+    const HttpResponse r = send_generation(*lm.router, completion_body("half notified", 4, false));
+    EXPECT_EQ(r.status, 504) << r.describe();
+    std::string message;
+    EXPECT_TRUE(is_openai_error(r.body, &message));
+    EXPECT_NE(message.find("1 of 2 arrived"), std::string::npos) << message;
+    EXPECT_GE(ms_between(t0, Clock::now()), 700.0);
+    EXPECT_EQ(decode_legs(*lm.decode[0]), 0);
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_timeouts_total", {{"policy", "error"}}), 1);
+    // A late second rank (notified 300 ms after P's answer) is waited for, and D starts after.
+    sim_fault(*lm.prefill[0], {{"lmcache_notif_delay_ms", 300}, {"count", 1}});
+    json body = completion_body("late but complete", 4, true);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, body), body));
+}
+
+TEST_F(LmcacheFlowTest, LostNotificationUnderProceedPolicySendsTheDecodeLegAnyway) {
+    LmCluster lm = start_lm(
+        {.router_args = {"--kv-ready-timeout-ms", "300", "--on-kv-ready-timeout", "proceed"}});
+    sim_fault(*lm.prefill[0], {{"lmcache_drop_notif_ranks", {0}}, {"count", 1}});
+    json body = chat_body("proceed without the notification", 5, false);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, body), body));
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_timeouts_total", {{"policy", "proceed"}}), 1);
+}
+
+// The test's own PUSH socket to the router's PULL address: a notification the test sends.
+class Notifier {
+public:
+    explicit Notifier(const std::string& endpoint) {
+        push_.set(zmq::sockopt::linger, 1000);
+        push_.connect(endpoint);
+    }
+    void notify(const std::string& req_id) {
+        const std::vector<std::uint8_t> bytes =
+            json::to_msgpack(json{{"type", "ProxyNotif"}, {"req_id", req_id}});
+        push_.send(zmq::buffer(bytes), zmq::send_flags::none);
+    }
+
+private:
+    zmq::context_t ctx_{1};
+    zmq::socket_t push_{ctx_, zmq::socket_type::push};
+};
+
+TEST_F(LmcacheFlowTest, NotificationsBeforeTheWaitAreKeptAndCounted) {
+    LmCluster lm = start_lm({.prefills = 1, .decodes = 1, .tp = 1,
+                             .router_args = {"--kv-ready-timeout-ms", "1000"}});
+    Notifier notifier(lm.kv_ready);
+    // Before the request exists at all: kept as an orphan, claimed when the request comes. P's
+    // own notification is dropped, so only the test's can make the request ready.
+    notifier.notify("came-first");
+    ASSERT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_notifications_total",
+                               {{"outcome", "unknown"}}, 1));
+    sim_fault(*lm.prefill[0], {{"lmcache_drop_notif_ranks", {0}}, {"count", 1}});
+    json a = completion_body("ready before asked", 4, false);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, a, {{"X-Request-Id", "came-first"}}), a));
+    // While P is still prefilling (registered, P has not answered): counted early.
+    sim_fault(*lm.prefill[0],
+              {{"lmcache_drop_notif_ranks", {0}}, {"delay_ms", 600}, {"count", 1}});
+    json b = chat_body("ready before P answered", 4, true);
+    HttpResponse rb;
+    std::thread client([&] { rb = send_generation(*lm.router, b, {{"X-Request-Id", "beat-p"}}); });
+    const bool p_busy =
+        wait_until([&] { return counter(sim_state(*lm.prefill[0]), "in_flight") == 1; }, Ms{3000});
+    if (p_busy) {
+        notifier.notify("beat-p");
+    }
+    client.join();
+    ASSERT_TRUE(p_busy);
+    EXPECT_TRUE(answer_ok(rb, b));
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_notifications_total", {{"outcome", "early"}}), 1);
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_timeouts_total"), 0);
+}
+
+TEST_F(LmcacheFlowTest, EarlyDuplicateAndGarbageNotificationsChangeNothing) {
+    LmCluster lm = start_lm({});
+    sim_fault(*lm.prefill[0], {{"lmcache_notif_early", true}, {"count", 1}});
+    json a = completion_body("early bird", 4, false);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, a), a));
+
+    sim_fault(*lm.prefill[0], {{"lmcache_notif_duplicate", true}, {"count", 1}});
+    json b = completion_body("said twice", 4, true);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, b), b));
+    EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_notifications_total",
+                               {{"outcome", "duplicate"}}, 1));
+
+    sim_fault(*lm.prefill[0], {{"lmcache_notif_garbage", true}, {"count", 1}});
+    json c = chat_body("noise first", 4, false);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, c), c));
+    for (const char* reason : {"not_msgpack", "not_map", "no_req_id", "multipart"}) {
+        EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_malformed_total",
+                                   {{"reason", reason}}, 1))
+            << reason;
+    }
+    json d = completion_body("still serving", 3, false);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, d), d));
+}
+
+TEST_F(LmcacheFlowTest, OrphansAreEvictedByTtlAndTheTableIsBounded) {
+    LmCluster lm =
+        start_lm({.router_args = {"--kv-ready-ttl-ms", "400", "--kv-ready-max-pending", "5"}});
+    zmq::context_t ctx(1);
+    zmq::socket_t push(ctx, zmq::socket_type::push);
+    push.set(zmq::sockopt::linger, 1000);
+    push.connect(lm.kv_ready);
+    for (int i = 0; i < 20; ++i) {
+        const json n = {{"type", "ProxyNotif"}, {"req_id", "never-issued-" + std::to_string(i)}};
+        const std::vector<std::uint8_t> bytes = json::to_msgpack(n);
+        push.send(zmq::buffer(bytes), zmq::send_flags::none);
+    }
+    EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_notifications_total",
+                               {{"outcome", "unknown"}}, 20));
+    EXPECT_LE(m(*lm.router, "pdrouter_kv_ready_pending"), 5);
+    EXPECT_GE(m(*lm.router, "pdrouter_kv_ready_evictions_total", {{"reason", "capacity"}}), 15);
+    EXPECT_TRUE(wait_until([&] { return m(*lm.router, "pdrouter_kv_ready_pending") == 0; },
+                           Ms{3000}));
+    EXPECT_GE(m(*lm.router, "pdrouter_kv_ready_evictions_total", {{"reason", "ttl"}}), 1);
+    json body = completion_body("after the flood", 3, false);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, body), body));
+}
+
+TEST_F(LmcacheFlowTest, ClientGoneWhileWaitingRemovesTheWaiterAndDIsNotCalled) {
+    LmCluster lm = start_lm({});
+    sim_fault(*lm.prefill[0], {{"lmcache_notif_delay_ms", 1500}, {"count", 1}});
+    Connection c;
+    std::string error;
+    ASSERT_TRUE(c.connect(lm.router->port, error)) << error;
+    HttpRequest req{"POST",
+                    "/v1/completions",
+                    {{"Content-Type", "application/json"}},
+                    completion_body("leaving early", 5, true).dump()};
+    ASSERT_TRUE(c.write_all(serialize(req), error)) << error;
+    // P answered (its leg is done) and the router waits for the notification: leave then.
+    ASSERT_TRUE(wait_until([&] { return counter(sim_state(*lm.prefill[0]), "lmcache_handovers") == 1; },
+                           Ms{3000}));
+    c.close(true);
+    EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_client_disconnects_total",
+                               {{"phase", "handover"}}, 1));
+    // The late notification finds no waiter; D was never called.
+    EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_notifications_total",
+                               {{"outcome", "duplicate"}}, 1, Ms{4000}));
+    EXPECT_EQ(decode_legs(*lm.decode[0]), 0);
+}
+
+TEST_F(LmcacheFlowTest, PrefillFailingBeforeOrAfterNotifyingIsAnErrorAndDIsNotCalled) {
+    LmCluster lm = start_lm({.router_args = {"--prefill-retries", "0"}});
+    sim_fault(*lm.prefill[0], {{"status", 500}, {"count", 1}});
+    HttpResponse before = send_generation(*lm.router, completion_body("p fails first", 4, false));
+    EXPECT_EQ(before.status, 502) << before.describe();
+    sim_fault(*lm.prefill[0], {{"lmcache_fail_after_notif", true}, {"count", 1}});
+    HttpResponse after = send_generation(*lm.router, chat_body("p fails after", 4, true));
+    EXPECT_EQ(after.status, 502) << after.describe();
+    EXPECT_TRUE(is_openai_error(after.body));
+    EXPECT_EQ(decode_legs(*lm.decode[0]), 0);
+}
+
+TEST_F(LmcacheFlowTest, DecodeFailureIsRelayed) {
+    LmCluster lm = start_lm({});
+    sim_fault(*lm.decode[0], {{"status", 503}, {"count", 1}});
+    const HttpResponse r = send_generation(*lm.router, completion_body("d says no", 4, false));
+    EXPECT_EQ(r.status, 503) << r.describe();
+    EXPECT_TRUE(is_openai_error(r.body));
+    // D without the KV (P skipped its rank) refuses, and that refusal reaches the client too.
+    sim_fault(*lm.prefill[0], {{"lmcache_skip_kv_ranks", {0}}, {"count", 1}});
+    const HttpResponse missing = send_generation(*lm.router, completion_body("no kv", 4, false));
+    EXPECT_GE(missing.status, 500) << missing.describe();
+    EXPECT_EQ(counter(sim_state(*lm.decode[0]), "lmcache_kv_missing"), 1);
+}
+
+TEST_F(LmcacheFlowTest, MaxTokensOneIsAnsweredFromPrefillAlone) {
+    LmCluster lm = start_lm({});
+    for (bool stream : {false, true}) {
+        json body = chat_body("one token only", 1, stream);
+        EXPECT_TRUE(answer_ok(send_generation(*lm.router, body), body));
+    }
+    EXPECT_EQ(decode_legs(*lm.decode[0]), 0);
+    // P got no disagg_spec: no KV moved, no notification sent.
+    EXPECT_EQ(counter(sim_state(*lm.prefill[0]), "lmcache_notifs_sent"), 0);
+    EXPECT_EQ(counter(sim_state(*lm.decode[0]), "lmcache_kv_received"), 0);
+}
+
+TEST_F(LmcacheFlowTest, DecodeWithoutReceiverPortsIsNeverChosen) {
+    Cluster& c = new_cluster();
+    Server& p = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect",
+                                          "tcp://127.0.0.1:" + std::to_string(free_port())});
+    Server& d = c.start_pdsim("decode", {"--kv-mode", "lmcache"});
+    Server& router = c.start_router({p.address()}, {d.address()},
+                                    {"--kv-mode", "lmcache", "--kv-ready-bind",
+                                     "tcp://127.0.0.1:0"});
+    const HttpResponse r = send_generation(router, completion_body("nowhere to go", 3, false));
+    EXPECT_EQ(r.status, 503) << r.describe();
+    std::string message;
+    EXPECT_TRUE(is_openai_error(r.body, &message));
+    EXPECT_NE(message.find("receiver ports"), std::string::npos) << message;
+    const json status = http_get(router.port, "/status").json();
+    ASSERT_EQ(status["decode_nodes_unusable"].size(), 1u) << status;
+    EXPECT_EQ(status["decode_nodes_unusable"][0]["name"], d.address());
+    EXPECT_EQ(counter(sim_state(p), "requests"), 0);
+}
+
+}  // namespace
+}  // namespace pdr::test

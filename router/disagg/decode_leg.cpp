@@ -86,11 +86,19 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
             deps.metrics.retry(metrics::Leg::Decode);
         }
         // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
+        // (Not `last ? std::move(body) : body` inside the co_await: GCC 12 frees a conditional
+        // argument's temporary too early there.)
         const bool last = tries.last();
+        std::string attempt_body;
+        if (last) {
+            attempt_body = std::move(body);
+        } else {
+            attempt_body = body;
+        }
         std::string failure;
-        const Attempt a =
-            co_await attempt_on(deps, req, canceler, *decode, last ? std::move(body) : body, !last,
-                                handover, nullptr, failure);
+        const Attempt a = co_await attempt_on(deps, req, canceler, *decode,
+                                              std::move(attempt_body), !last, handover, nullptr,
+                                              failure);
         if (a == Attempt::Done) {
             co_return;
         }

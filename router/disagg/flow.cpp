@@ -28,6 +28,15 @@ metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept {
     return K::Read;
 }
 
+std::string status_reason(unsigned status, std::string_view body) {
+    constexpr std::size_t kMaxBody = 200;
+    std::string s = "answered HTTP " + std::to_string(status);
+    if (!body.empty()) {
+        s.append(": ").append(body.substr(0, kMaxBody));
+    }
+    return s;
+}
+
 double seconds_since(Clock::time_point t) noexcept {
     return std::chrono::duration<double>(Clock::now() - t).count();
 }

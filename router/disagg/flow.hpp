@@ -54,6 +54,9 @@ double seconds_since(Clock::time_point t) noexcept;
 using server::respond_error;
 using server::respond_relayed;
 
+// "answered HTTP <status>: <the first 200 bytes of body>" (no body part when it is empty).
+std::string status_reason(unsigned status, std::string_view body);
+
 // One warn line for a failed request: "request failed: leg=<leg> instance=<i> reason=<r>".
 void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
                  std::string_view reason);

@@ -19,15 +19,6 @@ bool has_receiver(const instances::Instance& d) {
     return !d.kv.lmcache.empty();
 }
 
-std::string status_reason(unsigned status, std::string_view body) {
-    constexpr std::size_t kMaxBody = 200;
-    std::string s = "answered HTTP " + std::to_string(status);
-    if (!body.empty()) {
-        s.append(": ").append(body.substr(0, kMaxBody));
-    }
-    return s;
-}
-
 // What the prefill side (tokenize, then prefill with the disagg_spec) ended with.
 struct PrefillSide {
     bool answered = false;  // the client has been answered (an error), or is gone
@@ -153,9 +144,10 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
                 co_return side;
             }
         }
-        PostResult pre = co_await post_to(
-            deps, req, *p, "/v1/completions",
-            lmcache::make_prefill_body(req.body, side.tokens, first_only ? nullptr : &spec));
+        const lmcache::DisaggSpec* spec_sent = first_only ? nullptr : &spec;
+        std::string prefill_body = lmcache::make_prefill_body(req.body, side.tokens, spec_sent);
+        PostResult pre =
+            co_await post_to(deps, req, *p, "/v1/completions", std::move(prefill_body));
         if (pre.result.failure == upstream::Failure::Canceled || req.exchange.client_gone()) {
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Prefill);
             co_return side;

@@ -5,20 +5,7 @@
 
 namespace pdr::disagg {
 
-namespace {
-
 using metrics::Leg;
-
-std::string status_reason(unsigned status, std::string_view body) {
-    constexpr std::size_t kMaxBody = 200;
-    std::string s = "answered HTTP " + std::to_string(status);
-    if (!body.empty()) {
-        s.append(": ").append(body.substr(0, kMaxBody));
-    }
-    return s;
-}
-
-}  // namespace
 
 awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::string body,
                                       KvHandle& handle, instances::InstancePtr& prefill) {

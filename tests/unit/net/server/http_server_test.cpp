@@ -353,6 +353,36 @@ TEST_F(ServerTest, EndlessBlankLinesGet400) {
     }());
 }
 
+// True once the peer has closed `s` (EOF or reset); false while it is open. Does not block.
+bool peer_closed(beast::tcp_stream& s) {
+    error_code ec;
+    s.socket().non_blocking(true, ec);
+    char byte = 0;
+    s.socket().read_some(net::buffer(&byte, 1), ec);
+    return ec && ec != net::error::would_block && ec != net::error::try_again;
+}
+
+// Blank lines count toward one read deadline for the request they precede: a blank line now
+// and then does not keep a connection open past the read timeout.
+TEST_F(ServerTest, BlankLinesDoNotRestartTheReadTimer) {
+    Limits limits;
+    limits.read_timeout = Duration{300};
+    limits.idle_timeout = Duration{300};
+    start(limits);
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        const auto began = Clock::now();
+        bool closed = false;
+        for (int i = 0; i < 60 && !closed; ++i) {  // 3 s: ten read timeouts
+            co_await write_raw(s, i % 2 == 0 ? "\r\n" : "\n");
+            co_await sleep_for(Duration{50});
+            closed = peer_closed(s);
+        }
+        EXPECT_TRUE(closed) << "a blank line every 50 ms kept the connection open";
+        EXPECT_LT(Clock::now() - began, Duration{1500});
+    }());
+}
+
 // RFC 9110 9.3.2: the answer to HEAD has the head a GET would get and no body, so the next
 // answer on the connection is read where it starts.
 TEST_F(ServerTest, AnswerToHeadHasNoBody) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace pdr::wire {
 
@@ -90,6 +91,18 @@ inline constexpr std::size_t kReadSize = 16 * 1024;  // bytes asked of the socke
 // value (64 KiB - 3), which it would throw on.
 inline constexpr std::size_t kMaxUnparsed = 32 * 1024;
 
+// True when `text` holds a LF that does not follow a CR. Beast's parser ends the lines of a head
+// and of chunked framing at CRLF only: on a line that ends in a bare LF it waits for more bytes,
+// which cannot help (the client would get no answer until the read timeout).
+inline bool has_bare_lf(std::string_view text) {
+    for (auto i = text.find('\n'); i != std::string_view::npos; i = text.find('\n', i + 1)) {
+        if (i == 0 || text[i - 1] != '\r') {
+            return true;
+        }
+    }
+    return false;
+}
+
 // The I/O-free half of a read: feeds the bytes buffered in `in` to the parser. False when the
 // parser needs more bytes (read from the socket into `in`, then call again); true with the
 // parser's verdict in `ec` (need_buffer: a buffer_body is full). Body bytes a parser already
@@ -112,6 +125,12 @@ bool parse_buffered(beast::flat_buffer& in, Parser& parser, error_code& ec) {
         ec = {};
         if (parser.is_header_done() && in.size() >= kMaxUnparsed) {
             ec = http::error::buffer_overflow;
+            return true;
+        }
+        // What the parser left is a head, or chunked framing (a chunk-size line, trailers),
+        // never body bytes: a bare LF in it is a line Beast would never end (RFC 9112 7.1).
+        if (has_bare_lf({static_cast<const char*>(in.data().data()), in.size()})) {
+            ec = http::error::bad_line_ending;
             return true;
         }
         return false;

@@ -383,6 +383,26 @@ TEST_F(ServerTest, BlankLinesDoNotRestartTheReadTimer) {
     }());
 }
 
+// Lines that end in a bare LF where CRLF is due (chunked framing, trailers, the head) are
+// refused at once with 400, not left waiting for a CRLF until the read timeout.
+TEST_F(ServerTest, BareLfFramingGets400AtOnce) {
+    start();
+    run([this]() -> awaitable<void> {
+        const std::string chunked =
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for (const std::string& req :
+             {chunked + "3\nabc\n0\n\n", chunked + "3\r\nabc\r\n0\r\n\n", chunked + "3;x=y\nabc",
+              std::string("GET / HTTP/1.1\nHost: a\n\n")}) {
+            auto s = co_await connect_raw(port_);
+            beast::flat_buffer buf;
+            co_await write_raw(s, req);
+            auto r = co_await read_response(s, buf, Duration{1000});  // read timeout: 30 s
+            EXPECT_FALSE(r.ec) << r.ec.message() << " for " << req;
+            expect_openai_error(r.msg, 400, "bad_http_request");
+        }
+    }());
+}
+
 // RFC 9110 9.3.2: the answer to HEAD has the head a GET would get and no body, so the next
 // answer on the connection is read where it starts.
 TEST_F(ServerTest, AnswerToHeadHasNoBody) {

@@ -155,6 +155,11 @@ std::optional<Refusal> refusal_for(const error_code& ec, const RequestParser& pa
         return Refusal{Errc::BadHttp, "unsupported Transfer-Encoding: only chunked is accepted",
                        version, head};
     }
+    if (ec == http::error::bad_obs_fold) {
+        return Refusal{Errc::BadHttp,
+                       "obsolete line folding in the request head is not accepted (RFC 9112 5.2)",
+                       version, nullptr};
+    }
     if (is_http_error(ec) && ec != http::error::end_of_stream &&
         ec != http::error::partial_message) {
         return Refusal{Errc::BadHttp, "malformed HTTP request", version, head};

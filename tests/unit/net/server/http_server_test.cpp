@@ -403,6 +403,32 @@ TEST_F(ServerTest, BareLfFramingGets400AtOnce) {
     }());
 }
 
+// RFC 9112 5.2: a field line folded onto the next (obs-fold) is refused with 400, since proxies
+// that read it differently disagree on where the request ends; so is whitespace before the
+// first field (RFC 9112 2.2).
+TEST_F(ServerTest, FoldedHeaderLineGets400) {
+    start();
+    run([this]() -> awaitable<void> {
+        for (std::string_view req : {
+                 "POST /f HTTP/1.1\r\nHost: a\r\nX-Foo: a\r\n Transfer-Encoding: chunked\r\n"
+                 "Content-Length: 3\r\n\r\nabc",
+                 "POST /f HTTP/1.1\r\nHost: a\r\nX-Foo: a\r\n\tb\r\nContent-Length: 3\r\n\r\nabc",
+                 "POST /f HTTP/1.1\r\n Host: a\r\nContent-Length: 3\r\n\r\nabc",
+             }) {
+            auto r = co_await exchange_raw(port_, req);
+            EXPECT_FALSE(r.ec) << r.ec.message() << " for " << req;
+            expect_openai_error(r.msg, 400, "bad_http_request");
+            EXPECT_NE(r.msg.body().find("folding"), std::string::npos) << r.msg.body();
+        }
+        // a body that holds a LF and a space is not a fold
+        auto r = co_await exchange_raw(
+            port_, "POST /f HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\na\n b");
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        EXPECT_EQ(r.msg.result_int(), 200u);
+        EXPECT_EQ(r.msg.body(), "/f|a\n b");
+    }());
+}
+
 // RFC 9110 9.3.2: the answer to HEAD has the head a GET would get and no body, so the next
 // answer on the connection is read where it starts.
 TEST_F(ServerTest, AnswerToHeadHasNoBody) {

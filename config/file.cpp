@@ -94,6 +94,19 @@ bool json_scalar(const nlohmann::json& v, std::string& out) {
     return true;
 }
 
+// nlohmann's message without what it quotes of the file (a value may be a secret): a syntax
+// error's place and kind, less its "; last read: '<bytes>'"; a number too large, unquoted.
+std::string json_error_text(const nlohmann::json::exception& e) {
+    if (dynamic_cast<const nlohmann::json::parse_error*>(&e) == nullptr) {
+        return e.id == 406 ? "a number out of range" : "invalid JSON";  // out_of_range.406
+    }
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) {
+        what = what.substr(p + 2);
+    }
+    return one_line(what.substr(0, what.find("; last read: ")));
+}
+
 bool load_json(const std::string& text, Collector& c) {
     nlohmann::json doc;
     // The parser keeps the last of two equal keys; the callback sees every key first, so a
@@ -110,11 +123,7 @@ bool load_json(const std::string& text, Collector& c) {
     try {
         doc = nlohmann::json::parse(text, on_event);
     } catch (const nlohmann::json::exception& e) {
-        std::string what = e.what();
-        if (auto p = what.find("] "); p != std::string::npos) {
-            what = what.substr(p + 2);
-        }
-        c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(what);
+        c.error = "pdrouter: malformed config file '" + c.path + "': " + json_error_text(e);
         return false;
     }
     if (!doc.is_object()) {

@@ -148,6 +148,27 @@ TEST(ConfigErrors, NoInstancesWithoutDemo) {
                  "pdrouter: no decode instance configured (use --decode HOST:PORT, or --demo)");
 }
 
+// A config file's values may be secrets (upstream_api_key): an error names the place, never
+// the bytes read there.
+TEST(ConfigErrors, MalformedJsonDoesNotEchoValues) {
+    for (const std::string text : {
+             "{\"upstream_api_key\": \"UPSTREAMSECRET-abc",
+             "{\"upstream_api_key\": \"UPSTREAMSECRET-abc\n\"}",
+             "{\"upstream_api_key\": \"UPSTREAMSECRET\\x\"}",
+             "{\"upstream_api_key\": UPSTREAMSECRET}",
+             "{\"port\": 1e99999, \"upstream_api_key\": \"UPSTREAMSECRET\"}",
+         }) {
+        TempFile f(".json", text);
+        auto r = parse(with_instances({"--config", f.path()}));
+        EXPECT_EQ(r.exit_code, 2) << text;
+        EXPECT_EQ(r.output.rfind("pdrouter: malformed config file '" + f.path() + "': ", 0), 0u)
+            << r.output;
+        EXPECT_EQ(r.output.find("SECRET"), std::string::npos) << r.output;
+        EXPECT_EQ(r.output.find("99999"), std::string::npos) << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    }
+}
+
 TEST(ConfigErrors, ConfigFileProblems) {
     expect_error(parse(with_instances({"--config", "/nonexistent/pdr.yaml"})),
                  "pdrouter: cannot read config file '/nonexistent/pdr.yaml': No such file or "

@@ -1,6 +1,7 @@
 // Config files: JSON (nlohmann) or YAML (yaml-cpp), one mapping of option keys to values.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -94,6 +95,19 @@ bool json_scalar(const nlohmann::json& v, std::string& out) {
     return true;
 }
 
+// nlohmann's message without what it quotes of the file (a value may be a secret): a syntax
+// error's place and kind, less its "; last read: '<bytes>'"; a number too large, unquoted.
+std::string json_error_text(const nlohmann::json::exception& e) {
+    if (dynamic_cast<const nlohmann::json::parse_error*>(&e) == nullptr) {
+        return e.id == 406 ? "a number out of range" : "invalid JSON";  // out_of_range.406
+    }
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) {
+        what = what.substr(p + 2);
+    }
+    return one_line(what.substr(0, what.find("; last read: ")));
+}
+
 bool load_json(const std::string& text, Collector& c) {
     nlohmann::json doc;
     // The parser keeps the last of two equal keys; the callback sees every key first, so a
@@ -110,11 +124,7 @@ bool load_json(const std::string& text, Collector& c) {
     try {
         doc = nlohmann::json::parse(text, on_event);
     } catch (const nlohmann::json::exception& e) {
-        std::string what = e.what();
-        if (auto p = what.find("] "); p != std::string::npos) {
-            what = what.substr(p + 2);
-        }
-        c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(what);
+        c.error = "pdrouter: malformed config file '" + c.path + "': " + json_error_text(e);
         return false;
     }
     if (!doc.is_object()) {
@@ -153,6 +163,33 @@ bool load_json(const std::string& text, Collector& c) {
     return true;
 }
 
+// False when `n` is a quoted scalar ('...' or "...") whose quote does not end on the line it
+// starts on. yaml-cpp takes a quote never closed as running to the end of the file, and one
+// closed lines later as folded: either way the keys on the lines after it are swallowed into
+// the value. A config value never spans lines.
+bool quote_ends_on_its_line(const std::string& text, const YAML::Node& n) {
+    const auto pos = static_cast<std::size_t>(std::max(n.Mark().pos, 0));
+    const char q = pos < text.size() ? text[pos] : '\0';
+    if (q != '"' && q != '\'') {
+        return true;  // plain (or an alias, a tag)
+    }
+    for (std::size_t i = pos + 1; i < text.size() && text[i] != '\n'; ++i) {
+        if (q == '"' && text[i] == '\\') {
+            ++i;  // an escape: the next byte is not the end (nor may it be a line break)
+            if (i < text.size() && text[i] == '\n') {
+                return false;
+            }
+        } else if (text[i] == q) {
+            if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+                ++i;  // '' is a quote in a single-quoted value
+            } else {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 bool load_yaml(const std::string& text, Collector& c) {
     YAML::Node doc;
     try {
@@ -177,7 +214,20 @@ bool load_yaml(const std::string& text, Collector& c) {
         c.error = "pdrouter: config file '" + c.path + "' must hold one mapping of keys to values";
         return false;
     }
+    auto unclosed = [&](const YAML::Node& n) {
+        if (quote_ends_on_its_line(text, n)) {
+            return false;
+        }
+        c.error = "pdrouter: malformed config file '" + c.path + "': the quote at line " +
+                  std::to_string(n.Mark().line + 1) + ", column " +
+                  std::to_string(n.Mark().column + 1) +
+                  " does not end on its line (a missing closing quote?)";
+        return true;
+    };
     for (const auto& kv : doc) {
+        if (unclosed(kv.first) || unclosed(kv.second)) {
+            return false;
+        }
         if (!kv.first.IsScalar()) {
             c.error = "pdrouter: config file '" + c.path + "' has a key that is not a string";
             return false;
@@ -193,6 +243,9 @@ bool load_yaml(const std::string& text, Collector& c) {
                 return c.fail(key, "expected a single value, not a list");
             }
             for (const auto& item : v) {
+                if (unclosed(item)) {
+                    return false;
+                }
                 if (!item.IsScalar()) {
                     return c.fail(key, "list items must be strings or numbers");
                 }

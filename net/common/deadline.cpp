@@ -25,9 +25,13 @@ Deadline::~Deadline() {
 }
 
 void Deadline::expires_after(Duration d) {
+    expires_at(Clock::now() + d);
+}
+
+void Deadline::expires_at(Clock::time_point t) {
     State& s = *state_;
     s.expired = false;
-    s.deadline = Clock::now() + d;
+    s.deadline = t;
     // A pending wait that ends at or before the new deadline re-arms itself when it ends;
     // only an earlier deadline needs the timer moved.
     if (!s.waiting || s.armed_for > s.deadline) {

@@ -22,6 +22,7 @@ public:
     Deadline& operator=(const Deadline&) = delete;
 
     void expires_after(Duration d);
+    void expires_at(Clock::time_point t);
     // Disarms lazily: a pending wait stays until its own expiry (at most one deadline period)
     // and then ends without effect. It counts as work for io_context::run().
     void expires_never() noexcept;

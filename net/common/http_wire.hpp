@@ -4,10 +4,12 @@
 // through Beast's serializer and its many small buffers (one per header field).
 #include "net/common/io.hpp"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace pdr::wire {
 
@@ -90,6 +92,32 @@ inline constexpr std::size_t kReadSize = 16 * 1024;  // bytes asked of the socke
 // value (64 KiB - 3), which it would throw on.
 inline constexpr std::size_t kMaxUnparsed = 32 * 1024;
 
+// True when `text` holds a LF that does not follow a CR. Beast's parser ends the lines of a head
+// and of chunked framing at CRLF only: on a line that ends in a bare LF it waits for more bytes,
+// which cannot help (the client would get no answer until the read timeout).
+inline bool has_bare_lf(std::string_view text) {
+    for (auto i = text.find('\n'); i != std::string_view::npos; i = text.find('\n', i + 1)) {
+        if (i == 0 || text[i - 1] != '\r') {
+            return true;
+        }
+    }
+    return false;
+}
+
+// True when a line of the head at the front of `text` starts with SP or HTAB: an obsolete
+// folded field line (RFC 9112 5.2), or whitespace before the first field (2.2). Beast unfolds
+// the former into the field before it; a server must not, since proxies that read it
+// differently disagree on where the request ends. Looks no further than the head's end.
+inline bool has_folded_line(std::string_view text) {
+    const auto end = std::min(text.find("\r\n\r\n"), text.size());
+    for (auto i = text.find('\n'); i < end; i = text.find('\n', i + 1)) {
+        if (i + 1 < text.size() && (text[i + 1] == ' ' || text[i + 1] == '\t')) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // The I/O-free half of a read: feeds the bytes buffered in `in` to the parser. False when the
 // parser needs more bytes (read from the socket into `in`, then call again); true with the
 // parser's verdict in `ec` (need_buffer: a buffer_body is full). Body bytes a parser already
@@ -99,6 +127,14 @@ bool parse_buffered(beast::flat_buffer& in, Parser& parser, error_code& ec) {
     ec = {};
     if (in.size() == 0) {
         return false;
+    }
+    // Beast takes a head whole, once its end is buffered: check it before it is taken.
+    if constexpr (Parser::is_request::value) {
+        if (!parser.is_header_done() &&
+            has_folded_line({static_cast<const char*>(in.data().data()), in.size()})) {
+            ec = http::error::bad_obs_fold;
+            return true;
+        }
     }
     std::size_t used = 0;
     try {
@@ -112,6 +148,12 @@ bool parse_buffered(beast::flat_buffer& in, Parser& parser, error_code& ec) {
         ec = {};
         if (parser.is_header_done() && in.size() >= kMaxUnparsed) {
             ec = http::error::buffer_overflow;
+            return true;
+        }
+        // What the parser left is a head, or chunked framing (a chunk-size line, trailers),
+        // never body bytes: a bare LF in it is a line Beast would never end (RFC 9112 7.1).
+        if (has_bare_lf({static_cast<const char*>(in.data().data()), in.size()})) {
+            ec = http::error::bad_line_ending;
             return true;
         }
         return false;

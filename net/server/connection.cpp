@@ -65,8 +65,8 @@ void watch_client(const std::shared_ptr<Watch>& w, tcp::socket& sock) {
                          });
 }
 
-// Waits (idle timeout) for the first bytes of the next request. False: close quietly.
-awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
+// Waits (until `deadline`) for the first bytes of the next request. False: close quietly.
+awaitable<bool> wait_for_request(Connection& conn, Clock::time_point deadline) {
     Watch& w = *conn.watch;
     if (conn.buffer.size() > 0) {
         if (w.pending) {
@@ -83,7 +83,7 @@ awaitable<bool> wait_for_request(Connection& conn, Duration timeout) {
     if (conn.server.draining || w.ec) {
         co_return false;
     }
-    conn.read_deadline.expires_after(timeout);
+    conn.read_deadline.expires_at(deadline);
     if (w.pending) {
         // The watch read is still queued: let it be the read of the next request (no new read,
         // no syscall); its completion stores its bytes or its error, then wakes this wait. The
@@ -145,12 +145,14 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
 
     const Limits& limits = state->limits;
     bool first = true;
-    std::size_t blank = 0;  // blank-line bytes since the last request
+    Preamble pre;  // blank lines before the next request
     for (;;) {
-        if (!co_await wait_for_request(conn, first ? limits.read_timeout : limits.idle_timeout)) {
+        const Clock::time_point wait_until = pre.deadline.value_or(
+            Clock::now() + (first ? limits.read_timeout : limits.idle_timeout));
+        if (!co_await wait_for_request(conn, wait_until)) {
             break;
         }
-        const BlankLines lines = skip_blank_lines(conn, blank);
+        const BlankLines lines = skip_blank_lines(conn, pre);
         if (lines == BlankLines::TooMany) {
             co_await refuse(conn, Errc::BadHttp, "malformed HTTP request", 11);
             break;
@@ -159,7 +161,10 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
             continue;
         }
         first = false;
-        std::optional<Request> req = co_await read_request(conn);
+        const Clock::time_point deadline =
+            pre.deadline.value_or(Clock::now() + limits.read_timeout);
+        pre = {};
+        std::optional<Request> req = co_await read_request(conn, deadline);
         if (!req) {
             break;
         }

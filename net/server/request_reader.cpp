@@ -155,6 +155,11 @@ std::optional<Refusal> refusal_for(const error_code& ec, const RequestParser& pa
         return Refusal{Errc::BadHttp, "unsupported Transfer-Encoding: only chunked is accepted",
                        version, head};
     }
+    if (ec == http::error::bad_obs_fold) {
+        return Refusal{Errc::BadHttp,
+                       "obsolete line folding in the request head is not accepted (RFC 9112 5.2)",
+                       version, nullptr};
+    }
     if (is_http_error(ec) && ec != http::error::end_of_stream &&
         ec != http::error::partial_message) {
         return Refusal{Errc::BadHttp, "malformed HTTP request", version, head};
@@ -196,20 +201,23 @@ awaitable<bool> send_error(Connection& conn, Errc e, std::string_view message, u
 
 }  // namespace
 
-BlankLines skip_blank_lines(Connection& conn, std::size_t& blank) {
-    blank += drop_leading_blank_lines(conn.buffer);
+BlankLines skip_blank_lines(Connection& conn, Preamble& pre) {
+    const std::size_t n = drop_leading_blank_lines(conn.buffer);
+    if (n > 0 && !pre.deadline) {
+        pre.deadline = Clock::now() + conn.server.limits.read_timeout;
+    }
+    pre.blank += n;
     if (conn.buffer.size() > 0) {
-        blank = 0;
         return BlankLines::None;
     }
-    return blank > conn.server.limits.max_header_bytes ? BlankLines::TooMany : BlankLines::Only;
+    return pre.blank > conn.server.limits.max_header_bytes ? BlankLines::TooMany : BlankLines::Only;
 }
 
-awaitable<std::optional<Request>> read_request(Connection& conn) {
+awaitable<std::optional<Request>> read_request(Connection& conn, Clock::time_point deadline) {
     conn.phase = Connection::Phase::Reading;
     std::optional<RequestParser> parser;
     new_parser(parser, conn.server.limits);
-    conn.read_deadline.expires_after(conn.server.limits.read_timeout);  // the whole request
+    conn.read_deadline.expires_at(deadline);  // the whole request
     error_code ec = co_await read_head(conn, parser);
     if (!ec && !plain_transfer_encoding(parser->get())) {
         ec = http::error::bad_transfer_encoding;

@@ -12,19 +12,24 @@
 namespace pdr::server::detail {
 
 // RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after a
-// POST body). Drops the CR and LF bytes at the front of conn.buffer; `blank` counts them since
-// the last request (and is reset when a request starts).
+// POST body). They count toward the read deadline of the request they precede, which starts
+// with the first of them: a blank line now and then does not keep a connection open.
+struct Preamble {
+    std::size_t blank = 0;                      // blank-line bytes since the last request
+    std::optional<Clock::time_point> deadline;  // set by the first of them
+};
 enum class BlankLines {
     None,     // what is buffered starts a request
-    Only,     // only blank lines so far: wait for more bytes (the connection stays idle)
+    Only,     // only blank lines so far: wait for more bytes, until pre.deadline
     TooMany,  // more blank bytes than the header limit: a malformed request
 };
-BlankLines skip_blank_lines(Connection& conn, std::size_t& blank);
+// Drops the CR and LF bytes at the front of conn.buffer, counting them in `pre`.
+BlankLines skip_blank_lines(Connection& conn, Preamble& pre);
 
-// Reads the request whose first bytes are in conn.buffer, head and body, under the read
-// timeout. Nothing when the connection must close: a request the server refuses has been
-// answered (400, 413, 431, 505) by then; a client that went away, or a timeout, has not.
-awaitable<std::optional<Request>> read_request(Connection& conn);
+// Reads the request whose first bytes are in conn.buffer, head and body, by `deadline`.
+// Nothing when the connection must close: a request the server refuses has been answered
+// (400, 413, 431, 505) by then; a client that went away, or a timeout, has not.
+awaitable<std::optional<Request>> read_request(Connection& conn, Clock::time_point deadline);
 
 // Answers a request the server refuses itself (an OpenAI error body, `Connection: close`), then
 // lingers a moment reading what the client still sends so that the close does not reset the

@@ -152,30 +152,39 @@ AdminAuth check_admin_auth(const server::Request& req, std::string_view admin_ke
     return verdict(req.equal_range(http::field::authorization), bearer_token);
 }
 
-awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
-                             instances::Registry& registry, metrics::RouterMetrics& metrics,
-                             std::string_view admin_key) {
-    const std::string_view name = action_name(action);
+awaitable<bool> admit_admin(server::Exchange& ex, std::string_view action,
+                            metrics::RouterMetrics& metrics, std::string_view admin_key) {
     switch (check_admin_auth(ex.request(), admin_key)) {
         case AdminAuth::Ok:
-            break;
+            co_return true;
         case AdminAuth::Disabled:
-            metrics.admin_request(name, "forbidden");
+            metrics.admin_request(action, "forbidden");
             co_await server::respond_error(
                 ex, Errc::Forbidden,
                 "admin routes are disabled: no admin API key is configured "
                 "(--admin-api-key or ADMIN_API_KEY)");
-            co_return;
+            co_return false;
         case AdminAuth::Missing:
-            metrics.admin_request(name, "unauthorized");
+            metrics.admin_request(action, "unauthorized");
             co_await server::respond_error(
                 ex, Errc::Unauthorized,
                 "missing admin API key (send X-API-Key or Authorization: Bearer)");
-            co_return;
+            co_return false;
         case AdminAuth::Wrong:
-            metrics.admin_request(name, "forbidden");
+            metrics.admin_request(action, "forbidden");
             co_await server::respond_error(ex, Errc::Forbidden, "invalid admin API key");
-            co_return;
+            co_return false;
+    }
+    co_return false;
+}
+
+awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
+                             instances::Registry& registry, metrics::RouterMetrics& metrics,
+                             std::string_view admin_key) {
+    const std::string_view name = action_name(action);
+    const bool admitted = co_await admit_admin(ex, name, metrics, admin_key);
+    if (!admitted) {
+        co_return;
     }
     if (action == AdminAction::List) {
         metrics.admin_request(name, "ok");

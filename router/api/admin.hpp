@@ -1,5 +1,6 @@
 #pragma once
-// Admin API (PROTOCOLS.md §6): POST /instances/add, POST /instances/remove, GET /instances.
+// Admin API (PROTOCOLS.md §6): POST /instances/add, POST /instances/remove, GET /instances;
+// the same key guards POST /internal/nixl/lease_refresh (handlers.cpp).
 // Auth: `X-API-Key: <key>` or `Authorization: Bearer <key>`, compared in constant time with the
 // configured admin key. No key configured → admin routes disabled (403); missing → 401;
 // wrong → 403.
@@ -17,6 +18,11 @@ AdminAuth check_admin_auth(const server::Request& req, std::string_view admin_ke
 
 // Equal strings → true; the time taken depends only on the lengths.
 bool constant_time_equals(std::string_view a, std::string_view b) noexcept;
+
+// Checks the admin key of a request to an admin route; when it does not pass, answers 401/403
+// (counted in pdrouter_admin_requests_total under `action`) and returns false.
+awaitable<bool> admit_admin(server::Exchange& ex, std::string_view action,
+                            metrics::RouterMetrics& metrics, std::string_view admin_key);
 
 enum class AdminAction { Add, Remove, List };
 

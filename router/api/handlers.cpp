@@ -1,6 +1,7 @@
 // The route handlers of App other than dispatch and admin: generation, models, health, status,
 // metrics and the lease-refresh forwarder.
 #include "net/common/log.hpp"
+#include "router/api/admin.hpp"
 #include "router/api/app.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/attempts.hpp"
@@ -14,6 +15,7 @@ namespace pdr::api {
 namespace {
 
 constexpr std::string_view kLog = "api";
+constexpr std::size_t kMaxLeaseRefreshIds = 10'000;  // per POST /internal/nixl/lease_refresh
 
 void log_bad_request(const TrackedExchange& ex, const ValidationError& err) {
     if (log::level() <= log::Level::Info) {
@@ -230,6 +232,13 @@ awaitable<void> App::handle_metrics(TrackedExchange& ex) {
 }
 
 awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
+    // An admin route: its answer tells which ids are in flight, and a large body costs the
+    // event loop.
+    const bool admitted =
+        co_await admit_admin(ex, "lease_refresh", router_metrics_, cfg_.admin_api_key);
+    if (!admitted) {
+        co_return;
+    }
     disagg::Json body;
     ValidationError err = parse_object(ex.request().body(), body);
     std::vector<std::string> ids;
@@ -238,6 +247,11 @@ awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
         if (it == body.end() || !it->is_array()) {
             err = {it == body.end() ? Errc::MissingField : Errc::InvalidField,
                    "request_ids must be an array of strings", "request_ids"};
+        } else if (it->size() > kMaxLeaseRefreshIds) {
+            err = {Errc::InvalidField,
+                   "request_ids holds more than " + std::to_string(kMaxLeaseRefreshIds) +
+                       " ids; send them in several requests",
+                   "request_ids"};
         } else {
             ids.reserve(it->size());
             for (const auto& v : *it) {

@@ -53,6 +53,47 @@ TEST_F(AdminTest, AdminDisabledWithoutKey) {
     EXPECT_EQ(rr.status, 403) << rr.describe();
 }
 
+// POST /internal/nixl/lease_refresh is an admin route: anonymous, it answers 401 (403 when no
+// admin key is configured), never 200 (its answer tells which ids are in flight); with the
+// key it takes at most 10000 ids.
+TEST_F(AdminTest, LeaseRefreshNeedsTheAdminKey) {
+    const std::string route = "/internal/nixl/lease_refresh";
+    const json ids{{"request_ids", {"a", "b"}}};
+    auto& closed = start(PdOptions{});
+    for (const Headers& auth : {Headers{}, Headers{{"X-API-Key", "anything"}}}) {
+        auto r = http_post_json(closed.router->port, route, ids, auth);
+        EXPECT_EQ(r.status, 403) << r.describe();
+        EXPECT_TRUE(is_openai_error(r.body)) << r.body;
+    }
+
+    auto& pd = start(PdOptions{}.router({"--admin-api-key", kKey}));
+    auto anonymous = http_post_json(pd.router->port, route, ids);
+    EXPECT_EQ(anonymous.status, 401) << anonymous.describe();
+    EXPECT_TRUE(is_openai_error(anonymous.body)) << anonymous.body;
+    auto wrong = http_post_json(pd.router->port, route, ids, {{"X-API-Key", "nope"}});
+    EXPECT_EQ(wrong.status, 403) << wrong.describe();
+    auto ok = http_post_json(pd.router->port, route, ids, {{"X-API-Key", kKey}});
+    EXPECT_EQ(ok.status, 200) << ok.describe();
+    EXPECT_EQ(ok.json().value("unknown", -1), 2) << ok.body;
+
+    json many{{"request_ids", json::array()}};
+    for (int i = 0; i < 10001; ++i) {
+        many["request_ids"].push_back("id-" + std::to_string(i));
+    }
+    auto too_many = http_post_json(pd.router->port, route, many, {{"X-API-Key", kKey}});
+    EXPECT_EQ(too_many.status, 400) << too_many.describe();
+    EXPECT_TRUE(is_openai_error(too_many.body)) << too_many.body;
+    many["request_ids"].erase(0);
+    auto most = http_post_json(pd.router->port, route, many, {{"X-API-Key", kKey}});
+    EXPECT_EQ(most.status, 200) << most.describe();
+    auto m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_admin_requests_total",
+                     {{"action", "lease_refresh"}, {"result", "unauthorized"}})
+                  .value_or(0),
+              1.0)
+        << m;
+}
+
 TEST_F(AdminTest, AddListRemoveWithAuthRules) {
     auto& pd = start(PdOptions{}.router({"--admin-api-key", kKey, "--model", kModel}));
     Cluster& extra = new_cluster();

@@ -295,7 +295,10 @@ TEST_F(PullFlowTest, LeaseKeptAliveWhileDecodeIsDelayed) {
 }
 
 TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
-    auto& pd = start(PdOptions{}.p(2).d(1).router({"--kv-lease-timeout-ms", "60000"}));
+    // The route is an admin route (its answer tells which ids are in flight).
+    const Headers admin{{"X-API-Key", "lease-admin-key"}};
+    auto& pd = start(PdOptions{}.p(2).d(1).router(
+        {"--kv-lease-timeout-ms", "60000", "--admin-api-key", "lease-admin-key"}));
     sim_fault(*pd.decode[0], {{"delay_ms", 2000}, {"count", 1}});
     json body = completion_body("forward my refresh", 4, false);
     HttpResponse r;
@@ -316,8 +319,9 @@ TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
         auto before_holder = counter(sim_state(*holder), "lease_refresh_calls");
         auto before_other = counter(sim_state(*other), "lease_refresh_calls");
         auto m0 = metrics_text(*pd.router);
-        auto fr = http_post_json(pd.router->port, "/internal/nixl/lease_refresh",
-                                 {{"request_ids", {"fwd-1", "no-such-id-1", "no-such-id-2"}}});
+        auto fr =
+            http_post_json(pd.router->port, "/internal/nixl/lease_refresh",
+                           {{"request_ids", {"fwd-1", "no-such-id-1", "no-such-id-2"}}}, admin);
         EXPECT_EQ(fr.status, 200) << fr.describe();
         std::cout << "router lease_refresh answer: " << fr.body << "\n";
         EXPECT_TRUE(wait_until(
@@ -342,7 +346,8 @@ TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
     client.join();
     EXPECT_TRUE(answer_ok(r, body));
     // Malformed refresh bodies are rejected, not crashes.
-    auto bad = http_post(pd.router->port, "/internal/nixl/lease_refresh", "{\"request_ids\": 5}");
+    auto bad =
+        http_post(pd.router->port, "/internal/nixl/lease_refresh", "{\"request_ids\": 5}", admin);
     EXPECT_EQ(bad.status, 400) << bad.describe();
     EXPECT_TRUE(no_violations(pd));
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));

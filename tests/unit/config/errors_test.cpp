@@ -148,6 +148,57 @@ TEST(ConfigErrors, NoInstancesWithoutDemo) {
                  "pdrouter: no decode instance configured (use --decode HOST:PORT, or --demo)");
 }
 
+// Checks that a config file holding `text` is refused as malformed, in one line; returns it.
+std::string malformed_file_error(const std::string& suffix, const std::string& text) {
+    TempFile f(suffix, text);
+    auto r = parse(with_instances({"--config", f.path()}));
+    EXPECT_EQ(r.exit_code, 2) << text << r.output;
+    EXPECT_EQ(r.output.rfind("pdrouter: malformed config file '" + f.path() + "': ", 0), 0u)
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    return r.output;
+}
+
+// A config file's values may be secrets (upstream_api_key): an error names the place, never
+// the bytes read there.
+TEST(ConfigErrors, MalformedJsonDoesNotEchoValues) {
+    for (const std::string text : {
+             "{\"upstream_api_key\": \"UPSTREAMSECRET-abc",
+             "{\"upstream_api_key\": \"UPSTREAMSECRET-abc\n\"}",
+             "{\"upstream_api_key\": \"UPSTREAMSECRET\\x\"}",
+             "{\"upstream_api_key\": UPSTREAMSECRET}",
+             "{\"port\": 1e99999, \"upstream_api_key\": \"UPSTREAMSECRET\"}",
+         }) {
+        const std::string out = malformed_file_error(".json", text);
+        EXPECT_EQ(out.find("SECRET"), std::string::npos) << out;
+        EXPECT_EQ(out.find("99999"), std::string::npos) << out;
+    }
+}
+
+// yaml-cpp takes a quoted YAML value that is never closed as running on: it swallowed the next
+// line (a key) into the value. A quoted value must end on the line it starts on.
+TEST(ConfigErrors, YamlQuoteThatDoesNotEndOnItsLine) {
+    for (const std::string text : {
+             "model: \"qwen\nport: 9100\n",
+             "model: 'qwen\nport: 9100\n",
+             "port: 9100\nmodel: \"qwen\n  host: x\"\n",
+             "prefill: [\"a:1\", 'b:2\n  ]\n",
+             "\"model\nport\": 9100\n",
+             "model: \"qw\\\nen\"\n",
+         }) {
+        malformed_file_error(".yaml", text);
+    }
+    // quotes and escapes that end on their line
+    TempFile ok(".yaml",
+                "model: \"q\\\"w'en\" # a comment\nupstream_api_key: 'it''s'\n"
+                "prefill: [\"10.0.0.1:1\", '10.0.0.2:2']\n\"port\": \"9100\"\n");
+    auto r = parse(with_instances({"--config", ok.path()}));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(r.config.model, "q\"w'en");
+    EXPECT_EQ(r.config.upstream_api_key, "it's");
+    EXPECT_EQ(r.config.port, 9100);
+}
+
 TEST(ConfigErrors, ConfigFileProblems) {
     expect_error(parse(with_instances({"--config", "/nonexistent/pdr.yaml"})),
                  "pdrouter: cannot read config file '/nonexistent/pdr.yaml': No such file or "

@@ -353,6 +353,82 @@ TEST_F(ServerTest, EndlessBlankLinesGet400) {
     }());
 }
 
+// True once the peer has closed `s` (EOF or reset); false while it is open. Does not block.
+bool peer_closed(beast::tcp_stream& s) {
+    error_code ec;
+    s.socket().non_blocking(true, ec);
+    char byte = 0;
+    s.socket().read_some(net::buffer(&byte, 1), ec);
+    return ec && ec != net::error::would_block && ec != net::error::try_again;
+}
+
+// Blank lines count toward one read deadline for the request they precede: a blank line now
+// and then does not keep a connection open past the read timeout.
+TEST_F(ServerTest, BlankLinesDoNotRestartTheReadTimer) {
+    Limits limits;
+    limits.read_timeout = Duration{300};
+    limits.idle_timeout = Duration{300};
+    start(limits);
+    run([this]() -> awaitable<void> {
+        auto s = co_await connect_raw(port_);
+        const auto began = Clock::now();
+        bool closed = false;
+        for (int i = 0; i < 60 && !closed; ++i) {  // 3 s: ten read timeouts
+            co_await write_raw(s, i % 2 == 0 ? "\r\n" : "\n");
+            co_await sleep_for(Duration{50});
+            closed = peer_closed(s);
+        }
+        EXPECT_TRUE(closed) << "a blank line every 50 ms kept the connection open";
+        EXPECT_LT(Clock::now() - began, Duration{1500});
+    }());
+}
+
+// Lines that end in a bare LF where CRLF is due (chunked framing, trailers, the head) are
+// refused at once with 400, not left waiting for a CRLF until the read timeout.
+TEST_F(ServerTest, BareLfFramingGets400AtOnce) {
+    start();
+    run([this]() -> awaitable<void> {
+        const std::string chunked =
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for (const std::string& req :
+             {chunked + "3\nabc\n0\n\n", chunked + "3\r\nabc\r\n0\r\n\n", chunked + "3;x=y\nabc",
+              std::string("GET / HTTP/1.1\nHost: a\n\n")}) {
+            auto s = co_await connect_raw(port_);
+            beast::flat_buffer buf;
+            co_await write_raw(s, req);
+            auto r = co_await read_response(s, buf, Duration{1000});  // read timeout: 30 s
+            EXPECT_FALSE(r.ec) << r.ec.message() << " for " << req;
+            expect_openai_error(r.msg, 400, "bad_http_request");
+        }
+    }());
+}
+
+// RFC 9112 5.2: a field line folded onto the next (obs-fold) is refused with 400, since proxies
+// that read it differently disagree on where the request ends; so is whitespace before the
+// first field (RFC 9112 2.2).
+TEST_F(ServerTest, FoldedHeaderLineGets400) {
+    start();
+    run([this]() -> awaitable<void> {
+        for (std::string_view req : {
+                 "POST /f HTTP/1.1\r\nHost: a\r\nX-Foo: a\r\n Transfer-Encoding: chunked\r\n"
+                 "Content-Length: 3\r\n\r\nabc",
+                 "POST /f HTTP/1.1\r\nHost: a\r\nX-Foo: a\r\n\tb\r\nContent-Length: 3\r\n\r\nabc",
+                 "POST /f HTTP/1.1\r\n Host: a\r\nContent-Length: 3\r\n\r\nabc",
+             }) {
+            auto r = co_await exchange_raw(port_, req);
+            EXPECT_FALSE(r.ec) << r.ec.message() << " for " << req;
+            expect_openai_error(r.msg, 400, "bad_http_request");
+            EXPECT_NE(r.msg.body().find("folding"), std::string::npos) << r.msg.body();
+        }
+        // a body that holds a LF and a space is not a fold
+        auto r = co_await exchange_raw(
+            port_, "POST /f HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\na\n b");
+        EXPECT_FALSE(r.ec) << r.ec.message();
+        EXPECT_EQ(r.msg.result_int(), 200u);
+        EXPECT_EQ(r.msg.body(), "/f|a\n b");
+    }());
+}
+
 // RFC 9110 9.3.2: the answer to HEAD has the head a GET would get and no body, so the next
 // answer on the connection is read where it starts.
 TEST_F(ServerTest, AnswerToHeadHasNoBody) {

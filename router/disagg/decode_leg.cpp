@@ -96,9 +96,8 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
             attempt_body = body;
         }
         std::string failure;
-        const Attempt a = co_await attempt_on(deps, req, canceler, *decode,
-                                              std::move(attempt_body), !last, handover, nullptr,
-                                              failure);
+        const Attempt a = co_await attempt_on(deps, req, canceler, *decode, std::move(attempt_body),
+                                              !last, handover, nullptr, failure);
         if (a == Attempt::Done) {
             co_return;
         }

@@ -62,8 +62,8 @@ protected:
         std::string init, alloc;
         for (int i = 0; i < o.prefills; ++i) {
             lm.prefill.push_back(&lm.cluster->start_pdsim(
-                "prefill", {"--kv-mode", "lmcache", "--tp-size", tp, "--kv-ready-connect",
-                            lm.kv_ready}));
+                "prefill",
+                {"--kv-mode", "lmcache", "--tp-size", tp, "--kv-ready-connect", lm.kv_ready}));
             ps.push_back(lm.prefill.back()->address());
         }
         for (int i = 0; i < o.decodes; ++i) {
@@ -144,8 +144,9 @@ TEST_F(LmcacheFlowTest, OneToOneEveryShapeExactTextFirstTokenFirstAndUsage) {
             if (!stream) {
                 const json j = r.json();
                 EXPECT_EQ(j.value("object", ""), chat ? "chat.completion" : "text_completion");
-                const std::string text = chat ? j["choices"][0]["message"]["content"].get<std::string>()
-                                              : j["choices"][0]["text"].get<std::string>();
+                const std::string text =
+                    chat ? j["choices"][0]["message"]["content"].get<std::string>()
+                         : j["choices"][0]["text"].get<std::string>();
                 EXPECT_EQ(text.substr(0, first.size()), first);
                 usage = j["usage"];
             } else {
@@ -251,8 +252,8 @@ private:
 };
 
 TEST_F(LmcacheFlowTest, NotificationsBeforeTheWaitAreKeptAndCounted) {
-    LmCluster lm = start_lm({.prefills = 1, .decodes = 1, .tp = 1,
-                             .router_args = {"--kv-ready-timeout-ms", "1000"}});
+    LmCluster lm = start_lm(
+        {.prefills = 1, .decodes = 1, .tp = 1, .router_args = {"--kv-ready-timeout-ms", "1000"}});
     Notifier notifier(lm.kv_ready);
     // Before the request exists at all: kept as an orphan, claimed when the request comes. P's
     // own notification is dropped, so only the test's can make the request ready.
@@ -263,8 +264,7 @@ TEST_F(LmcacheFlowTest, NotificationsBeforeTheWaitAreKeptAndCounted) {
     json a = completion_body("ready before asked", 4, false);
     EXPECT_TRUE(answer_ok(send_generation(*lm.router, a, {{"X-Request-Id", "came-first"}}), a));
     // While P is still prefilling (registered, P has not answered): counted early.
-    sim_fault(*lm.prefill[0],
-              {{"lmcache_drop_notif_ranks", {0}}, {"delay_ms", 600}, {"count", 1}});
+    sim_fault(*lm.prefill[0], {{"lmcache_drop_notif_ranks", {0}}, {"delay_ms", 600}, {"count", 1}});
     json b = chat_body("ready before P answered", 4, true);
     HttpResponse rb;
     std::thread client([&] { rb = send_generation(*lm.router, b, {{"X-Request-Id", "beat-p"}}); });
@@ -320,8 +320,8 @@ TEST_F(LmcacheFlowTest, OrphansAreEvictedByTtlAndTheTableIsBounded) {
                                {{"outcome", "unknown"}}, 20));
     EXPECT_LE(m(*lm.router, "pdrouter_kv_ready_pending"), 5);
     EXPECT_GE(m(*lm.router, "pdrouter_kv_ready_evictions_total", {{"reason", "capacity"}}), 15);
-    EXPECT_TRUE(wait_until([&] { return m(*lm.router, "pdrouter_kv_ready_pending") == 0; },
-                           Ms{3000}));
+    EXPECT_TRUE(
+        wait_until([&] { return m(*lm.router, "pdrouter_kv_ready_pending") == 0; }, Ms{3000}));
     EXPECT_GE(m(*lm.router, "pdrouter_kv_ready_evictions_total", {{"reason", "ttl"}}), 1);
     json body = completion_body("after the flood", 3, false);
     EXPECT_TRUE(answer_ok(send_generation(*lm.router, body), body));
@@ -339,8 +339,8 @@ TEST_F(LmcacheFlowTest, ClientGoneWhileWaitingRemovesTheWaiterAndDIsNotCalled) {
                     completion_body("leaving early", 5, true).dump()};
     ASSERT_TRUE(c.write_all(serialize(req), error)) << error;
     // P answered (its leg is done) and the router waits for the notification: leave then.
-    ASSERT_TRUE(wait_until([&] { return counter(sim_state(*lm.prefill[0]), "lmcache_handovers") == 1; },
-                           Ms{3000}));
+    ASSERT_TRUE(wait_until(
+        [&] { return counter(sim_state(*lm.prefill[0]), "lmcache_handovers") == 1; }, Ms{3000}));
     c.close(true);
     EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_client_disconnects_total",
                                {{"phase", "handover"}}, 1));
@@ -392,9 +392,9 @@ TEST_F(LmcacheFlowTest, DecodeWithoutReceiverPortsIsNeverChosen) {
     Server& p = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect",
                                           "tcp://127.0.0.1:" + std::to_string(free_port())});
     Server& d = c.start_pdsim("decode", {"--kv-mode", "lmcache"});
-    Server& router = c.start_router({p.address()}, {d.address()},
-                                    {"--kv-mode", "lmcache", "--kv-ready-bind",
-                                     "tcp://127.0.0.1:0"});
+    Server& router =
+        c.start_router({p.address()}, {d.address()},
+                       {"--kv-mode", "lmcache", "--kv-ready-bind", "tcp://127.0.0.1:0"});
     const HttpResponse r = send_generation(router, completion_body("nowhere to go", 3, false));
     EXPECT_EQ(r.status, 503) << r.describe();
     std::string message;

@@ -387,6 +387,42 @@ TEST_F(LmcacheFlowTest, MaxTokensOneIsAnsweredFromPrefillAlone) {
     EXPECT_EQ(counter(sim_state(*lm.decode[0]), "lmcache_kv_received"), 0);
 }
 
+TEST_F(LmcacheFlowTest, AdminAddTakesTheReceiverPortsAndTheNewDecodeServes) {
+    const Headers auth{{"X-API-Key", "lm-admin-key"}};
+    LmCluster lm = start_lm(
+        {.prefills = 1, .decodes = 1, .tp = 1, .router_args = {"--admin-api-key", "lm-admin-key"}});
+    Server& d2 = lm.cluster->start_pdsim("decode", {"--kv-mode", "lmcache"});
+    const json bad = {{"type", "decode"},
+                      {"instance", d2.address()},
+                      {"lmcache_init_ports", d2.lmcache_init_ports},
+                      {"lmcache_alloc_ports", json::array({1, 2})}};
+    const HttpResponse refused = http_post_json(lm.router->port, "/instances/add", bad, auth);
+    EXPECT_EQ(refused.status, 400) << refused.describe();
+    const json add = {{"type", "decode"},
+                      {"instance", d2.address()},
+                      {"lmcache_init_ports", d2.lmcache_init_ports},
+                      {"lmcache_alloc_ports", d2.lmcache_alloc_ports},
+                      {"lmcache_receiver_host", "127.0.0.1"}};
+    const HttpResponse added = http_post_json(lm.router->port, "/instances/add", add, auth);
+    ASSERT_EQ(added.status, 200) << added.describe();
+    const json listed = http_get(lm.router->port, "/instances", auth).json();
+    bool shown = false;
+    for (const auto& inst : listed) {
+        if (inst.value("name", "") == d2.address()) {
+            shown = inst["lmcache_init_ports"] == json(d2.lmcache_init_ports) &&
+                    inst["lmcache_alloc_ports"] == json(d2.lmcache_alloc_ports) &&
+                    inst["lmcache_receiver_host"] == "127.0.0.1";
+        }
+    }
+    EXPECT_TRUE(shown) << listed.dump();
+    // With the configured decode removed, requests go to the added one.
+    const json rm = {{"type", "decode"}, {"instance", lm.decode[0]->address()}};
+    ASSERT_EQ(http_post_json(lm.router->port, "/instances/remove", rm, auth).status, 200);
+    json body = chat_body("served by the added decode", 5, true);
+    EXPECT_TRUE(answer_ok(send_generation(*lm.router, body), body));
+    EXPECT_EQ(counter(sim_state(d2), "lmcache_kv_claimed"), 1);
+}
+
 TEST_F(LmcacheFlowTest, DecodeWithoutReceiverPortsIsNeverChosen) {
     Cluster& c = new_cluster();
     Server& p = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect",

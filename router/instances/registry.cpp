@@ -207,8 +207,9 @@ void Registry::report_error(Instance& inst, std::string_view reason) {
 }
 
 void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason) {
-    if (f == upstream::Failure::Connect || f == upstream::Failure::ConnectTimeout ||
-        f == upstream::Failure::ResponseTimeout) {
+    // Only an instance that cannot be reached is down at once. A timeout on an answer is counted
+    // like a 5xx: one overloaded moment must not take the only decode out of rotation.
+    if (f == upstream::Failure::Connect || f == upstream::Failure::ConnectTimeout) {
         report_failure(inst, reason);
     } else {
         report_error(inst, reason);

@@ -85,8 +85,8 @@ public:
     // was lost. It is marked down only after kErrorsToMarkDown such errors in a row (any success
     // resets the count), so one bad request or one dropped connection cannot empty the pool.
     void report_error(Instance& inst, std::string_view reason);
-    // A leg attempt failed with `f`: report_failure for a connect failure or a timeout,
-    // report_error for the rest.
+    // A leg attempt failed with `f`: report_failure for a connect failure or connect timeout,
+    // report_error for the rest (answer timeouts included: N in a row mark it down).
     void report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason);
     static constexpr int kErrorsToMarkDown = 3;
     // A leg succeeded on `inst` (any answer but a 5xx), or a probe of a down one did: marks it

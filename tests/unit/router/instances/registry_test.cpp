@@ -121,13 +121,15 @@ TEST_F(RegistryTest, ServerErrorsMarkDownOnlyWhenConsecutive) {
 }
 
 // A connection that broke around one request (e.g. an engine closing a kept-alive connection just
-// as the request went out) counts like a 5xx; connect failures and timeouts mark down at once.
+// as the request went out) and an answer that timed out count like a 5xx; connect failures and
+// connect timeouts mark down at once.
 TEST_F(RegistryTest, BrokenExchangesMarkDownOnlyWhenConsecutive) {
     using upstream::Failure;
     reg().add_configured(Role::Decode, addr("127.0.0.1", 9101));
     auto d = reg().find(Role::Decode, "127.0.0.1:9101");
     ASSERT_TRUE(d);
-    for (Failure f : {Failure::Read, Failure::Write, Failure::Protocol}) {
+    for (Failure f : {Failure::Read, Failure::Write, Failure::Protocol, Failure::ResponseTimeout,
+                      Failure::IdleTimeout}) {
         reg().report_leg_failure(*d, f, "read (end of stream)");
         EXPECT_TRUE(d->up) << upstream::to_string(f);
         reg().report_leg_failure(*d, f, "read (end of stream)");
@@ -138,7 +140,7 @@ TEST_F(RegistryTest, BrokenExchangesMarkDownOnlyWhenConsecutive) {
         reg().report_success(*d);
         ASSERT_TRUE(d->up);
     }
-    for (Failure f : {Failure::Connect, Failure::ConnectTimeout, Failure::ResponseTimeout}) {
+    for (Failure f : {Failure::Connect, Failure::ConnectTimeout}) {
         reg().report_leg_failure(*d, f, "connect (Connection refused)");
         EXPECT_FALSE(d->up) << upstream::to_string(f);
         EXPECT_EQ(d->last_error, "connect (Connection refused)");

@@ -126,6 +126,13 @@ LastEvent last_event(std::string_view sent) {
     return LastEvent::Other;
 }
 
+// A body that only its close ends (no chunking, no length) is whole only when its last event was
+// [DONE]: a close after any other event is a decode that died between events (issue 19 #12).
+// Chunked and sized bodies say themselves that they are complete.
+bool ended_early(const upstream::ResponseStream& up, LastEvent last) {
+    return ended_by_close(up) && last != LastEvent::Done;
+}
+
 // Where a relayed stream stands: one struct, named states.
 struct StreamState {
     // The client's head: held to go out with the first events that came with D's head, or sent.
@@ -280,8 +287,9 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             } else if (!piece.empty()) {
                 st.last = LastEvent::Other;  // part of a later (over-long) event went out after it
             }
-            // The last piece and the end of the body go out in one write.
-            const bool last = up.done() && !cut_off;
+            // The last piece and the end of the body go out in one write (unless the body ended
+            // early: see below).
+            const bool last = up.done() && !cut_off && !ended_early(up, st.last);
             error_code ec;
             std::optional<awaitable<error_code>> rest;
             if (last) {
@@ -305,6 +313,13 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             count_failure(deps, req, decode, upstream::Failure::Read, true);
             co_await end_with_error(req, st.cutter, decode, Errc::UpstreamClosed,
                                     "decode instance closed the stream inside an event", false);
+            co_return RelayEnd::UpstreamFailed;
+        }
+        if (up.done() && ended_early(up, st.last)) {
+            count_failure(deps, req, decode, upstream::Failure::Read, true);
+            co_await end_with_error(req, st.cutter, decode, Errc::UpstreamClosed,
+                                    "decode instance closed the stream before [DONE]",
+                                    st.last == LastEvent::Error);
             co_return RelayEnd::UpstreamFailed;
         }
         if (up.done()) {

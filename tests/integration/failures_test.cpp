@@ -680,6 +680,10 @@ TEST_F(FailureTest, UnframedStreamClosedInsideAnEventEndsWithTheErrorEvent) {
     json body = completion_body("unframed and cut", 10, true);
     auto r = send_generation(*pd.router, body, {}, Ms{10000});
     EXPECT_TRUE(whole_events_then_one_error(r, 2));
+    // Cut between events (the last whole event is not [DONE]): not a clean end either.
+    sim_fault(*pd.decode[0], {{"close_delimited", true}, {"close_after_chunks", 2}});
+    auto between = send_generation(*pd.router, body, {}, Ms{10000});
+    EXPECT_TRUE(whole_events_then_one_error(between, 2));
     // The same engine, whole: relayed to the end.
     sim_fault(*pd.decode[0], {{"close_delimited", true}});
     auto whole = send_generation(*pd.router, body, {}, Ms{10000});

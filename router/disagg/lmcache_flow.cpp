@@ -4,6 +4,7 @@
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/decode_leg.hpp"
 #include "router/disagg/lmcache_rewrite.hpp"
+#include "router/disagg/prefill_leg.hpp"
 #include "router/kv/kv_ready_listener.hpp"
 
 #include <chrono>
@@ -203,14 +204,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
         side.answered = false;
         co_return side;
     }
-    if (tries.tried() == 0) {
-        co_await respond_no_instance(deps, req, Leg::Prefill);
-    } else {
-        log_failure(
-            req.request_id, "prefill", {},
-            "no other healthy prefill instance to retry on (last try: " + tries.last_error() + ")");
-        co_await respond_error(req.exchange, last_errc, "prefill instance " + tries.last_error());
-    }
+    co_await respond_prefill_attempts_used(deps, req, tries, last_errc);
     co_return side;
 }
 

@@ -7,6 +7,18 @@ namespace pdr::disagg {
 
 using metrics::Leg;
 
+awaitable<void> respond_prefill_attempts_used(FlowDeps& deps, FlowRequest& req,
+                                              const InstanceAttempts& tries, Errc last_errc) {
+    if (tries.tried() == 0) {
+        co_await respond_no_instance(deps, req, Leg::Prefill);
+        co_return;
+    }
+    log_failure(
+        req.request_id, "prefill", {},
+        "no other healthy prefill instance to retry on (last try: " + tries.last_error() + ")");
+    co_await respond_error(req.exchange, last_errc, "prefill instance " + tries.last_error());
+}
+
 awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::string body,
                                       KvHandle& handle, instances::InstancePtr& prefill) {
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.prefill_timeout,
@@ -98,14 +110,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
                                    "hand over to decode)");
         co_return PrefillEnd::Answered;
     }
-    if (tries.tried() == 0) {
-        co_await respond_no_instance(deps, req, Leg::Prefill);
-    } else {
-        log_failure(
-            req.request_id, "prefill", {},
-            "no other healthy prefill instance to retry on (last try: " + tries.last_error() + ")");
-        co_await respond_error(req.exchange, last_errc, "prefill instance " + tries.last_error());
-    }
+    co_await respond_prefill_attempts_used(deps, req, tries, last_errc);
     co_return PrefillEnd::Answered;
 }
 

@@ -5,78 +5,9 @@
 //   PDROUTER=build/router/pdrouter PDSIM=build/sim/pdsim node --test tests/e2e/
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, openSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { createServer } from 'node:net';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const here = dirname(fileURLToPath(import.meta.url));
-if (!existsSync(join(here, 'node_modules', 'openai'))) {
-  throw new Error(
-    'tests/e2e/node_modules/openai is missing: run scripts/test (or `cd tests/e2e && ' +
-      'npm ci --no-audit --no-fund`) to install the pinned OpenAI SDK');
-}
-const { default: OpenAI, APIError } = await import('openai');
-
-const MODEL = 'pdsim-e2e-model';
-const buildDir = process.env.PDR_BUILD_DIR;
-const PDROUTER = process.env.PDROUTER ?? (buildDir && join(buildDir, 'router', 'pdrouter'));
-const PDSIM = process.env.PDSIM ?? (buildDir && join(buildDir, 'sim', 'pdsim'));
-
-const dir = mkdtempSync(join(tmpdir(), 'pdr-e2e-lmcache-'));
-const procs = [];
-// Never leave servers behind, whatever ends this process.
-process.on('exit', () => {
-  for (const p of procs) if (!p.exited) p.child.kill('SIGKILL');
-});
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-// Starts `exe args --port-file F` with output to a log file; resolves to the bound port.
-async function startServer(name, exe, args) {
-  assert.ok(exe && existsSync(exe), `${name}: executable not found (${exe}); set PDR_BUILD_DIR`);
-  const portFile = join(dir, `${name}.port`);
-  const logFile = join(dir, `${name}.log`);
-  const fd = openSync(logFile, 'a');
-  const child = spawn(exe, [...args, '--port-file', portFile], { stdio: ['ignore', fd, fd] });
-  const entry = { name, child, logFile, exited: false };
-  child.on('exit', () => { entry.exited = true; });
-  procs.push(entry);
-  const deadline = Date.now() + 10000;
-  while (Date.now() < deadline) {
-    if (existsSync(portFile)) {
-      const port = Number.parseInt(readFileSync(portFile, 'utf8'), 10);
-      if (port > 0) return port;
-    }
-    if (entry.exited) break;
-    await sleep(20);
-  }
-  throw new Error(`${name} did not write its port file:\n${readFileSync(logFile, 'utf8')}`);
-}
-
-async function debug(port, path, body) {
-  const res = await fetch(`http://127.0.0.1:${port}${path}`, body === undefined ? {} : {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  assert.equal(res.status, 200, `${path} on :${port}`);
-  return res.json();
-}
-
-// A loopback port that was free a moment ago.
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
+import {
+  OpenAI, MODEL, PDROUTER, PDSIM, startServer, stopServers, freePort,
+} from './harness.mjs';
 
 let client;
 let routerPort;
@@ -103,18 +34,7 @@ before(async () => {
   });
 });
 
-after(async () => {
-  for (const p of procs.reverse()) {
-    if (!p.exited) p.child.kill('SIGTERM');
-  }
-  const deadline = Date.now() + 3000;
-  while (procs.some((p) => !p.exited) && Date.now() < deadline) await sleep(20);
-  for (const p of procs) if (!p.exited) p.child.kill('SIGKILL');
-  if (process.exitCode || process.env.PDR_E2E_SHOW_LOGS) {
-    for (const p of procs) console.error(`==== ${p.name}\n${readFileSync(p.logFile, 'utf8')}`);
-  }
-  rmSync(dir, { recursive: true, force: true });
-});
+after(stopServers);
 
 // The single-engine answer: the decode pdsim serving a text prompt itself (no KV needed).
 async function single(path, body) {

@@ -44,6 +44,9 @@ App::App(net::any_io_executor executor, config::Config cfg)
         if (i < cfg_.kv_ready_expected.size()) {
             kv.kv_ready_expected = cfg_.kv_ready_expected[i];
         }
+        if (cfg_.kv_mode == config::KvMode::Push) {
+            kv.push = config::push_coords_of(cfg_, i);
+        }
         registry_.add_configured(instances::Role::Prefill, cfg_.prefill[i], std::move(kv));
     }
     for (std::size_t i = 0; i < cfg_.decode.size(); ++i) {
@@ -182,15 +185,15 @@ awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
             break;
         case RouteId::InstancesAdd:
             co_await handle_admin(ex, AdminAction::Add, registry_, router_metrics_,
-                                  cfg_.admin_api_key);
+                                  cfg_.admin_api_key, cfg_.kv_mode);
             break;
         case RouteId::InstancesRemove:
             co_await handle_admin(ex, AdminAction::Remove, registry_, router_metrics_,
-                                  cfg_.admin_api_key);
+                                  cfg_.admin_api_key, cfg_.kv_mode);
             break;
         case RouteId::InstancesList:
             co_await handle_admin(ex, AdminAction::List, registry_, router_metrics_,
-                                  cfg_.admin_api_key);
+                                  cfg_.admin_api_key, cfg_.kv_mode);
             break;
         case RouteId::LeaseRefresh:
             co_await handle_lease_refresh(ex);

@@ -207,6 +207,10 @@ RouterMetrics::RouterMetrics(Registry& registry)
                           "Requests whose KV was recomputed (re-prefilled or decoded without "
                           "remote KV).")
                      .Add({})),
+      kv_mode_mismatches(counters(registry, "pdrouter_kv_mode_mismatch_total",
+                                  "Push-mode prefill answers whose transfer_mode was not "
+                                  "\"push\" (a prefill configured for another KV mode).")
+                             .Add({})),
       kv_ready_pending(gauges(registry, "pdrouter_kv_ready_pending",
                               "Entries in the LMCache kv-ready table (waiting requests, "
                               "unclaimed and finished ids kept until their TTL).")

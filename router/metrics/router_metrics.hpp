@@ -148,6 +148,7 @@ public:
     Gauge& kv_handles_held;            // pdrouter_kv_handles_held
     Histogram& kv_handover_gap;        // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
     Counter& recomputes;               // pdrouter_recomputes_total
+    Counter& kv_mode_mismatches;       // pdrouter_kv_mode_mismatch_total (push: P not in push)
     Gauge& kv_ready_pending;           // pdrouter_kv_ready_pending (entries in the kv-ready table)
     Histogram& kv_ready_wait;          // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
 

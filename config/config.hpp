@@ -125,6 +125,7 @@ struct Config {
     // The router's own transfer-core agent (pull and push modes, engines that speak pdx): Abort
     // on failure paths, Heartbeat lease renewal, transfer observation (docs/protocols.md).
     bool transfer_agent = false;
+    std::string transfer_agent_transports;  // UCX_TLS of the router's agent ("" = UCX's choice)
     OnMissingKvParams on_missing_kv_params = OnMissingKvParams::Error;
     int prefill_retries = 1;  // extra attempts on another P after 5xx/connect/timeout
     int decode_retries = 1;   // extra attempts on another D after a connect failure

@@ -167,6 +167,10 @@ const std::array kOptions = {
            .help = "pull and push: run the router's own transfer-core agent, so engines that "
                    "speak pdx get Abort and Heartbeat notes from it (default off)",
            .flag = &Config::transfer_agent},
+    Option{.name = "transfer-agent-transports", .kind = Kind::Text, .meta = "LIST",
+           .help = "UCX transports of the router's transfer agent, as UCX_TLS (e.g. tcp; "
+                   "default: UCX's own choice)",
+           .text = &Config::transfer_agent_transports},
     Option{.name = "log-level", .kind = Kind::LogLevel, .meta = "debug|info|warn|error",
            .help = "log threshold (default info)", .group = "Logging"},
     Option{.name = "log-format", .kind = Kind::LogFormat, .meta = "text|json",

@@ -34,6 +34,9 @@ public:
     }
     // D's first body byte arrived (or its whole answer): idempotent.
     void first_byte() override;
+    // D's answer began (its first byte, or a whole answer, error or not); the flag lives as
+    // long as the handover.
+    const bool& began() const noexcept { return seen_; }
 
 private:
     kv::LeaseKeeper::Hold hold_;

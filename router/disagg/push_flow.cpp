@@ -1,14 +1,17 @@
 #include "router/disagg/push_flow.hpp"
 
 #include "net/common/log.hpp"
+#include "router/disagg/abort_guard.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/canceler.hpp"
 #include "router/disagg/prefill_leg.hpp"
 #include "router/disagg/push_rewrite.hpp"
 #include "router/disagg/relay.hpp"
+#include "router/kv/control_agent.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <optional>
 #include <variant>
 
 namespace pdr::disagg {
@@ -57,14 +60,19 @@ struct Pair {
     DEnd d_end = DEnd::Pending;
     Errc d_errc = Errc::Ok;
     std::string d_reason;       // "<instance>: <what happened>"
+    unsigned d_status = 0;
     bool d_first_byte = false;  // D's answer began: the KV landed (or D answered an error)
+    bool kv_taken = false;      // D's answer began with a success status: D has the KV
     bool disconnect_counted = false;
 };
 
 class PairSink final : public FirstByteSink {
 public:
     explicit PairSink(Pair& pair) : pair_(pair) {}
-    void first_byte() override { pair_.d_first_byte = true; }
+    void first_byte() override {
+        pair_.d_first_byte = true;
+        pair_.kv_taken = pair_.d_status < 400;
+    }
 
 private:
     Pair& pair_;
@@ -102,6 +110,9 @@ awaitable<void> prefill_side(FlowDeps& deps, FlowRequest& req, Pair& pair, insta
     auto stop = pair.d_ended.wait();
     auto either = std::move(leg) || std::move(stop);
     std::variant<upstream::Result, std::monostate> v = co_await std::move(either);
+    if (pair.p_end != Pair::PEnd::Pending) {
+        co_return;  // P's own Failed note came first (the transfer agent's watch)
+    }
     if (v.index() == 1) {
         pair.p_end = Pair::PEnd::Cancelled;  // D's leg ended first: P's is no longer needed
         co_return;
@@ -209,7 +220,8 @@ awaitable<void> decode_side(FlowDeps& deps, FlowRequest& req, Pair& pair, instan
         pair.d_end = Pair::DEnd::Cancelled;  // closed with the stream
         co_return;
     }
-    if (opened.stream->status() < 500) {
+    pair.d_status = opened.stream->status();
+    if (pair.d_status < 500) {
         deps.registry.report_success(d);
     }
     RelayEnd end = RelayEnd::Complete;
@@ -264,7 +276,11 @@ awaitable<PairEnd> run_pair(FlowDeps& deps, FlowRequest& req, instances::Instanc
     const std::string transfer_id = new_transfer_id();
     const config::PushCoords& coords = p.kv.push;
     const std::string& kv_host = coords.kv_host.empty() ? p.endpoint.host : coords.kv_host;
-    std::string p_body = make_prefill_body(req.body, prefill_kv_request(transfer_id, {}));
+    std::string control;
+    if (deps.control != nullptr) {
+        control = deps.control->descriptor_base64();
+    }
+    std::string p_body = make_prefill_body(req.body, prefill_kv_request(transfer_id, control));
     std::string d_body = make_decode_body(
         req.raw_body, push_decode_params(coords, kv_host, req.request_id, transfer_id));
     PDR_DEBUG(kLogComponent,
@@ -272,6 +288,23 @@ awaitable<PairEnd> run_pair(FlowDeps& deps, FlowRequest& req, instances::Instanc
                   d.name + " at once, transfer_id " + transfer_id,
               req.request_id);
     Pair pair(co_await net::this_coro::executor);
+    // Whatever ends the request without D taking the KV, P is told to drop the transfer.
+    AbortGuard abort_unless_taken(deps.control, pair.kv_taken, p.endpoint, req.request_id,
+                                  transfer_id);
+    // With the transfer agent, P's copy of the write's Failed note ends D's wait at once.
+    std::optional<kv::ControlAgent::Watch> watch;
+    if (deps.control != nullptr) {
+        watch.emplace(deps.control->watch(transfer_id, [&](const kv::TransferEnd& e) {
+            if (e.ok || (pair.p_end != Pair::PEnd::Pending && pair.p_end != Pair::PEnd::Ok)) {
+                return;
+            }
+            pair.p_end = Pair::PEnd::Failed;
+            pair.p_errc = Errc::UpstreamProtocol;
+            pair.p_reason = p.name + " reported that the KV transfer failed: " + e.error;
+            log_failure(req.request_id, "prefill", p.name, pair.p_reason);
+            prefill_failed(req, pair, p);
+        }));
+    }
     auto p_side = prefill_side(deps, req, pair, p, std::move(p_body), p_may_retry);
     auto d_side = decode_side(deps, req, pair, d, std::move(d_body), d_may_retry);
     auto both = std::move(p_side) && std::move(d_side);
@@ -292,6 +325,7 @@ awaitable<PairEnd> run_pair(FlowDeps& deps, FlowRequest& req, instances::Instanc
         co_return PairEnd{};  // the client has D's answer
     }
     if (pair.p_end == PEnd::NotSent) {
+        abort_unless_taken.disarm();  // P never got the request
         co_return PairEnd{PairEnd::Kind::RetryPrefill, pair.p_reason};
     }
     if (pair.p_end == PEnd::Failed || pair.p_end == PEnd::Answered4xx) {

@@ -79,10 +79,14 @@ protected:
         return http_post_json(d_->port, "/v1/completions", b, {{"X-Request-Id", id}}, timeout);
     }
     json push_params(const std::string& id, const std::string& xfer) const {
-        return json{{"do_remote_decode", false}, {"do_remote_prefill", true},
-                    {"remote_engine_id", engine_id()}, {"remote_host", "127.0.0.1"},
-                    {"remote_port", p_->port},         {"tp_size", 1},
-                    {"pp_size", 1},                    {"remote_request_id", id},
+        return json{{"do_remote_decode", false},
+                    {"do_remote_prefill", true},
+                    {"remote_engine_id", engine_id()},
+                    {"remote_host", "127.0.0.1"},
+                    {"remote_port", p_->port},
+                    {"tp_size", 1},
+                    {"pp_size", 1},
+                    {"remote_request_id", id},
                     {"transfer_id", xfer}};
     }
     // The whole pull handover; returns D's answer.
@@ -201,9 +205,9 @@ TEST_P(PdxSimTest, PullRefusesACorruptBlockAndAFreedOne) {
     // Blocks released before D reads them (scrubbed on free) are refused too.
     auto pr = prefill(body, "freed");
     ASSERT_EQ(pr.status, 200);
-    ASSERT_EQ(http_post_json(p_->port, "/internal/pdsim/kv_release", {{"request_id", "freed"}})
-                  .status,
-              200);
+    ASSERT_EQ(
+        http_post_json(p_->port, "/internal/pdsim/kv_release", {{"request_id", "freed"}}).status,
+        200);
     auto dr = decode(body, "freed", pr.json()["kv_transfer_params"]);
     EXPECT_EQ(dr.status, 500) << dr.describe();
     EXPECT_EQ(d_counter("kv_verify_failures"), 2);
@@ -372,15 +376,15 @@ TEST_P(PdxSimTest, DecodeCancelledBeforeThePrefillEndsAbortsIt) {
 }
 
 TEST_P(PdxSimTest, SixtyFourMebibytesPerRequestInBothModes) {
-    const std::vector<std::string> big{"--kv-block-bytes", "262144", "--kv-blocks", "300",
+    const std::vector<std::string> big{"--kv-block-bytes",    "262144", "--kv-blocks", "300",
                                        "--block-size-tokens", "1"};
     start("push", big, big);
     const json body = completion_body(words(256), 4, false);  // 256 tokens: 256 blocks
     auto pr = prefill(body, "big-pull", {{"transfer_id", "unused"}});
     ASSERT_EQ(pr.status, 200) << pr.describe();
-    ASSERT_EQ(http_post_json(p_->port, "/internal/pdsim/kv_release", {{"request_id", "big-pull"}})
-                  .status,
-              200);
+    ASSERT_EQ(
+        http_post_json(p_->port, "/internal/pdsim/kv_release", {{"request_id", "big-pull"}}).status,
+        200);
     auto d = std::async(std::launch::async,
                         [&] { return decode(body, "big", push_params("big", "xfer-big")); });
     ASSERT_EQ(prefill(body, "big", {{"transfer_id", "xfer-big"}}).status, 200);

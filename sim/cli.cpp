@@ -1,5 +1,7 @@
 #include "sim/sim_server.hpp"
 
+#include "pdx/agent.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
@@ -88,7 +90,9 @@ std::string usage_text() {
            "             [--tp-size N] [--kv-ready-connect ENDPOINT] [--kv-bytes-per-token N]\n"
            "             [--lmcache-init-ports P,..] [--lmcache-alloc-ports P,..]\n"
            "             [--lmcache-ports-file PATH] [--lmcache-kv-ttl-seconds S]\n"
-           "             [--lmcache-max-kv-bytes N] [--help]\n"
+           "             [--lmcache-max-kv-bytes N] [--kv-transfer pdx|http]\n"
+           "             [--kv-block-bytes N] [--kv-blocks N] [--kv-transports LIST]\n"
+           "             [--kv-net-devices LIST] [--kv-wait-timeout-ms MS] [--help]\n"
            "\n"
            "An emulated vLLM engine for pdrouter tests and benchmarks (see docs/pdsim.md).\n"
            "  --role              prefill (one token + KV handle) or decode (default decode)\n"
@@ -103,9 +107,20 @@ std::string usage_text() {
            "                      as vLLM's server)\n"
            "  --port-file         write the bound port to this file (atomically)\n"
            "  --log-level         debug, info, warn or error (default info)\n"
-           "  --kv-mode           pull (vLLM NixlConnector handles, default) or lmcache (an\n"
-           "                      LMCache P/D pair: P pushes KV to D's receivers and notifies\n"
-           "                      the router over ZMQ)\n"
+           "  --kv-mode           pull (vLLM NixlConnector handles, default), push (P writes\n"
+           "                      into the blocks D registers, vLLM NixlPushConnector) or\n"
+           "                      lmcache (an LMCache P/D pair: P pushes KV to D's receivers\n"
+           "                      and notifies the router over ZMQ)\n"
+           "KV blocks (pull and push modes):\n"
+           "  --kv-transfer       pdx (the transfer core, default when built with UCX) or http\n"
+           "                      (the emulated /internal/pdsim/kv_read)\n"
+           "  --kv-block-bytes    bytes per KV block (default 4096; 8-67108864)\n"
+           "  --kv-blocks         blocks in the pool (default 4096); a request that does not\n"
+           "                      fit is refused with 503\n"
+           "  --kv-transports     UCX_TLS of the transfer agent, e.g. tcp or posix,self\n"
+           "                      (default: UCX's choice)\n"
+           "  --kv-net-devices    UCX_NET_DEVICES of the transfer agent, e.g. lo\n"
+           "  --kv-wait-timeout-ms push, decode: bound on waiting for P's write (30000)\n"
            "LMCache mode:\n"
            "  --tp-size           TP ranks (default 1): prefill sends one notification per\n"
            "                      rank; decode opens one receiver per rank\n"
@@ -125,6 +140,7 @@ std::string usage_text() {
 int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                std::string& log_level) {
     bool tp_size_given = false;
+    cfg.kv_transfer = pdx::ucx_available() ? KvTransfer::Pdx : KvTransfer::Http;
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "--help" || arg == "-h") {
@@ -158,7 +174,13 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                                                       "--lmcache-alloc-ports",
                                                       "--lmcache-ports-file",
                                                       "--lmcache-kv-ttl-seconds",
-                                                      "--lmcache-max-kv-bytes"};
+                                                      "--lmcache-max-kv-bytes",
+                                                      "--kv-transfer",
+                                                      "--kv-block-bytes",
+                                                      "--kv-blocks",
+                                                      "--kv-transports",
+                                                      "--kv-net-devices",
+                                                      "--kv-wait-timeout-ms"};
         bool known = false;
         for (auto f : kFlags) {
             known = known || flag == f;
@@ -239,9 +261,42 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                 cfg.kv_mode = KvMode::Pull;
             } else if (value == "lmcache") {
                 cfg.kv_mode = KvMode::Lmcache;
+            } else if (value == "push") {
+                cfg.kv_mode = KvMode::Push;
             } else {
-                return bad(flag, value, "expected pull or lmcache");
+                return bad(flag, value, "expected pull, push or lmcache");
             }
+        } else if (flag == "--kv-transfer") {
+            if (value == "pdx") {
+                if (!pdx::ucx_available()) {
+                    return bad(flag, value, "this build has no UCX transfer backend (use http)");
+                }
+                cfg.kv_transfer = KvTransfer::Pdx;
+            } else if (value == "http") {
+                cfg.kv_transfer = KvTransfer::Http;
+            } else {
+                return bad(flag, value, "expected pdx or http");
+            }
+        } else if (flag == "--kv-block-bytes") {
+            if (!parse_long(value, n) || n < 8 || n > (64LL << 20)) {
+                return bad(flag, value, "expected bytes 8-67108864");
+            }
+            cfg.block_bytes = static_cast<std::size_t>(n);
+        } else if (flag == "--kv-blocks") {
+            if (!parse_long(value, n) || n < 1 || n > (1 << 20)) {
+                return bad(flag, value, "expected an integer 1-1048576");
+            }
+            cfg.kv_blocks = static_cast<std::size_t>(n);
+        } else if (flag == "--kv-transports" || flag == "--kv-net-devices") {
+            if (value.empty()) {
+                return bad(flag, value, "expected a comma-separated list");
+            }
+            (flag == "--kv-transports" ? cfg.kv_transports : cfg.kv_net_devices) = value;
+        } else if (flag == "--kv-wait-timeout-ms") {
+            if (!parse_long(value, n) || n < 1 || n > 3'600'000) {
+                return bad(flag, value, "expected milliseconds 1-3600000");
+            }
+            cfg.kv_wait_timeout = Duration{n};
         } else if (flag == "--tp-size") {
             if (!parse_long(value, n) || n < 1 || n > 64) {
                 return bad(flag, value, "expected an integer 1-64");
@@ -283,6 +338,16 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
             cfg.lmcache.max_kv_bytes = static_cast<std::uint64_t>(n);
         }
     }
+    if (cfg.kv_transfer == KvTransfer::Pdx &&
+        static_cast<double>(cfg.block_bytes) * static_cast<double>(cfg.kv_blocks) >
+            static_cast<double>(64ULL << 30)) {
+        std::cerr << "pdsim: --kv-blocks x --kv-block-bytes is over 64 GiB (see --help)\n";
+        return 2;
+    }
+    if (cfg.kv_mode == KvMode::Push && cfg.kv_transfer != KvTransfer::Pdx) {
+        std::cerr << "pdsim: --kv-mode push needs --kv-transfer pdx (see --help)\n";
+        return 2;
+    }
     return finish_lmcache(cfg, tp_size_given);
 }
 
@@ -317,7 +382,7 @@ void write_lmcache_ports_file(const std::string& path, const LmcacheConfig& cfg)
 }
 
 const char* kv_mode_name(KvMode m) noexcept {
-    return m == KvMode::Lmcache ? "lmcache" : "pull";
+    return m == KvMode::Lmcache ? "lmcache" : m == KvMode::Push ? "push" : "pull";
 }
 
 }  // namespace pdr::sim

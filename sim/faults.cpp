@@ -147,6 +147,10 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
         !read_bool(obj, "omit_kv_params", f.omit_kv_params, error) ||
         !read_bool(obj, "cut_last_event", f.cut_last_event, error) ||
         !read_bool(obj, "close_delimited", f.close_delimited, error) ||
+        !read_int(obj, "kv_write_delay_ms", f.kv_write_delay_ms, error) ||
+        !read_int(obj, "kv_register_delay_ms", f.kv_register_delay_ms, error) ||
+        !read_bool(obj, "kv_corrupt_block", f.kv_corrupt_block, error) ||
+        !read_bool(obj, "kv_answer_pull", f.kv_answer_pull, error) ||
         !read_lmcache(obj, f.lmcache, error)) {
         return error;
     }
@@ -164,6 +168,9 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
     }
     if (f.retry_after_s >= 0 && f.status == 0) {
         return "'retry_after_s' needs 'status'";
+    }
+    if (f.kv_write_delay_ms < 0 || f.kv_register_delay_ms < 0) {
+        return "'kv_write_delay_ms' and 'kv_register_delay_ms' must not be negative";
     }
     if (f.delay_ms < 0) {
         return "'delay_ms' must not be negative";

@@ -46,6 +46,11 @@ struct Fault {
     int split_first_event_ms = 0;  // > 0: a stream's head goes out in one write with the first
                                    // half of its first event; the other half this much later
     LmcacheFault lmcache;
+    // KV over the transfer core (docs/pdsim.md, "Faults").
+    int kv_write_delay_ms = 0;      // push, prefill: wait this long before writing to D
+    int kv_register_delay_ms = 0;   // push, decode: wait this long before registering with P
+    bool kv_corrupt_block = false;  // prefill: one byte of one held block is wrong
+    bool kv_answer_pull = false;    // push, prefill: answer a pull handle (transfer_mode "pull")
 };
 
 class FaultPlan {

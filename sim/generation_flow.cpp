@@ -221,52 +221,6 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
     }
 }
 
-struct KvReadOutcome {
-    bool ok = false;
-    std::string message;
-};
-
-// Reads the blocks named by `h` from the prefill (pdsim's stand-in for the NIXL read).
-awaitable<KvReadOutcome> read_kv(SimServer::Impl& im, const KvHandle& h) {
-    upstream::Request req{http::verb::post, "/internal/pdsim/kv_read", 11};
-    req.set(http::field::content_type, "application/json");
-    req.body() = dump_json(json{{"request_id", h.request_id}, {"block_ids", h.block_ids}});
-    upstream::Timeouts t;
-    t.connect = Duration{2000};
-    t.response = Duration{5000};
-    const upstream::Endpoint ep{h.host, h.port};
-    auto res = co_await im.client.request(ep, std::move(req), t);
-    if (!res.ok()) {
-        co_return KvReadOutcome{false, "KV blocks could not be read from prefill " +
-                                           ep.authority() + ": " +
-                                           std::string(upstream::to_string(res.failure))};
-    }
-    const unsigned status = res.response.result_int();
-    if (status == 404) {
-        co_return KvReadOutcome{false, "KV blocks no longer held by prefill"};
-    }
-    if (status != 200) {
-        co_return KvReadOutcome{false, "KV read from prefill " + ep.authority() +
-                                           " failed with HTTP " + std::to_string(status)};
-    }
-    json b = parse_untrusted_json(res.response.body());
-    if (!b.is_object() || !b.contains("blocks") || !b.contains("bytes") ||
-        !b.contains("checksum") || !b["blocks"].is_number_unsigned() ||
-        !b["bytes"].is_number_unsigned() || !b["checksum"].is_string()) {
-        co_return KvReadOutcome{false, "KV read from prefill returned an invalid answer"};
-    }
-    if (!h.block_ids.empty()) {
-        const auto blocks = b["blocks"].get<std::size_t>();
-        const auto bytes = b["bytes"].get<std::size_t>();
-        if (blocks != h.block_ids.size() || bytes % blocks != 0 ||
-            b["checksum"].get<std::string>() !=
-                block_checksum(h.engine_id, h.block_ids, bytes / blocks)) {
-            co_return KvReadOutcome{false, "KV blocks read from prefill failed verification"};
-        }
-    }
-    co_return KvReadOutcome{true, {}};
-}
-
 // LMCache mode's prefill leg: one token, KV moved to the decode and "KV ready" notifications
 // (per the fault plan: before or after the KV, or after the answer), first_tok in the answer.
 awaitable<void> lmcache_prefill(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx,
@@ -315,6 +269,7 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     ++state.counters.in_flight;
     InFlightGuard guard{state.counters};
     auto ctx = std::make_shared<RequestCtx>(ex);
+    TakenBlocks taken;  // a decode's blocks for the KV it receives, given back when it ends
     DisconnectCount disconnect_count{state.counters, x, *ctx};
 
     std::optional<Fault> fault = faults.take();
@@ -325,11 +280,19 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     auto parse_error = parse_generation_request(api, req.body(), g);
     // Decode: the KV handle, looked at even when the rest of the body is bad, so that blocks a
     // rejected request names are released on the prefill.
+    // Push mode's parameters (no block ids: D registers its own) are told apart from a handle.
     std::optional<KvHandle> handle;
+    std::optional<PushParams> push;
     std::optional<std::string> handle_error;
-    if (cfg.role == Role::Decode && cfg.kv_mode == KvMode::Pull && g.body.is_object()) {
+    if (cfg.role == Role::Decode && cfg.kv_mode != KvMode::Lmcache && g.body.is_object()) {
         auto it = g.body.find("kv_transfer_params");
-        if (it != g.body.end() && !it->is_null()) {
+        if (it != g.body.end() && !it->is_null() && is_push_params(*it)) {
+            PushParams pp;
+            handle_error = parse_push_params(*it, pp);
+            if (!handle_error) {
+                push = std::move(pp);
+            }
+        } else if (it != g.body.end() && !it->is_null()) {
             KvHandle h;
             handle_error = parse_kv_handle(*it, h);
             if (!handle_error) {
@@ -407,19 +370,25 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
             g.stream = false;
         }
         if (leg && !(fault && fault->omit_kv_params)) {
-            const int prompt_tokens = g.prompt_tokens;
-            plan.finalize = [this, rid, prompt_tokens](json& body) {
-                const auto lease = std::chrono::duration_cast<Clock::duration>(
-                    std::chrono::duration<double>(cfg.kv_lease_seconds));
-                KvHandle h;
-                h.engine_id = cfg.engine_id;
-                h.request_id = rid;
-                h.host = cfg.host;
-                h.port = cfg.port;
-                h.num_tokens = prompt_tokens;
-                h.block_ids = store.hold(rid, blocks_for(prompt_tokens, cfg.block_size_tokens),
-                                         Clock::now() + lease);
-                body["kv_transfer_params"] = kv_handle_json(h);
+            // The prompt's compute (one token's delay), then the blocks are held and filled:
+            // a prefill whose client left meanwhile holds nothing.
+            if (!co_await pause(*ctx, x, plan.token_delay)) {
+                co_return;
+            }
+            plan.token_delay = Duration{0};
+            json params = prefill_hold(rid, g.prompt_tokens, *g.kv_params, fault);
+            if (params.is_null()) {
+                const std::string msg =
+                    "KV pool exhausted: the prompt needs " +
+                    std::to_string(blocks_for(g.prompt_tokens, cfg.block_size_tokens)) +
+                    " blocks, " + std::to_string(store.blocks_free()) + " of " +
+                    std::to_string(store.capacity()) + " are free";
+                PDR_WARN("pdsim", msg, rid);
+                co_await send_error(x, http::status::service_unavailable, msg, kServer);
+                co_return;
+            }
+            plan.finalize = [params = std::move(params)](json& body) {
+                body["kv_transfer_params"] = params;
             };
         }
         co_await answer(*this, x, *ctx, g, plan);
@@ -450,15 +419,28 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
                                 "kv_transfer_params");
             co_return;
         }
-        KvReadOutcome read = co_await read_kv(*this, *handle);
-        if (x.client_gone()) {
-            spawn_release(*handle);  // the read may not have happened
+        KvOutcome got;
+        if (push && !agent) {
+            got.status = http::status::internal_server_error;
+            got.message = "push-mode KV needs a decode started with --kv-transfer pdx";
+        } else if (push) {
+            const int register_delay = fault ? fault->kv_register_delay_ms : 0;
+            const int n = blocks_for(g.prompt_tokens, cfg.block_size_tokens);
+            got = co_await push_receive(x, *push, n, register_delay, taken);
+        } else if (agent) {
+            got = co_await pull_pdx(*handle, taken);
+        } else {
+            got = co_await pull_http(*handle);
+        }
+        if (got.cancelled || x.client_gone()) {
+            if (handle) {
+                spawn_release(*handle);  // the read may not have happened
+            }
             co_return;
         }
-        if (!read.ok) {
-            ++state.counters.kv_read_failures;
-            PDR_WARN("pdsim", read.message, handle->request_id);
-            co_await send_error(x, http::status::internal_server_error, read.message, kServer);
+        if (!got.ok()) {
+            PDR_WARN("pdsim", got.message, request_id_of(req));
+            co_await send_error(x, got.status, got.message, kServer);
             co_return;
         }
         ++state.counters.kv_reads;

@@ -20,20 +20,98 @@ bool is_exactly_one(const json& body, const char* key) {
     return it != body.end() && is_int(*it) && it->get<std::int64_t>() == 1;
 }
 
+std::string hex64(std::uint64_t v) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    std::string s(16, '0');
+    for (int i = 15; i >= 0; --i, v >>= 4) {
+        s[static_cast<std::size_t>(i)] = kDigits[v & 0xf];
+    }
+    return s;
+}
+
+bool parse_hex64(const std::string& s, std::uint64_t& out) {
+    if (s.empty() || s.size() > 16) {
+        return false;
+    }
+    out = 0;
+    for (char c : s) {
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) {
+            return false;
+        }
+        out = out << 4 | static_cast<std::uint64_t>(d);
+    }
+    return true;
+}
+
 }  // namespace
 
 json kv_handle_json(const KvHandle& h) {
-    return json{{"do_remote_prefill", true},
+    json j{{"do_remote_prefill", true},
+           {"do_remote_decode", false},
+           {"remote_block_ids", h.block_ids},
+           {"remote_engine_id", h.engine_id},
+           {"remote_request_id", h.request_id},
+           {"remote_host", h.host},
+           {"remote_port", h.port},
+           {"tp_size", 1},
+           {"pp_size", 1},
+           {"remote_num_tokens", h.num_tokens},
+           {"transfer_mode", "pull"}};
+    if (h.agent_instance != 0) {
+        j["pdx_instance"] = hex64(h.agent_instance);
+        j["pdx_layout"] = h.layout;
+    }
+    return j;
+}
+
+json push_answer_json(const KvHandle& h, const std::string& transfer_id) {
+    return json{{"transfer_mode", "push"},
+                {"do_remote_prefill", true},
                 {"do_remote_decode", false},
-                {"remote_block_ids", h.block_ids},
                 {"remote_engine_id", h.engine_id},
                 {"remote_request_id", h.request_id},
                 {"remote_host", h.host},
                 {"remote_port", h.port},
                 {"tp_size", 1},
                 {"pp_size", 1},
-                {"remote_num_tokens", h.num_tokens},
-                {"transfer_mode", "pull"}};
+                {"transfer_id", transfer_id},
+                {"remote_num_tokens", h.num_tokens}};
+}
+
+std::string string_param(const json& params, const char* key) {
+    return params.is_object() && non_empty_string(params, key) ? params[key].get<std::string>()
+                                                               : std::string();
+}
+
+bool is_push_params(const json& params) {
+    return params.is_object() && params.contains("transfer_id") &&
+           !params.contains("remote_block_ids");
+}
+
+std::optional<std::string> parse_push_params(const json& params, PushParams& out) {
+    out = PushParams{};
+    auto drp = params.find("do_remote_prefill");
+    if (drp == params.end() || !drp->is_boolean() || !drp->get<bool>()) {
+        return "kv_transfer_params.do_remote_prefill is not true";
+    }
+    for (const char* key :
+         {"remote_engine_id", "remote_request_id", "remote_host", "transfer_id"}) {
+        if (!non_empty_string(params, key)) {
+            return std::string("kv_transfer_params.") + key + " is missing or not a string";
+        }
+    }
+    auto port = params.find("remote_port");
+    if (port == params.end() || !is_int(*port) || port->get<std::int64_t>() < 1 ||
+        port->get<std::int64_t>() > 65535) {
+        return "kv_transfer_params.remote_port is missing or not a valid port";
+    }
+    out.engine_id = params["remote_engine_id"].get<std::string>();
+    out.request_id = params["remote_request_id"].get<std::string>();
+    out.host = params["remote_host"].get<std::string>();
+    out.port = static_cast<unsigned short>(port->get<std::int64_t>());
+    out.transfer_id = params["transfer_id"].get<std::string>();
+    return std::nullopt;
 }
 
 std::optional<std::string> parse_kv_handle(const json& params, KvHandle& out) {
@@ -79,6 +157,17 @@ std::optional<std::string> parse_kv_handle(const json& params, KvHandle& out) {
     out.port = static_cast<unsigned short>(port->get<std::int64_t>());
     if (auto n = params.find("remote_num_tokens"); n != params.end() && is_int(*n)) {
         out.num_tokens = static_cast<int>(n->get<std::int64_t>());
+    }
+    if (auto inst = params.find("pdx_instance"); inst != params.end()) {
+        if (!inst->is_string() || !parse_hex64(inst->get<std::string>(), out.agent_instance)) {
+            return "kv_transfer_params.pdx_instance is not 16 hex digits";
+        }
+    }
+    if (auto l = params.find("pdx_layout"); l != params.end()) {
+        if (!l->is_number_unsigned() || l->get<std::uint64_t>() > 0xffffffffULL) {
+            return "kv_transfer_params.pdx_layout is not a layout id";
+        }
+        out.layout = l->get<std::uint32_t>();
     }
     return std::nullopt;
 }

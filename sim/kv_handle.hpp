@@ -18,6 +18,10 @@ struct KvHandle {
     unsigned short port = 0;
     std::vector<std::int64_t> block_ids;  // flattened when given as a list of lists
     int num_tokens = 0;
+    // pdsim over the transfer core: the prefill agent's instance (its generation: blocks of
+    // another instance are gone) and its KV layout id; 0 / absent over HTTP.
+    std::uint64_t agent_instance = 0;
+    std::uint32_t layout = 0;
 };
 
 // The prefill answer's top-level kv_transfer_params for `h`.
@@ -27,6 +31,23 @@ nlohmann::json kv_handle_json(const KvHandle& h);
 // usable pull-mode handle (do_remote_prefill true plus engine id, request id, host, port and
 // block ids), else fills `out`.
 std::optional<std::string> parse_kv_handle(const nlohmann::json& params, KvHandle& out);
+
+// Push mode (docs/protocols.md, "Push mode"). A decode leg's kv_transfer_params with
+// do_remote_prefill true and a transfer_id (and no block ids) asks the decode to register its
+// blocks with the prefill named there.
+struct PushParams {
+    std::string engine_id;
+    std::string request_id;
+    std::string host;
+    unsigned short port = 0;
+    std::string transfer_id;
+};
+bool is_push_params(const nlohmann::json& params);
+std::optional<std::string> parse_push_params(const nlohmann::json& params, PushParams& out);
+// The prefill's answer in push mode (it holds the blocks and writes them once D registers).
+nlohmann::json push_answer_json(const KvHandle& h, const std::string& transfer_id);
+// A non-empty string field of a prefill leg's kv_transfer_params ("" when absent or not one).
+std::string string_param(const nlohmann::json& params, const char* key);
 
 // Checks a prefill-leg request (one that carries kv_transfer_params) against the pull-mode
 // rewrite rules: stream false, max_tokens 1 (and max_completion_tokens 1 if present), no

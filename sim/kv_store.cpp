@@ -27,8 +27,12 @@ std::string block_checksum(std::string_view engine_id, const std::vector<std::in
     return buf;
 }
 
-BlockStore::BlockStore(std::string engine_id, std::size_t block_bytes)
-    : engine_id_(std::move(engine_id)), block_bytes_(block_bytes) {}
+BlockStore::BlockStore(std::string engine_id, std::size_t block_bytes, std::size_t capacity)
+    : engine_id_(std::move(engine_id)), block_bytes_(block_bytes), capacity_(capacity) {
+    for (std::size_t i = 0; i < capacity_; ++i) {
+        free_.push_back(static_cast<std::uint32_t>(i));
+    }
+}
 
 std::vector<std::int64_t> BlockStore::hold(const std::string& request_id, int n,
                                            Clock::time_point expiry) {
@@ -36,15 +40,55 @@ std::vector<std::int64_t> BlockStore::hold(const std::string& request_id, int n,
         erase(it);
         ++counters_.freed_by_abort;
     }
+    auto ids = take(static_cast<std::size_t>(std::max(n, 0)));
+    if (!ids) {
+        return {};
+    }
     Held h;
     h.expiry = expiry;
-    for (int i = 0; i < n; ++i) {
-        h.block_ids.push_back(next_block_id_++);
-    }
+    h.block_ids.assign(ids->begin(), ids->end());
     blocks_held_ += h.block_ids.size();
-    auto ids = h.block_ids;
+    auto out = h.block_ids;
     held_.emplace(request_id, std::move(h));
+    return out;
+}
+
+const std::vector<std::int64_t>* BlockStore::blocks_of(const std::string& request_id) const {
+    auto it = held_.find(request_id);
+    return it == held_.end() ? nullptr : &it->second.block_ids;
+}
+
+std::optional<std::vector<std::uint32_t>> BlockStore::take(std::size_t n) {
+    if (n > free_.size()) {
+        ++counters_.pool_exhausted;
+        return std::nullopt;
+    }
+    std::vector<std::uint32_t> ids(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(n));
+    free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(n));
     return ids;
+}
+
+void BlockStore::give(std::span<const std::uint32_t> ids) {
+    for (std::uint32_t id : ids) {
+        put_back(id);
+    }
+}
+
+void BlockStore::put_back(std::uint32_t id) {
+    if (free_hook_) {
+        free_hook_(id);
+    }
+    free_.push_back(id);
+}
+
+bool BlockStore::release_consumed(const std::string& request_id) {
+    auto it = held_.find(request_id);
+    if (it == held_.end()) {
+        return false;
+    }
+    erase(it);
+    ++counters_.freed_by_read;
+    return true;
 }
 
 BlockStore::ReadResult BlockStore::read(const std::string& request_id,
@@ -116,13 +160,17 @@ std::optional<Clock::time_point> BlockStore::next_expiry() const {
 }
 
 void BlockStore::reset() {
-    held_.clear();
-    blocks_held_ = 0;
+    while (!held_.empty()) {
+        erase(held_.begin());
+    }
     counters_ = FreeCounters{};
 }
 
 void BlockStore::erase(std::unordered_map<std::string, Held>::iterator it) {
     blocks_held_ -= it->second.block_ids.size();
+    for (std::int64_t id : it->second.block_ids) {
+        put_back(static_cast<std::uint32_t>(id));
+    }
     held_.erase(it);
 }
 

@@ -33,6 +33,7 @@ constexpr std::array kRoutes{
     Route{"/internal/nixl/lease_refresh", http::verb::post},
     Route{"/internal/pdsim/kv_read", http::verb::post},
     Route{"/internal/pdsim/kv_release", http::verb::post},
+    Route{"/internal/pdx/descriptor", http::verb::get},
     Route{"/debug/state", http::verb::get},
     Route{"/debug/requests", http::verb::get},
     Route{"/debug/faults", http::verb::post},
@@ -70,6 +71,9 @@ awaitable<void> stop_on_strand(std::shared_ptr<SimServer::Impl> self) {
     self->stopping = true;
     self->sweep_timer.cancel();
     self->lmcache_stop();
+    if (self->agent) {
+        self->agent->stop();
+    }
     if (self->server) {
         co_await self->server->drain(kDrainGrace);
     }
@@ -115,7 +119,7 @@ json headers_json(const server::Request& req) {
 SimServer::Impl::Impl(net::any_io_executor executor, SimConfig config)
     : ex(std::move(executor)),
       cfg(std::move(config)),
-      store(cfg.engine_id, cfg.block_bytes),
+      store(cfg.engine_id, cfg.block_bytes, cfg.kv_blocks),
       // Its own KV reads go to other pdsims, which close idle connections after their
       // keep-alive: reuse a pooled one only for less than that (as pdrouter does).
       client(ex, upstream::PoolLimits{.idle_ttl = std::max(
@@ -262,9 +266,23 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
             const std::string msg = "KV blocks of request " + rid + " are not held";
             co_await send_error(x, http::status::not_found, msg, kInvalid);
         }
+    } else if (path == "/internal/pdx/descriptor") {
+        if (!agent) {
+            co_await send_error(x, http::status::not_found,
+                                "this engine moves KV without the transfer core (--kv-transfer "
+                                "http)",
+                                kInvalid);
+            co_return;
+        }
+        server::Response res{http::status::ok, req.version()};
+        res.set(http::field::content_type, "application/octet-stream");
+        const auto& d = agent->descriptor();
+        res.body().assign(reinterpret_cast<const char*>(d.data()), d.size());
+        co_await x.respond(std::move(res));
     } else if (path == "/debug/state") {
         json j = state_json(identity, state, store);
         j.update(lmcache_state_json());
+        j.update(kv_state_json());
         std::string body = dump_json(j);
         co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/debug/requests") {
@@ -292,6 +310,7 @@ awaitable<void> SimServer::Impl::sweep_loop() {
         if (auto n = store.expire(now); n > 0) {
             PDR_DEBUG("pdsim", "lease expired for " + std::to_string(n) + " request(s)");
         }
+        kv_sweep(now);
         if (receiver) {
             if (auto n = receiver->inbox().expire(now); n > 0) {
                 PDR_DEBUG("pdsim",
@@ -339,6 +358,9 @@ SimServer::~SimServer() {
     impl_->stopping = true;
     impl_->sweep_timer.cancel();
     impl_->lmcache_stop();
+    if (impl_->agent) {
+        impl_->agent->stop();
+    }
 }
 
 unsigned short SimServer::start() {
@@ -357,12 +379,14 @@ unsigned short SimServer::start() {
     }
     im.store.set_engine_id(im.cfg.engine_id);
     im.lmcache_start();
+    im.kv_start();
     im.identity = Identity{role_name(im.cfg.role), im.cfg.engine_id, im.cfg.model, port};
     im.created = now_seconds();
     im.server->start();
     net::co_spawn(im.ex, im.sweep_loop(), net::detached);
     PDR_INFO("pdsim", std::string(role_name(im.cfg.role)) + " engine " + im.cfg.engine_id + " (" +
-                          kv_mode_name(im.cfg.kv_mode) + " mode) listening on port " +
+                          kv_mode_name(im.cfg.kv_mode) + " mode, KV over " +
+                          (im.agent ? "pdx" : "http") + ") listening on port " +
                           std::to_string(port));
     return port;
 }

@@ -17,8 +17,11 @@ namespace pdr::sim {
 
 using ::pdr::Role;
 
-enum class KvMode { Pull, Lmcache };
+enum class KvMode { Pull, Lmcache, Push };
 const char* kv_mode_name(KvMode m) noexcept;
+// How KV blocks move between pdsims: through the transfer core (pdx, docs/transfer.md) or by
+// the emulated HTTP read (/internal/pdsim/kv_read, for builds without UCX).
+enum class KvTransfer { Pdx, Http };
 
 // LMCache mode (--kv-mode lmcache; docs/pdsim.md, "LMCache mode").
 struct LmcacheConfig {
@@ -48,8 +51,14 @@ struct SimConfig {
     // timeout_keep_alive 5 s) does: clients that pool connections must cope with it.
     Duration keep_alive{5000};
     int block_size_tokens = 16;
-    std::size_t block_bytes = 4096;  // bytes of emulated KV per block (deterministic content)
+    std::size_t block_bytes = 4096;  // bytes of KV per block (deterministic content)
     KvMode kv_mode = KvMode::Pull;
+    // The KV pool: --kv-blocks blocks of --kv-block-bytes, in one region of the transfer agent.
+    KvTransfer kv_transfer = KvTransfer::Http;  // parse_args: pdx when UCX is built in
+    std::size_t kv_blocks = 4096;
+    std::string kv_transports;        // UCX_TLS of the agent ("" = UCX's choice)
+    std::string kv_net_devices;       // UCX_NET_DEVICES of the agent ("" = UCX's choice)
+    Duration kv_wait_timeout{30000};  // push mode, decode: bound on waiting for P's write
     LmcacheConfig lmcache;
 };
 

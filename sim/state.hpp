@@ -41,6 +41,24 @@ struct Counters {
     std::uint64_t lmcache_notifs_dropped = 0;       // not sent (fault)
     std::uint64_t lmcache_notif_send_failures = 0;  // the socket's queue was full
     std::uint64_t lmcache_garbage_sent = 0;         // malformed messages sent (fault)
+    // KV over the transfer core (--kv-transfer pdx).
+    std::uint64_t kv_blocks_verified = 0;      // decode: blocks whose every word was checked
+    std::uint64_t kv_bytes_verified = 0;       // decode: their bytes
+    std::uint64_t kv_verify_failures = 0;      // decode: KV refused (wrong or stale bytes)
+    std::uint64_t kv_pool_refusals = 0;        // requests refused: the pool had too few blocks
+    std::uint64_t kv_notes_malformed = 0;      // notes with a bad payload or a mismatched id
+    std::uint64_t kv_notes_unknown = 0;        // notes of an unknown kind, request or transfer
+    std::uint64_t kv_done_notes = 0;           // prefill: pull-mode Done notes that freed blocks
+    std::uint64_t kv_registers = 0;            // prefill: Register notes accepted
+    std::uint64_t kv_early_registers = 0;      // prefill: ... that came before the prefill ended
+    std::uint64_t kv_push_writes = 0;          // prefill: writes to a decode that ended Ok
+    std::uint64_t kv_push_write_failures = 0;  // prefill: writes that ended otherwise
+    std::uint64_t kv_aborts = 0;               // prefill: Abort notes obeyed
+    std::uint64_t kv_heartbeats = 0;           // prefill: Heartbeat notes received
+    std::uint64_t kv_control_copies = 0;       // prefill: terminal notes copied to a control peer
+    std::uint64_t kv_push_failed_notes = 0;    // decode: Failed notes that ended a wait
+    std::uint64_t kv_wait_timeouts = 0;        // decode: no Done/Failed within the bound
+    std::uint64_t kv_aborts_sent = 0;          // decode: Abort notes sent to a prefill
 };
 
 struct Identity {

@@ -147,9 +147,40 @@ TEST(Cli, LmcacheFlags) {
     EXPECT_EQ(pull.kv_mode, KvMode::Pull);
 }
 
+TEST(Cli, KvTransferFlags) {
+    SimConfig c;
+    std::string pf, lvl;
+    ASSERT_EQ(parse({"--kv-mode", "push", "--kv-transfer", "pdx", "--kv-block-bytes", "262144",
+                     "--kv-blocks", "300", "--kv-transports", "posix,self", "--kv-net-devices",
+                     "lo", "--kv-wait-timeout-ms", "1500"},
+                    c, pf, lvl),
+              0);
+    EXPECT_EQ(c.kv_mode, KvMode::Push);
+    EXPECT_EQ(c.kv_transfer, KvTransfer::Pdx);
+    EXPECT_EQ(c.block_bytes, 262144u);
+    EXPECT_EQ(c.kv_blocks, 300u);
+    EXPECT_EQ(c.kv_transports, "posix,self");
+    EXPECT_EQ(c.kv_net_devices, "lo");
+    EXPECT_EQ(c.kv_wait_timeout, Duration{1500});
+    SimConfig d;
+    ASSERT_EQ(parse({}, d, pf, lvl), 0);
+    EXPECT_EQ(d.kv_transfer, KvTransfer::Pdx);  // this build has UCX
+    for (const auto& bad : std::vector<std::vector<std::string>>{
+             {"--kv-transfer", "rdma"},
+             {"--kv-block-bytes", "4"},
+             {"--kv-blocks", "0"},
+             {"--kv-transports", ""},
+             {"--kv-wait-timeout-ms", "0"},
+             {"--kv-mode", "push", "--kv-transfer", "http"},
+             {"--kv-block-bytes", "67108864", "--kv-blocks", "2048"}}) {
+        SimConfig x;
+        EXPECT_EQ(parse(bad, x, pf, lvl), 2) << bad[0];
+    }
+}
+
 TEST(Cli, LmcacheBadValues) {
     const std::vector<std::vector<std::string>> bad = {
-        {"--kv-mode", "push"},
+        {"--kv-mode", "pushed"},
         {"--tp-size", "0"},
         {"--kv-ready-connect", "127.0.0.1:7500"},
         {"--kv-bytes-per-token", "0"},

@@ -1,4 +1,5 @@
 #include "sim/kv_store.hpp"
+#include "sim/kv_pattern.hpp"
 
 #include <gtest/gtest.h>
 
@@ -119,6 +120,55 @@ TEST(BlockStore, ResetDropsEverything) {
     EXPECT_EQ(s.requests_held(), 0u);
     EXPECT_EQ(s.counters().freed_by_abort, 0u);
     EXPECT_FALSE(s.holds("b"));
+}
+
+TEST(BlockStore, PoolIsBoundedAndHandsOutTheOldestFreedFirst) {
+    BlockStore s("e", 8, 4);
+    std::vector<std::uint32_t> scrubbed;
+    s.set_free_hook([&](std::uint32_t id) { scrubbed.push_back(id); });
+    auto a = s.hold("a", 3, Clock::now() + seconds(30));
+    EXPECT_EQ(a, (std::vector<std::int64_t>{0, 1, 2}));
+    EXPECT_TRUE(s.hold("b", 2, Clock::now() + seconds(30)).empty());  // 1 free
+    EXPECT_EQ(s.counters().pool_exhausted, 1u);
+    EXPECT_FALSE(s.holds("b"));
+    auto t = s.take(1);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(*t, std::vector<std::uint32_t>{3});
+    EXPECT_EQ(s.blocks_taken(), 1u);
+    EXPECT_FALSE(s.take(1));
+    EXPECT_TRUE(s.release_consumed("a"));
+    EXPECT_EQ(s.counters().freed_by_read, 1u);
+    EXPECT_EQ(scrubbed, (std::vector<std::uint32_t>{0, 1, 2}));
+    s.give(*t);
+    EXPECT_EQ(s.blocks_free(), 4u);
+    EXPECT_EQ(s.blocks_taken(), 0u);
+    EXPECT_EQ(*s.take(4), (std::vector<std::uint32_t>{0, 1, 2, 3}));  // oldest freed first
+}
+
+TEST(KvPattern, FillCheckAndScrub) {
+    std::vector<std::byte> b(4099);  // a partial last word too
+    fill_kv_block(b, "req-1", 7);
+    EXPECT_EQ(check_kv_block(b, "req-1", 7), -1);
+    EXPECT_EQ(check_kv_block(b, "req-1", 6), 0);  // another index
+    EXPECT_EQ(check_kv_block(b, "req-2", 7), 0);  // another request
+    b[4098] ^= std::byte{1};
+    EXPECT_EQ(check_kv_block(b, "req-1", 7), 4096);
+    fill_kv_block(b, "req-1", 7);
+    b[1000] ^= std::byte{0x80};
+    EXPECT_EQ(check_kv_block(b, "req-1", 7), 1000 / 8 * 8);
+    fill_kv_block(b, "req-1", 7);
+    scrub_kv_block(b);
+    EXPECT_EQ(check_kv_block(b, "req-1", 7), 0);
+}
+
+TEST(KvPattern, IdsAndRanges) {
+    EXPECT_EQ(pdx_id(""), 0xcbf29ce484222325ULL);  // FNV-1a offset basis
+    EXPECT_EQ(pdx_id("a"), 0xaf63dc4c8601ec8cULL);
+    EXPECT_NE(pdx_id("xfer-1"), pdx_id("xfer-2"));
+    const std::vector<std::uint32_t> ids{4, 5, 6, 9, 10, 2};
+    using R = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+    EXPECT_EQ(to_ranges(ids), (R{{4, 3}, {9, 2}, {2, 1}}));
+    EXPECT_TRUE(to_ranges({}).empty());
 }
 
 }  // namespace

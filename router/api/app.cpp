@@ -45,8 +45,8 @@ App::App(net::any_io_executor executor, config::Config cfg)
                                              .max_pending = cfg_.kv_ready_max_pending},
                           router_metrics_)
                     : nullptr),
-      deps_{registry_,      client_, lease_keeper_,        router_metrics_,
-            cfg_,           kv_ready_.get(), control_agent_.get()} {
+      deps_{registry_, client_,         lease_keeper_,       router_metrics_,
+            cfg_,      kv_ready_.get(), control_agent_.get()} {
     for (std::size_t i = 0; i < cfg_.prefill.size(); ++i) {
         instances::InstanceKv kv;
         if (i < cfg_.kv_ready_expected.size()) {

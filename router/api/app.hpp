@@ -21,7 +21,7 @@
 namespace pdr::kv {
 class KvReadyListener;
 class ControlAgent;
-}
+}  // namespace pdr::kv
 
 namespace pdr::api {
 

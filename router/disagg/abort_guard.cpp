@@ -4,9 +4,8 @@
 
 namespace pdr::disagg {
 
-AbortGuard::AbortGuard(kv::ControlAgent* control, const bool& consumed,
-                       upstream::Endpoint prefill, std::string request_id,
-                       std::string transfer_id)
+AbortGuard::AbortGuard(kv::ControlAgent* control, const bool& consumed, upstream::Endpoint prefill,
+                       std::string request_id, std::string transfer_id)
     : control_(control),
       consumed_(consumed),
       prefill_(std::move(prefill)),

@@ -18,7 +18,7 @@
 namespace pdr::kv {
 class KvReadyListener;
 class ControlAgent;
-}
+}  // namespace pdr::kv
 
 namespace pdr::disagg {
 

@@ -1,9 +1,9 @@
 #include "router/disagg/pull_flow.hpp"
 
+#include "router/disagg/abort_guard.hpp"
 #include "router/disagg/decode_leg.hpp"
 #include "router/disagg/prefill_leg.hpp"
 #include "router/disagg/push_rewrite.hpp"
-#include "router/disagg/abort_guard.hpp"
 #include "router/kv/control_agent.hpp"
 
 namespace pdr::disagg {
@@ -27,8 +27,8 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
     // With the transfer agent, P learns the router's descriptor (its control peer) here.
     std::string prefill_body;
     if (deps.control != nullptr) {
-        prefill_body = make_prefill_body(
-            req.body, prefill_kv_request({}, deps.control->descriptor_base64()));
+        prefill_body =
+            make_prefill_body(req.body, prefill_kv_request({}, deps.control->descriptor_base64()));
     } else {
         prefill_body = make_prefill_body(req.body);
     }

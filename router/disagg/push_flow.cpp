@@ -53,13 +53,13 @@ struct Pair {
     enum class PEnd { Pending, Ok, NotSent, Failed, Answered4xx, Cancelled, ClientGone };
     PEnd p_end = PEnd::Pending;
     Errc p_errc = Errc::Ok;
-    std::string p_reason;  // "<instance> <what happened>"
+    std::string p_reason;       // "<instance> <what happened>"
     upstream::Result p_answer;  // P's 4xx, passed on to the client as it is
 
     enum class DEnd { Pending, Relayed, NotSent, Failed, Cancelled, ClientGone };
     DEnd d_end = DEnd::Pending;
     Errc d_errc = Errc::Ok;
-    std::string d_reason;       // "<instance>: <what happened>"
+    std::string d_reason;  // "<instance>: <what happened>"
     unsigned d_status = 0;
     bool d_first_byte = false;  // D's answer began: the KV landed (or D answered an error)
     bool kv_taken = false;      // D's answer began with a success status: D has the KV
@@ -253,10 +253,9 @@ struct PairEnd {
 awaitable<void> answer_prefill_error(FlowRequest& req, Pair& pair) {
     if (pair.p_end == Pair::PEnd::Answered4xx && !req.exchange.responded()) {
         upstream::Result& a = pair.p_answer;
-        co_await respond_relayed(req.exchange, a.response.result_int(),
-                                 a.response[http::field::content_type],
-                                 std::move(a.response.body()),
-                                 a.response[http::field::retry_after]);
+        co_await respond_relayed(
+            req.exchange, a.response.result_int(), a.response[http::field::content_type],
+            std::move(a.response.body()), a.response[http::field::retry_after]);
         co_return;
     }
     const Errc errc = pair.p_end == Pair::PEnd::Answered4xx ? Errc::UpstreamProtocol : pair.p_errc;

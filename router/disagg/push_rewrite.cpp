@@ -53,9 +53,8 @@ PushAnswer check_push_answer(std::string_view prefill_answer, std::string& mode)
         return PushAnswer::NotJson;
     }
     const JsonMember* kv = answer.find(kKvKey);
-    const JsonMember* m = kv != nullptr && kv->kind == JsonKind::Object
-                              ? params.find("transfer_mode")
-                              : nullptr;
+    const JsonMember* m =
+        kv != nullptr && kv->kind == JsonKind::Object ? params.find("transfer_mode") : nullptr;
     if (m == nullptr) {
         mode = "missing";
         return PushAnswer::WrongMode;

@@ -15,6 +15,9 @@ constexpr std::string_view kLog = "transfer";
 constexpr std::string_view kDescriptorPath = "/internal/pdx/descriptor";
 // An engine without a pdx side channel is asked again after this long.
 constexpr Duration kNoPdxRetry{60000};
+// How long an ended watch still takes P's late copy of its terminal note.
+constexpr Duration kLateNoteWindow{10000};
+constexpr std::size_t kMaxEndedWatches = 65536;
 // Room for the ids of one Heartbeat note: the payload limit less the JSON around them.
 constexpr std::size_t kHeartbeatRoom = pdx::kMaxNotifyPayload - 64;
 
@@ -158,8 +161,8 @@ void ControlAgent::prepare(const upstream::Endpoint& prefill) {
         return;
     }
     const auto it = peers_.find(prefill.authority());
-    if (it != peers_.end() && (it->second.handle != 0 || it->second.fetching ||
-                               Clock::now() < it->second.no_pdx_until)) {
+    if (it != peers_.end() &&
+        (it->second.handle != 0 || it->second.fetching || Clock::now() < it->second.no_pdx_until)) {
         return;
     }
     peers_[prefill.authority()].fetching = true;
@@ -215,8 +218,9 @@ void ControlAgent::notify_abort(std::uint64_t peer, const upstream::Endpoint& pr
     if (sent.ok()) {
         PDR_DEBUG(kLog, "Abort sent to " + prefill.authority(), request_id);
     } else {
-        PDR_WARN(kLog, "Abort to " + prefill.authority() + " failed: " + sent.message() +
-                           " (its blocks wait for their lease)",
+        PDR_WARN(kLog,
+                 "Abort to " + prefill.authority() + " failed: " + sent.message() +
+                     " (its blocks wait for their lease)",
                  request_id);
     }
 }
@@ -258,13 +262,31 @@ ControlAgent::Watch ControlAgent::watch(std::string transfer_id,
     if (!pump_) {
         return {};
     }
-    watches_[transfer_id] = Watcher{std::move(on_end), Clock::now()};
+    const Clock::time_point now = Clock::now();
+    forget_old_watches(now);
+    watches_[transfer_id] = Watcher{std::move(on_end), now};
     return Watch(this, std::move(transfer_id));
 }
 
+void ControlAgent::forget_old_watches(Clock::time_point now) {
+    while (!ended_.empty() &&
+           (now - ended_.front().first > kLateNoteWindow || ended_.size() > kMaxEndedWatches)) {
+        const auto w = watches_.find(ended_.front().second);
+        if (w != watches_.end() && !w->second.on_end) {
+            watches_.erase(w);
+        }
+        ended_.pop_front();
+    }
+}
+
 ControlAgent::Watch::~Watch() {
-    if (owner_ != nullptr) {
-        owner_->watches_.erase(id_);
+    if (owner_ == nullptr) {
+        return;
+    }
+    const auto w = owner_->watches_.find(id_);
+    if (w != owner_->watches_.end()) {
+        w->second.on_end = nullptr;  // kept a while for a late copy (timing and counting only)
+        owner_->ended_.emplace_back(Clock::now(), std::move(id_));
     }
 }
 
@@ -305,7 +327,11 @@ void ControlAgent::on_note(std::uint64_t /*peer*/, int kind, std::uint64_t trans
             std::chrono::duration<double>(Clock::now() - w->second.started).count());
         metrics_.transfer_bytes.Increment(static_cast<double>(end.bytes));
     }
-    // The callback may end the watch (and so erase the entry): call a copy.
+    if (!w->second.on_end) {
+        watches_.erase(w);  // a late copy: the request ended already
+        return;
+    }
+    // The callback may end the watch: call a copy.
     const auto on_end = w->second.on_end;
     on_end(end);
 }

@@ -16,6 +16,7 @@
 #include "router/metrics/router_metrics.hpp"
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -92,20 +93,22 @@ public:
         ControlAgent* owner_ = nullptr;
         std::string id_;
     };
-    [[nodiscard]] Watch watch(std::string transfer_id, std::function<void(const TransferEnd&)> on_end);
+    [[nodiscard]] Watch watch(std::string transfer_id,
+                              std::function<void(const TransferEnd&)> on_end);
 
     std::size_t peers() const noexcept;  // prefill engines reached as pdx peers now
 
 private:
     struct Peer {
-        std::uint64_t handle = 0;            // pdx peer handle; 0 = none
-        bool fetching = false;               // prepare()'s fetch is running
-        Clock::time_point no_pdx_until{};    // the engine has no pdx side channel: ask again then
+        std::uint64_t handle = 0;          // pdx peer handle; 0 = none
+        bool fetching = false;             // prepare()'s fetch is running
+        Clock::time_point no_pdx_until{};  // the engine has no pdx side channel: ask again then
     };
     struct Watcher {
-        std::function<void(const TransferEnd&)> on_end;
+        std::function<void(const TransferEnd&)> on_end;  // empty once the Watch is gone
         Clock::time_point started;
     };
+    void forget_old_watches(Clock::time_point now);
     // P's peer handle (its descriptor fetched from its side channel when needed); 0 if none.
     awaitable<std::uint64_t> peer_of(const upstream::Endpoint& prefill);
     awaitable<void> send_abort(upstream::Endpoint prefill, std::string request_id,
@@ -123,8 +126,11 @@ private:
     std::unique_ptr<pdx::Agent> agent_;
     std::unique_ptr<pdx::AsioPump> pump_;
     std::string descriptor_b64_;
-    std::unordered_map<std::string, Peer> peers_;  // by P's authority
+    std::unordered_map<std::string, Peer> peers_;       // by P's authority
     std::unordered_map<std::string, Watcher> watches_;  // by transfer id
+    // Ended watches, oldest first: kept kLateNoteWindow so a copy that arrives after the
+    // request ended (P's note to the router races D's answer) is still timed and counted.
+    std::deque<std::pair<Clock::time_point, std::string>> ended_;
     TaskGroup tasks_;  // last: the note tasks
 };
 

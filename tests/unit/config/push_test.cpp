@@ -9,8 +9,9 @@ namespace pdr::config::test {
 namespace {
 
 std::vector<std::string> push(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--kv-mode", "push",      "--prefill",      "127.0.0.1:8100",
-                                     "127.0.0.1:8101", "--decode", "127.0.0.1:8200"};
+    std::vector<std::string> args = {"--kv-mode",      "push",           "--prefill",
+                                     "127.0.0.1:8100", "127.0.0.1:8101", "--decode",
+                                     "127.0.0.1:8200"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
 }
@@ -97,18 +98,18 @@ TEST(ConfigPush, Errors) {
     expect_error(parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-kv-hosts", "h1"})),
                  "pdrouter: 1 --prefill-kv-hosts value(s) for 2 prefill instance(s): give one "
                  "per prefill instance, in --prefill order");
-    expect_error(parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-kv-hosts", "a/b",
-                             "h"})),
-                 "pdrouter: invalid value 'a/b' for --prefill-kv-hosts: expected a host name or "
-                 "IP address");
+    expect_error(
+        parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-kv-hosts", "a/b", "h"})),
+        "pdrouter: invalid value 'a/b' for --prefill-kv-hosts: expected a host name or "
+        "IP address");
     expect_error(parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-side-channel-ports",
                              "1", "2", "3"})),
                  "pdrouter: 3 --prefill-side-channel-ports value(s) for 2 prefill instance(s): "
                  "give one for all, or one per prefill instance");
-    expect_error(parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-side-channel-ports",
-                             "0"})),
-                 "pdrouter: invalid value '0' for --prefill-side-channel-ports: expected a port "
-                 "1..65535");
+    expect_error(
+        parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-side-channel-ports", "0"})),
+        "pdrouter: invalid value '0' for --prefill-side-channel-ports: expected a port "
+        "1..65535");
     expect_error(parse(with_instances({"--prefill-engine-ids", "p0"})),
                  "pdrouter: --prefill-engine-ids, --prefill-kv-hosts and "
                  "--prefill-side-channel-ports are only used with --kv-mode push (the mode is "

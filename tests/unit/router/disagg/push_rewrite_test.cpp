@@ -14,7 +14,8 @@ namespace pdr::disagg {
 namespace {
 
 TEST(PushRewrite, TransferIdsAreFreshXferUuids) {
-    const std::regex shape("xfer-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
+    const std::regex shape(
+        "xfer-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
     std::set<std::string> seen;
     for (int i = 0; i < 100; ++i) {
         const std::string id = new_transfer_id();
@@ -60,9 +61,9 @@ TEST(PushRewrite, DecodeParamsNameThePrefillWithoutBlockIds) {
 
 TEST(PushRewrite, PrefillAnswerMustSayPush) {
     std::string mode;
-    EXPECT_EQ(check_push_answer(R"({"id":"x","kv_transfer_params":{"transfer_mode":"push"}})",
-                                mode),
-              PushAnswer::Ok);
+    EXPECT_EQ(
+        check_push_answer(R"({"id":"x","kv_transfer_params":{"transfer_mode":"push"}})", mode),
+        PushAnswer::Ok);
     EXPECT_EQ(check_push_answer(R"({"kv_transfer_params":{"transfer_mode":"pull"}})", mode),
               PushAnswer::WrongMode);
     EXPECT_EQ(mode, "pull");

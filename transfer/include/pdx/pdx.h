@@ -92,6 +92,9 @@ typedef struct pdx_config {
     uint32_t max_blocks_per_transfer;
     uint64_t completed_history;
     pdx_write_protocol_t write_protocol;
+    /* Thread mode: microseconds the progress thread keeps polling after an event before it
+     * sleeps (Config::progress_spin); 0 (default) = sleep at once. */
+    uint32_t progress_spin_us;
 } pdx_config_t;
 
 /* Dense when stride == 0. Block i is at region base + offset + i * stride. */

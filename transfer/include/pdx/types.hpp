@@ -271,6 +271,10 @@ struct RegionInfo {
     // transport (tcp or cma), so allocate KV pools with allocate_region.
     bool shm_rma = false;
     std::uint32_t transfers_in_flight = 0;  // operations still using it (settling included)
+    // Of those, transfers that already ended (Expired, Canceled, PeerGone of a peer that may
+    // still run) while operations they posted still run: release_region is Busy until they
+    // complete, although Stats::transfers_in_flight no longer counts them.
+    std::uint32_t transfers_settling = 0;
     std::uint32_t leases = 0;
 };
 

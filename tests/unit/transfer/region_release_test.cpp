@@ -67,8 +67,8 @@ TEST(RegionRelease, EndedTransfersStillSettlingExplainTheBusyRegionPerRegion) {
 
     // The target progresses: the operations run (the initiator ended the transfers already),
     // their completions come back, and the regions can go.
-    ASSERT_TRUE(eventually(
-        [&] { return (*a)->stats().transfers_settling == 0; }, {b->get(), a->get()}));
+    ASSERT_TRUE(
+        eventually([&] { return (*a)->stats().transfers_settling == 0; }, {b->get(), a->get()}));
     EXPECT_EQ((*a)->region_info(r1)->transfers_settling, 0u);
     EXPECT_TRUE((*a)->release_region(r1));
     EXPECT_TRUE((*a)->release_region(r2));

@@ -237,7 +237,9 @@ void* pdx_block(pdx_agent_t* agent, uint32_t layout, uint32_t id, size_t* bytes)
 pdx_status_t pdx_descriptor(pdx_agent_t* agent, void* buf, size_t capacity, size_t* size);
 /* The blob must come over a trusted channel: its worker address and packed rkeys go to UCX as
  * they are (UCX unpacks rkeys without a length check; a corrupt one can crash the process).
- * The same instance again: the same handle (refreshed). A new instance under the same
+ * The same instance again while its handle is alive: the same handle (refreshed); once that
+ * handle was declared gone or removed: a new handle (the old one stays gone). A new instance
+ * under the same
  * non-empty name: a new generation, and only once it is connected is the old handle retired
  * (a failed add leaves it as it was). An instance that a newer generation replaced is refused
  * (PDX_INVALID: a late copy of an old blob). */

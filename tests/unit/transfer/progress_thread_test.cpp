@@ -14,32 +14,8 @@ namespace pdx {
 namespace {
 
 using namespace std::chrono_literals;
-using test::connect_peer;
-using test::dense_pool;
+using test::loopback_pair;
 using test::make_req;
-
-struct Pair {
-    std::unique_ptr<Agent> a, b;
-    LayoutId la = 0, lb = 0;
-    PeerHandle peer = kNoPeer;
-};
-
-Pair make_pair(Config cfg) {
-    Pair p;
-    cfg.backend = BackendKind::Loopback;
-    cfg.name = "a";
-    auto a = Agent::create(cfg);
-    cfg.name = "b";
-    auto b = Agent::create(cfg);
-    EXPECT_TRUE(a && b);
-    p.a = std::move(*a);
-    p.b = std::move(*b);
-    p.la = dense_pool(*p.a, 4096, 64);
-    p.lb = dense_pool(*p.b, 4096, 64);
-    p.peer = connect_peer(*p.a, *p.b);
-    connect_peer(*p.b, *p.a);
-    return p;
-}
 
 double process_cpu_ms() {
     timespec ts{};
@@ -63,9 +39,11 @@ TEST(ProgressThread, SpinsForProgressSpinAfterAnEventThenSleeps) {
         cfg.progress_spin = spin;
         cfg.heartbeat_interval = 30s;  // no heartbeat (an event) in the measured windows
         cfg.peer_timeout = 60s;
-        Pair p = make_pair(cfg);
+        auto p = loopback_pair(cfg);
+        ASSERT_TRUE(p.a && p.b);
         const std::vector<BlockId> ids = {1};
-        auto h = p.a->write_blocks(make_req(p.peer, p.la, ids, p.lb, ids, 1, deadline_after(10s)));
+        auto h =
+            p.a->write_blocks(make_req(p.a_to_b, p.la, ids, p.lb, ids, 1, deadline_after(10s)));
         ASSERT_TRUE(h) << h.message();
         ASSERT_EQ(p.a->wait(*h, 10s), Status::Ok);
         const double spinning = cpu_ms_during(100ms);  // within the spin after the completion

@@ -105,7 +105,7 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
                                openai_error_body(Errc::Conflict, "Instance already exists."));
     }
 
-    insert(role, addr, std::move(kv));
+    insert(role, addr, std::move(kv))->source = "admin";
     PDR_INFO(kLog, "added " + type + " instance " + name);
     co_return admin_result("add", "ok", 200,
                            message_body("Added " + name + " to " + type + "_instances."));

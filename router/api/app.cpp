@@ -29,6 +29,7 @@ App::App(net::any_io_executor executor, config::Config cfg)
       router_metrics_(metrics_registry_),
       client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout}),
       registry_(executor_, client_, router_metrics_, cfg_),
+      discovery_(executor_, registry_, cfg_, instances::make_resolver(executor_, cfg_)),
       lease_keeper_(executor_, client_, router_metrics_, cfg_),
       kv_ready_(cfg_.kv_mode == config::KvMode::Lmcache
                     ? std::make_unique<kv::KvReadyListener>(
@@ -93,6 +94,7 @@ unsigned short App::listen() {
 void App::start() {
     server_->start();
     registry_.start();
+    discovery_.start();
     lease_keeper_.start();
 }
 
@@ -103,6 +105,7 @@ awaitable<void> App::shutdown(Duration grace) {
     if (kv_ready_) {
         kv_ready_->stop();
     }
+    discovery_.stop();
     registry_.stop();
     client_.close_idle();
 }

@@ -8,6 +8,7 @@
 #include "router/api/routes.hpp"
 #include "router/api/tracked_exchange.hpp"
 #include "router/disagg/flow.hpp"
+#include "router/instances/discovery.hpp"
 #include "router/instances/registry.hpp"
 #include "router/kv/lease_keeper.hpp"
 #include "router/metrics/metrics.hpp"
@@ -74,6 +75,7 @@ private:
     metrics::RouterMetrics router_metrics_;
     upstream::Client client_;
     instances::Registry registry_;
+    instances::Discovery discovery_;  // --prefill-dns / --decode-dns
     kv::LeaseKeeper lease_keeper_;
     std::unique_ptr<kv::KvReadyListener> kv_ready_;  // lmcache mode only
     disagg::FlowDeps deps_;

@@ -74,6 +74,13 @@ public:
     // Counts pdrouter_admin_requests_total{action="remove"}.
     AdminResult remove(std::string_view type, std::string_view instance);
 
+    // Discovery (discovery.hpp): probes `a` as add() does and inserts it with `source`; false
+    // (logged) when the probe fails or it serves another model. True, adding nothing, when an
+    // instance of that name is listed already.
+    awaitable<bool> add_discovered(Role role, config::InstanceAddress a, std::string source);
+    // Discovery: the instance gets no new requests; those in flight finish (as remove()).
+    void drain(Role role, std::string_view name);
+
     // The role's policy (cfg.prefill_policy / cfg.decode_policy) chooses among the instances
     // that are up and not removed, skipping `exclude` and (when given) those `usable` refuses;
     // null if none. Counts pdrouter_policy_picks_total.
@@ -126,6 +133,7 @@ private:
     void prune(Role role);
     void update_counts(Role role);
     void mark_down(Instance& inst, std::string_view reason);
+    void retire(const InstancePtr& inst);  // removed: no new picks, pruned once drained
     // Parses an admin body's `type` and `instance`; on failure, the 400 answer for `action`.
     std::optional<AdminResult> parse_admin_target(std::string_view action, const std::string& type,
                                                   const std::string& instance, Role& role,

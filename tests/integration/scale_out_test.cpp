@@ -1,8 +1,12 @@
 // Scale-out with real processes: a load-aware decode policy steering around a slow decode
 // (whose streams count as in flight until they end), selective disaggregation of short prompts,
-// and the opt-in direct fallback when no prefill is up.
+// the opt-in direct fallback when no prefill is up, and DNS discovery through the hosts-file
+// resolver (decodes on 127.0.0.1 and 127.0.0.2, one port, as a headless Service gives them).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -153,6 +157,104 @@ TEST_F(ScaleOutTest, FallbackDirectServesOnDecodeWhenNoPrefillIsUp) {
     const auto r = send_generation(off, body);
     EXPECT_EQ(r.status, 503) << r.describe();
     EXPECT_EQ(counter(sim_state(d), "requests"), 1);
+}
+
+// GET /instances: "role name source removed" per instance.
+std::vector<std::string> listed(const Server& router) {
+    const auto r = http_get(router.port, "/instances", {{"Authorization", "Bearer admin-key"}});
+    std::vector<std::string> out;
+    const auto j = json::parse(r.body, nullptr, false);
+    if (r.status != 200 || !j.is_array()) {
+        return {"<GET /instances: " + std::to_string(r.status) + " " + r.body + ">"};
+    }
+    for (const auto& i : j) {
+        out.push_back(i.value("role", "") + " " + i.value("name", "") + " " +
+                      i.value("source", "") + (i.value("removed", false) ? " removed" : ""));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+TEST_F(ScaleOutTest, DnsDiscoveryAddsAndDrainsDecodes) {
+    Cluster& c = new_cluster();
+    Server& p = c.start_pdsim("prefill");
+    Server& d1 = c.start_pdsim("decode");
+    const std::string port = std::to_string(d1.port);
+    Server& d2 = c.start_pdsim("decode", {"--host", "127.0.0.2", "--port", port});
+    const std::string hosts = c.dir().file("hosts");
+    auto publish = [&](const std::string& addresses) {
+        std::ofstream(hosts + ".new")
+            << "# the headless Service\ndecode.pd.test " << addresses << "\n";
+        std::rename((hosts + ".new").c_str(), hosts.c_str());  // the router never reads half
+    };
+    publish("127.0.0.1");
+    Server& router =
+        c.start_router({p.address()}, {},
+                       {"--decode-dns", "decode.pd.test:" + port, "--dns-hosts-file", hosts,
+                        "--dns-refresh-ms", "100", "--admin-api-key", "admin-key"});
+    const std::string src = " dns:decode.pd.test:" + port;
+    const std::string a1 = "decode 127.0.0.1:" + port + src;
+    const std::string a2 = "decode 127.0.0.2:" + port + src;
+    const std::string p1 = "prefill " + p.address() + " static";
+    ASSERT_TRUE(wait_until(
+        [&] {
+            return listed(router) == std::vector<std::string>{a1, p1};
+        },
+        Ms{5000}))
+        << testing::PrintToString(listed(router));
+    json body = completion_body("found by name", 4, false);
+    EXPECT_TRUE(answer_ok(send_generation(router, body), body));
+
+    // A second pod appears: probed, added, and it takes its share.
+    publish("127.0.0.1 127.0.0.2");
+    ASSERT_TRUE(wait_until(
+        [&] {
+            return listed(router) == std::vector<std::string>{a1, a2, p1};
+        },
+        Ms{5000}))
+        << testing::PrintToString(listed(router));
+    for (int i = 0; i < 4; ++i) {
+        body = completion_body("both " + std::to_string(i), 4, false);
+        EXPECT_TRUE(answer_ok(send_generation(router, body), body));
+    }
+    EXPECT_GE(counter(sim_state(d2), "requests"), 2);
+
+    // The first pod goes away with a stream on it: drained, the stream ends whole, and nothing
+    // new goes there.
+    sim_fault(d1, {{"token_delay_ms", 100}, {"count", -1}});
+    Connection stream;
+    const long long d1_before = counter(sim_state(d1), "requests");
+    for (int i = 0; i < 2 && counter(sim_state(d1), "requests") == d1_before; ++i) {
+        stream.close(true);
+        stream = Connection();
+        ASSERT_TRUE(open_stream(router, stream, i));
+    }
+    ASSERT_EQ(counter(sim_state(d1), "requests"), d1_before + 1);
+    publish("127.0.0.2");
+    ASSERT_TRUE(wait_until(
+        [&] {
+            return listed(router) == std::vector<std::string>{a1 + " removed", a2, p1};
+        },
+        Ms{5000}))
+        << testing::PrintToString(listed(router));
+    for (int i = 0; i < 3; ++i) {
+        body = completion_body("after " + std::to_string(i), 4, false);
+        EXPECT_TRUE(answer_ok(send_generation(router, body), body));
+    }
+    EXPECT_EQ(counter(sim_state(d1), "requests"), d1_before + 1);
+    std::string rest, error;
+    const auto deadline = Clock::now() + Ms{10000};
+    bool eof = false, timed_out = false;
+    while (rest.find("data: [DONE]") == std::string::npos && !eof && !timed_out) {
+        rest += stream.read_some(deadline, eof, timed_out, error);
+    }
+    EXPECT_NE(rest.find("data: [DONE]"), std::string::npos) << rest;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            return listed(router) == std::vector<std::string>{a2, p1};
+        },
+        Ms{5000}))
+        << testing::PrintToString(listed(router));
 }
 
 }  // namespace

@@ -24,12 +24,26 @@ TEST(ConfigScaleOut, Defaults) {
 }
 
 TEST(ConfigScaleOut, Flags) {
-    auto r = parse(with_instances(
-        {"--prefill-policy", "prefix_affinity", "--decode-policy", "LEAST_OUTSTANDING",
-         "--prefix-affinity-chars", "64", "--prefix-affinity-slack-pct", "50",
-         "--disagg-min-prompt-chars", "400", "--disagg-min-prompt-tokens", "100",
-         "--fallback-direct", "--prefill-dns", "P.ns.svc:8100", "--decode-dns=d.ns.svc:8200",
-         "--dns-refresh-ms", "1000", "--dns-hosts-file", "/tmp/h"}));
+    auto r = parse(with_instances({"--prefill-policy",
+                                   "prefix_affinity",
+                                   "--decode-policy",
+                                   "LEAST_OUTSTANDING",
+                                   "--prefix-affinity-chars",
+                                   "64",
+                                   "--prefix-affinity-slack-pct",
+                                   "50",
+                                   "--disagg-min-prompt-chars",
+                                   "400",
+                                   "--disagg-min-prompt-tokens",
+                                   "100",
+                                   "--fallback-direct",
+                                   "--prefill-dns",
+                                   "P.ns.svc:8100",
+                                   "--decode-dns=d.ns.svc:8200",
+                                   "--dns-refresh-ms",
+                                   "1000",
+                                   "--dns-hosts-file",
+                                   "/tmp/h"}));
     ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
     const Config& c = r.config;
     EXPECT_EQ(c.prefill_policy, Policy::PrefixAffinity);

@@ -11,7 +11,6 @@ namespace pdr::instances {
 namespace {
 
 using test::FakeHttpServer;
-using test::FakeReply;
 
 // Answers what the test last set; a lookup can be made to fail.
 class ScriptedResolver final : public NameResolver {
@@ -29,16 +28,6 @@ public:
 private:
     std::shared_ptr<Script> s_;
 };
-
-FakeHttpServer::Handler serving(std::string model) {
-    return [model](const FakeHttpServer::Request& req) {
-        if (req.target() == "/v1/models") {
-            nlohmann::json j{{"object", "list"}, {"data", {{{"id", model}, {"object", "model"}}}}};
-            return FakeReply{200, j.dump()};
-        }
-        return FakeReply{200, "{}"};
-    };
-}
 
 class DiscoveryTest : public RegistryTest {
 protected:

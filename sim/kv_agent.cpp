@@ -38,9 +38,9 @@ KvAgent::KvAgent(const net::any_io_executor& ex, const KvAgentConfig& cfg) : ex_
     agent_ = std::move(*created);
     auto region = agent_->allocate_region(cfg.block_bytes * cfg.blocks);
     if (!region) {
-        throw std::runtime_error("transfer agent: cannot allocate " +
-                                 std::to_string(cfg.blocks) + " KV blocks of " +
-                                 std::to_string(cfg.block_bytes) + " bytes: " + region.message());
+        throw std::runtime_error("transfer agent: cannot allocate " + std::to_string(cfg.blocks) +
+                                 " KV blocks of " + std::to_string(cfg.block_bytes) +
+                                 " bytes: " + region.message());
     }
     pdx::Layout l;
     l.region = *region;
@@ -146,7 +146,8 @@ pdx::Result<pdx::PeerHandle> KvAgent::control_peer(const std::string& base64) {
 awaitable<pdx::TransferResult> KvAgent::transfer(pdx::TransferRequest req, pdx::Direction dir) {
     auto sig = std::make_shared<Signal<pdx::TransferResult>>(ex_);
     req.on_complete = [sig](const pdx::TransferResult& r) { sig->fire(r); };
-    auto posted = dir == pdx::Direction::Write ? agent_->write_blocks(req) : agent_->read_blocks(req);
+    auto posted =
+        dir == pdx::Direction::Write ? agent_->write_blocks(req) : agent_->read_blocks(req);
     if (!posted) {
         pdx::TransferResult r;
         r.status = posted.status();

@@ -31,8 +31,8 @@ std::string authority(const std::string& host, unsigned short port) {
 KvOutcome SimServer::Impl::verify_blocks(const std::string& request_id, const TakenBlocks& taken,
                                          const std::string& from) {
     for (std::size_t i = 0; i < taken.ids.size(); ++i) {
-        const auto bad = check_kv_block(agent->block(taken.ids[i]), request_id,
-                                        static_cast<std::uint32_t>(i));
+        const auto bad =
+            check_kv_block(agent->block(taken.ids[i]), request_id, static_cast<std::uint32_t>(i));
         if (bad >= 0) {
             ++state.counters.kv_verify_failures;
             return failed("KV block " + std::to_string(i) + " of " +
@@ -82,7 +82,8 @@ awaitable<KvOutcome> SimServer::Impl::pull_pdx(const KvHandle& h, TakenBlocks& t
         PeerRef peer = co_await agent->peer_at(client, h.host, h.port, attempt > 0);
         if (peer.handle == pdx::kNoPeer) {
             ++state.counters.kv_read_failures;
-            co_return failed("KV blocks could not be read from prefill " + from + ": " + peer.error);
+            co_return failed("KV blocks could not be read from prefill " + from + ": " +
+                             peer.error);
         }
         if (peer.name != h.engine_id) {
             ++state.counters.kv_read_failures;
@@ -106,19 +107,27 @@ awaitable<KvOutcome> SimServer::Impl::pull_pdx(const KvHandle& h, TakenBlocks& t
         req.remote_ids = remote;
         req.transfer_id = pdx_id(h.request_id);
         req.deadline = pdx::deadline_after(kReadDeadline);
-        const pdx::TransferResult r = co_await agent->transfer(std::move(req), pdx::Direction::Read);
+        const pdx::TransferResult r =
+            co_await agent->transfer(std::move(req), pdx::Direction::Read);
         if (r.status == pdx::Status::PeerGone && attempt == 0) {
             continue;
         }
+        KvOutcome v;
         if (r.status != pdx::Status::Ok) {
             ++state.counters.kv_read_failures;
-            co_return failed("KV read from prefill " + from + " failed: " +
-                             pdx::to_string(r.status) + ": " + r.message);
+            v = failed("KV read from prefill " + from + " failed: " + pdx::to_string(r.status) +
+                       ": " + r.message);
+        } else {
+            v = verify_blocks(h.request_id, taken, from);
         }
-        KvOutcome v = verify_blocks(h.request_id, taken, from);
+        // P frees the blocks: read (Done, freed_by_read) or useless (Abort, freed_by_abort).
+        // If the note is lost, its lease does.
         if (v.ok()) {
-            // P frees the blocks (freed_by_read); if the note is lost, its lease does.
             send_note(peer.handle, pdx::NotifyKind::Done, pdx_id(h.request_id),
+                      json{{"request_id", h.request_id}});
+        } else {
+            ++state.counters.kv_aborts_sent;
+            send_note(peer.handle, pdx::NotifyKind::Abort, pdx_id(h.request_id),
                       json{{"request_id", h.request_id}});
         }
         co_return v;
@@ -145,7 +154,8 @@ awaitable<KvOutcome> SimServer::Impl::push_receive(server::Exchange& x, const Pu
                                                    ", not " + p.engine_id
                                              : peer.error));
     }
-    if (auto refused = take_blocks(store, state.counters, static_cast<std::size_t>(blocks), taken)) {
+    if (auto refused =
+            take_blocks(store, state.counters, static_cast<std::size_t>(blocks), taken)) {
         co_return *refused;
     }
     auto w = std::make_shared<PushWait>(ex);
@@ -177,9 +187,12 @@ awaitable<KvOutcome> SimServer::Impl::push_receive(server::Exchange& x, const Pu
     for (const auto& [first, count] : to_ranges(taken.ids)) {
         ranges.push_back(json::array({first, count}));
     }
-    const json reg{{"transfer_id", p.transfer_id}, {"request_id", p.request_id},
-                   {"engine_id", cfg.engine_id},   {"host", cfg.host},
-                   {"port", cfg.port},             {"layout", agent->layout()},
+    const json reg{{"transfer_id", p.transfer_id},
+                   {"request_id", p.request_id},
+                   {"engine_id", cfg.engine_id},
+                   {"host", cfg.host},
+                   {"port", cfg.port},
+                   {"layout", agent->layout()},
                    {"block_ranges", std::move(ranges)}};
     if (!send_note(peer.handle, pdx::NotifyKind::Register, key, reg)) {
         ++state.counters.kv_read_failures;

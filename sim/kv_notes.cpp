@@ -71,7 +71,9 @@ void SimServer::Impl::on_note(const pdx::ReceivedNotification& rn) {
     Counters& c = state.counters;
     const json p = payload_of(n);
     // A note names its request or transfer twice: the 64-bit id and the payload's string.
-    auto id_matches = [&](const std::string& s) { return !s.empty() && pdx_id(s) == n.transfer_id; };
+    auto id_matches = [&](const std::string& s) {
+        return !s.empty() && pdx_id(s) == n.transfer_id;
+    };
     const bool prefill = cfg.role == Role::Prefill;
     switch (n.kind) {
         case pdx::NotifyKind::Done:
@@ -135,8 +137,9 @@ void SimServer::Impl::on_note(const pdx::ReceivedNotification& rn) {
                 return;
             }
             ++c.kv_heartbeats;
-            const auto expiry = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                   std::chrono::duration<double>(cfg.kv_lease_seconds));
+            const auto expiry =
+                Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(cfg.kv_lease_seconds));
             for (const auto& id : ids) {
                 if (id.is_string() && store.refresh(id.get<std::string>(), expiry)) {
                     ++c.lease_refreshes;

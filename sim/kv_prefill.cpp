@@ -247,10 +247,8 @@ awaitable<void> SimServer::Impl::push_write(std::string tid) {
         pdx::Notification done;
         done.kind = pdx::NotifyKind::Done;
         done.transfer_id = req.transfer_id;
-        done.payload = dump_json(json{{"transfer_id", tid},
-                                      {"request_id", rid},
-                                      {"blocks", local.size()},
-                                      {"bytes", bytes}});
+        done.payload = dump_json(json{
+            {"transfer_id", tid}, {"request_id", rid}, {"blocks", local.size()}, {"bytes", bytes}});
         req.notify = std::move(done);
         r = co_await agent->transfer(std::move(req), pdx::Direction::Write);
     }

@@ -211,8 +211,25 @@ TEST_P(PdxSimTest, PullRefusesACorruptBlockAndAFreedOne) {
     auto dr = decode(body, "freed", pr.json()["kv_transfer_params"]);
     EXPECT_EQ(dr.status, 500) << dr.describe();
     EXPECT_EQ(d_counter("kv_verify_failures"), 2);
+    // A handle of another generation of the prefill's agent (a restarted engine) is refused.
+    auto sr = prefill(body, "stale");
+    ASSERT_EQ(sr.status, 200);
+    json stale = sr.json()["kv_transfer_params"];
+    stale["pdx_instance"] = "0123456789abcdef";
+    auto st = decode(body, "stale", stale);
+    EXPECT_EQ(st.status, 500) << st.describe();
+    EXPECT_NE(st.body.find("previous generation"), std::string::npos) << st.body;
+    EXPECT_EQ(d_counter("kv_read_failures"), 1);
     EXPECT_EQ(d_counter("kv_reads"), 0);
     EXPECT_EQ(d_counter("kv_blocks_taken"), 0);
+    const std::string m = http_get(d_->port, "/metrics").body;
+    EXPECT_NE(m.find("pdsim_kv_verify_failures_total{model_name=\"pdsim-test-model\"} 2"),
+              std::string::npos)
+        << m;
+    ASSERT_EQ(
+        http_post_json(p_->port, "/internal/pdsim/kv_release", {{"request_id", "stale"}}).status,
+        200);
+    EXPECT_TRUE(p_blocks_freed());
 }
 
 TEST_P(PdxSimTest, PushInBothArrivalOrders) {

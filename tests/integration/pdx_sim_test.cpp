@@ -386,6 +386,7 @@ TEST_P(PdxSimTest, DecodeCancelledBeforeThePrefillEndsAbortsIt) {
     EXPECT_EQ(gone.status, 0);
     ASSERT_TRUE(wait_until([&] { return d_counter("kv_aborts_sent") == 1; }, Ms{2000}));
     EXPECT_TRUE(wait_until([&] { return d_counter("kv_blocks_taken") == 0; }, Ms{1000}));
+    EXPECT_EQ(d_counter("kv_quarantined"), 0);  // P answered the Abort with Failed
     ASSERT_TRUE(wait_until([&] { return p_counter("kv_aborts") == 1; }, Ms{2000}));
     ASSERT_EQ(prefill(body, "c", {{"transfer_id", "xfer-c"}}).status, 200);
     EXPECT_TRUE(p_blocks_freed(Ms{500}));

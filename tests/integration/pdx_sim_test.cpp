@@ -232,6 +232,31 @@ TEST_P(PdxSimTest, PullRefusesACorruptBlockAndAFreedOne) {
     EXPECT_TRUE(p_blocks_freed());
 }
 
+TEST_P(PdxSimTest, PullAfterAPrefillRestartUsesTheNewGenerationAndRefusesTheOld) {
+    start("pull", {"--engine-id", "p-restart"});
+    const json body = completion_body(words(20), 4, false);
+    ASSERT_EQ(pull(body, "before").status, 200);  // D now caches P's first generation
+    auto pr = prefill(body, "orphan");
+    ASSERT_EQ(pr.status, 200);
+    const json old_handle = pr.json()["kv_transfer_params"];
+    const unsigned short port = p_->port;
+    p_->proc.kill_now();
+    // The same engine id on the same port: the next generation of the same peer.
+    p_ = &cluster_->start_pdsim(
+        "prefill", kv_flags(GetParam(), {"--kv-mode", "pull", "--engine-id", "p-restart", "--port",
+                                         std::to_string(port)}));
+    ASSERT_EQ(p_->port, port);
+    auto stale = decode(body, "orphan", old_handle);
+    EXPECT_EQ(stale.status, 500) << stale.describe();
+    EXPECT_NE(stale.body.find("previous generation"), std::string::npos) << stale.body;
+    auto r = pull(body, "after");
+    ASSERT_EQ(r.status, 200) << r.describe();
+    EXPECT_EQ(r.json()["choices"][0]["text"], expected_text(body));
+    EXPECT_EQ(d_counter("kv_reads"), 2);
+    EXPECT_EQ(d_counter("kv_read_failures"), 1);
+    EXPECT_TRUE(p_blocks_freed());
+}
+
 TEST_P(PdxSimTest, PushInBothArrivalOrders) {
     start("push");
     const json body = completion_body(words(40), 6, false);

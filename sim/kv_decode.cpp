@@ -14,6 +14,7 @@ using nlohmann::json;
 namespace {
 
 constexpr Duration kReadDeadline{10000};
+constexpr Duration kQuarantine{5000};
 
 KvOutcome failed(std::string message, http::status status = http::status::internal_server_error) {
     KvOutcome o;
@@ -112,15 +113,22 @@ awaitable<KvOutcome> SimServer::Impl::pull_pdx(const KvHandle& h, TakenBlocks& t
         if (r.status == pdx::Status::PeerGone && attempt == 0) {
             continue;
         }
+        KvOutcome v;
         if (r.status != pdx::Status::Ok) {
             ++state.counters.kv_read_failures;
-            co_return failed("KV read from prefill " + from +
-                             " failed: " + pdx::to_string(r.status) + ": " + r.message);
+            v = failed("KV read from prefill " + from + " failed: " + pdx::to_string(r.status) +
+                       ": " + r.message);
+        } else {
+            v = verify_blocks(h.request_id, taken, from);
         }
-        KvOutcome v = verify_blocks(h.request_id, taken, from);
+        // P frees the blocks: read (Done, freed_by_read) or useless (Abort, freed_by_abort).
+        // If the note is lost, its lease does.
         if (v.ok()) {
-            // P frees the blocks (freed_by_read); if the note is lost, its lease does.
             send_note(peer.handle, pdx::NotifyKind::Done, pdx_id(h.request_id),
+                      json{{"request_id", h.request_id}});
+        } else {
+            ++state.counters.kv_aborts_sent;
+            send_note(peer.handle, pdx::NotifyKind::Abort, pdx_id(h.request_id),
                       json{{"request_id", h.request_id}});
         }
         co_return v;
@@ -161,10 +169,14 @@ awaitable<KvOutcome> SimServer::Impl::push_receive(server::Exchange& x, const Pu
         std::uint64_t key;
         ~Unwait() { waits.erase(key); }
     } unwait{waits, key};
+    // Gives up: P is told, and the blocks stay out of the pool until P's answer to the Abort
+    // (a write it already posted may still land in them).
     auto abort = [&] {
         ++state.counters.kv_aborts_sent;
         send_note(peer.handle, pdx::NotifyKind::Abort, pdx_id(p.request_id),
                   json{{"request_id", p.request_id}, {"transfer_id", p.transfer_id}});
+        quarantine[key] = Quarantined{std::move(taken.ids), Clock::now() + kQuarantine};
+        taken.ids.clear();
     };
     if (register_delay_ms > 0) {  // fault: let the prefill finish first
         Timer t(ex);

@@ -96,7 +96,13 @@ void SimServer::Impl::on_note(const pdx::ReceivedNotification& rn) {
             }
             auto it = waits.find(n.transfer_id);
             if (it == waits.end()) {
-                ++c.kv_notes_unknown;
+                // P's last word on a push this decode gave up on: its blocks are safe again.
+                if (auto q = quarantine.find(n.transfer_id); q != quarantine.end()) {
+                    store.give(q->second.ids);
+                    quarantine.erase(q);
+                } else {
+                    ++c.kv_notes_unknown;
+                }
                 return;
             }
             // The core's own Failed (a write that ended otherwise) carries no payload.
@@ -163,6 +169,14 @@ void SimServer::Impl::on_peer_gone(const pdx::PeerEvent& e) {
 }
 
 void SimServer::Impl::kv_sweep(Clock::time_point now) {
+    for (auto it = quarantine.begin(); it != quarantine.end();) {
+        if (now >= it->second.until) {
+            store.give(it->second.ids);
+            it = quarantine.erase(it);
+        } else {
+            ++it;
+        }
+    }
     // Registrations whose prefill never came, and Abort marks, end after their TTL; a prefilled
     // entry ends once its blocks are gone (lease expiry, release).
     for (auto it = pushes.begin(); it != pushes.end();) {
@@ -206,7 +220,8 @@ json SimServer::Impl::kv_state_json() const {
            {"kv_wait_timeouts", c.kv_wait_timeouts},
            {"kv_aborts_sent", c.kv_aborts_sent},
            {"kv_pushes_pending", pushes.size()},
-           {"kv_waits_pending", waits.size()}};
+           {"kv_waits_pending", waits.size()},
+           {"kv_quarantined", quarantine.size()}};
     if (agent) {
         const auto s = agent->agent().stats();
         j["pdx"] = json{{"instance", agent->instance()},

@@ -105,6 +105,13 @@ struct SimServer::Impl : std::enable_shared_from_this<Impl> {
     std::unique_ptr<KvAgent> agent;
     std::unordered_map<std::string, PushEntry> pushes;                   // by transfer_id
     std::unordered_map<std::uint64_t, std::shared_ptr<PushWait>> waits;  // by pdx_id(transfer_id)
+    // Decode: blocks of a push it gave up on (client gone, timeout), kept out of the pool until
+    // P's Failed or Done for it says no byte can land any more (or a bound passes).
+    struct Quarantined {
+        std::vector<std::uint32_t> ids;
+        Clock::time_point until;
+    };
+    std::unordered_map<std::uint64_t, Quarantined> quarantine;  // by pdx_id(transfer_id)
     std::int64_t created = 0;  // start time (seconds), for /v1/models
     bool stopping = false;
 

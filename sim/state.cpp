@@ -146,6 +146,17 @@ std::string metrics_text(const Identity& id, const SimState& s, const BlockStore
            static_cast<double>(c.protocol_violations));
     family(out, "pdsim_kv_blocks_held", "gauge", "KV blocks held for remote decode.", labels,
            static_cast<double>(store.blocks_held()));
+    family(out, "pdsim_kv_blocks_free", "gauge", "KV blocks free in the engine's pool.", labels,
+           static_cast<double>(store.blocks_free()));
+    family(out, "pdsim_kv_bytes_verified_total", "counter",
+           "KV bytes a decode received and checked word by word.", labels,
+           static_cast<double>(c.kv_bytes_verified));
+    family(out, "pdsim_kv_verify_failures_total", "counter",
+           "Decode requests refused because their KV had wrong or stale bytes.", labels,
+           static_cast<double>(c.kv_verify_failures));
+    family(out, "pdsim_kv_read_failures_total", "counter",
+           "Decode requests whose KV could not be read or pushed.", labels,
+           static_cast<double>(c.kv_read_failures));
     return out;
 }
 

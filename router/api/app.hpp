@@ -81,7 +81,7 @@ private:
     instances::Registry registry_;
     // Before the lease keeper: its refreshes may use the agent until the keeper is gone.
     std::unique_ptr<kv::ControlAgent> control_agent_;  // --transfer-agent only
-    instances::Discovery discovery_;  // --prefill-dns / --decode-dns
+    instances::Discovery discovery_;                   // --prefill-dns / --decode-dns
     kv::LeaseKeeper lease_keeper_;
     std::unique_ptr<kv::KvReadyListener> kv_ready_;  // lmcache mode only
     disagg::FlowDeps deps_;

@@ -211,8 +211,50 @@ TEST_P(PdxSimTest, PullRefusesACorruptBlockAndAFreedOne) {
     auto dr = decode(body, "freed", pr.json()["kv_transfer_params"]);
     EXPECT_EQ(dr.status, 500) << dr.describe();
     EXPECT_EQ(d_counter("kv_verify_failures"), 2);
+    // A handle of another generation of the prefill's agent (a restarted engine) is refused.
+    auto sr = prefill(body, "stale");
+    ASSERT_EQ(sr.status, 200);
+    json stale = sr.json()["kv_transfer_params"];
+    stale["pdx_instance"] = "0123456789abcdef";
+    auto st = decode(body, "stale", stale);
+    EXPECT_EQ(st.status, 500) << st.describe();
+    EXPECT_NE(st.body.find("previous generation"), std::string::npos) << st.body;
+    EXPECT_EQ(d_counter("kv_read_failures"), 1);
     EXPECT_EQ(d_counter("kv_reads"), 0);
     EXPECT_EQ(d_counter("kv_blocks_taken"), 0);
+    const std::string m = http_get(d_->port, "/metrics").body;
+    EXPECT_NE(m.find("pdsim_kv_verify_failures_total{model_name=\"pdsim-test-model\"} 2"),
+              std::string::npos)
+        << m;
+    ASSERT_EQ(
+        http_post_json(p_->port, "/internal/pdsim/kv_release", {{"request_id", "stale"}}).status,
+        200);
+    EXPECT_TRUE(p_blocks_freed());
+}
+
+TEST_P(PdxSimTest, PullAfterAPrefillRestartUsesTheNewGenerationAndRefusesTheOld) {
+    start("pull", {"--engine-id", "p-restart"});
+    const json body = completion_body(words(20), 4, false);
+    ASSERT_EQ(pull(body, "before").status, 200);  // D now caches P's first generation
+    auto pr = prefill(body, "orphan");
+    ASSERT_EQ(pr.status, 200);
+    const json old_handle = pr.json()["kv_transfer_params"];
+    const unsigned short port = p_->port;
+    p_->proc.kill_now();
+    // The same engine id on the same port: the next generation of the same peer.
+    p_ = &cluster_->start_pdsim(
+        "prefill", kv_flags(GetParam(), {"--kv-mode", "pull", "--engine-id", "p-restart", "--port",
+                                         std::to_string(port)}));
+    ASSERT_EQ(p_->port, port);
+    auto stale = decode(body, "orphan", old_handle);
+    EXPECT_EQ(stale.status, 500) << stale.describe();
+    EXPECT_NE(stale.body.find("previous generation"), std::string::npos) << stale.body;
+    auto r = pull(body, "after");
+    ASSERT_EQ(r.status, 200) << r.describe();
+    EXPECT_EQ(r.json()["choices"][0]["text"], expected_text(body));
+    EXPECT_EQ(d_counter("kv_reads"), 2);
+    EXPECT_EQ(d_counter("kv_read_failures"), 1);
+    EXPECT_TRUE(p_blocks_freed());
 }
 
 TEST_P(PdxSimTest, PushInBothArrivalOrders) {
@@ -369,6 +411,7 @@ TEST_P(PdxSimTest, DecodeCancelledBeforeThePrefillEndsAbortsIt) {
     EXPECT_EQ(gone.status, 0);
     ASSERT_TRUE(wait_until([&] { return d_counter("kv_aborts_sent") == 1; }, Ms{2000}));
     EXPECT_TRUE(wait_until([&] { return d_counter("kv_blocks_taken") == 0; }, Ms{1000}));
+    EXPECT_EQ(d_counter("kv_quarantined"), 0);  // P answered the Abort with Failed
     ASSERT_TRUE(wait_until([&] { return p_counter("kv_aborts") == 1; }, Ms{2000}));
     ASSERT_EQ(prefill(body, "c", {{"transfer_id", "xfer-c"}}).status, 200);
     EXPECT_TRUE(p_blocks_freed(Ms{500}));

@@ -45,8 +45,8 @@ struct PushOptions {
     int prefills = 1, decodes = 1;
     Transport transport = kTcp;
     bool agent = false;
-    std::string mode = "push";               // the engines' mode (the router runs push)
-    std::vector<std::string> prefill_args;   // extra pdsim flags
+    std::string mode = "push";              // the engines' mode (the router runs push)
+    std::vector<std::string> prefill_args;  // extra pdsim flags
     std::vector<std::string> decode_args;
     std::vector<std::string> router_args;
     std::vector<std::string> extra_prefills;  // addresses (e.g. a dead port) put first
@@ -170,10 +170,10 @@ TEST_F(PushFlowTest, PrefillFailureCancelsTheDecodeAndTheClientGetsItsError) {
     EXPECT_EQ(r.status, 502) << r.describe();
     EXPECT_NE(r.body.find("prefill instance"), std::string::npos) << r.body;
     // D's leg was cancelled: it dropped its registration and its blocks.
-    EXPECT_TRUE(wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; },
-                           Ms{1000}));
-    EXPECT_TRUE(wait_until([&] { return sum_counter(pd.decode, "client_disconnects") == 1; },
-                           Ms{1000}));
+    EXPECT_TRUE(
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
+    EXPECT_TRUE(
+        wait_until([&] { return sum_counter(pd.decode, "client_disconnects") == 1; }, Ms{1000}));
     // P's 4xx goes to the client as it is.
     sim_fault(*pd.prefill[0], {{"status", 400}, {"body", "{\"error\":\"bad prompt\"}"}});
     r = send_generation(*pd.router, body);
@@ -237,8 +237,8 @@ TEST_F(PushFlowTest, ClientLeavingFreesThePrefillsBlocksAtOnce) {
     auto r = send_generation(*pd.router, body, {}, Ms{700});
     EXPECT_EQ(r.status, 0);  // our timeout: the connection was closed by the client side
     EXPECT_TRUE(blocks_freed(pd, Ms{1500})) << "held " << held(pd);
-    EXPECT_TRUE(wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; },
-                           Ms{1000}));
+    EXPECT_TRUE(
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
 }
 
 TEST_F(PushFlowTest, APrefillNotInPushModeIsAConfigurationError) {
@@ -250,8 +250,8 @@ TEST_F(PushFlowTest, APrefillNotInPushModeIsAConfigurationError) {
     EXPECT_EQ(r.json()["error"]["code"], "kv_mode_mismatch") << r.body;
     EXPECT_NE(r.body.find(pd.prefill[0]->address()), std::string::npos) << r.body;
     EXPECT_EQ(metric(metrics_text(*pd.router), "pdrouter_kv_mode_mismatch_total").value_or(0), 1);
-    EXPECT_TRUE(wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; },
-                           Ms{1000}));
+    EXPECT_TRUE(
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
     EXPECT_NE(pd.router->proc.log().find("transfer_mode"), std::string::npos);
 }
 
@@ -287,13 +287,13 @@ TEST_F(PushFlowTest, MissingEngineIdsAreRefusedAtStartAndAtInstancesAdd) {
     EXPECT_EQ(bad.status.code, 2);
     EXPECT_NE(bad.err.find("--prefill-engine-ids"), std::string::npos) << bad.err;
     DeadPort dead;  // the one prefill at start; the live one comes through /instances/add
-    Server& r = c.start_router({dead.address()}, {d.address()},
-                               {"--kv-mode", "push", "--admin-api-key", "k",
-                                "--prefill-engine-ids", "dead", "--prefill-side-channel-ports",
-                                std::to_string(dead.port())});
-    auto add = http_post_json(r.port, "/instances/add",
-                              {{"type", "prefill"}, {"instance", p.address()}},
-                              {{"X-API-Key", "k"}});
+    Server& r =
+        c.start_router({dead.address()}, {d.address()},
+                       {"--kv-mode", "push", "--admin-api-key", "k", "--prefill-engine-ids", "dead",
+                        "--prefill-side-channel-ports", std::to_string(dead.port())});
+    auto add =
+        http_post_json(r.port, "/instances/add", {{"type", "prefill"}, {"instance", p.address()}},
+                       {{"X-API-Key", "k"}});
     EXPECT_EQ(add.status, 400) << add.describe();
     EXPECT_EQ(add.json()["error"]["param"], "engine_id");
     add = http_post_json(r.port, "/instances/add",

@@ -19,7 +19,9 @@
 enum { kBlocks = 8, kBlockBytes = 4096, kPromptBlocks = 3 };
 static const uint64_t kTransferId = 0x5eed; /* pdx_id("xfer-...") in a real engine */
 
-static unsigned char pattern(uint32_t block, size_t i) { return (unsigned char)(block * 31 + i); }
+static unsigned char pattern(uint32_t block, size_t i) {
+    return (unsigned char)(block * 31 + i);
+}
 
 static pdx_agent_t* start(const char* name, const char* tls, uint32_t* layout) {
     pdx_config_t cfg;
@@ -54,9 +56,14 @@ static uint64_t exchange(pdx_agent_t* a, const char* dir, const char* me, const 
     snprintf(path, sizeof path, "%s/%s.desc", dir, other);
     for (int i = 0; i < 5000; ++i, usleep(1000)) { /* bounded: 5 s */
         f = fopen(path, "rb");
-        if (f) break;
+        if (f) {
+            break;
+        }
     }
-    if (!f) { fprintf(stderr, "%s: no descriptor from %s\n", me, other); exit(2); }
+    if (!f) {
+        fprintf(stderr, "%s: no descriptor from %s\n", me, other);
+        exit(2);
+    }
     size = fread(blob, 1, sizeof blob, f);
     fclose(f);
     uint64_t peer = 0;
@@ -70,7 +77,9 @@ static uint64_t exchange(pdx_agent_t* a, const char* dir, const char* me, const 
 /* Waits (bounded) for one note of transfer kTransferId. */
 static int wait_note(pdx_agent_t* a, pdx_received_notification_t* n) {
     for (int i = 0; i < 10000; ++i, usleep(1000)) {
-        if (pdx_drain_notifications(a, n, 1) == 1 && n->transfer_id == kTransferId) return 1;
+        if (pdx_drain_notifications(a, n, 1) == 1 && n->transfer_id == kTransferId) {
+            return 1;
+        }
     }
     return 0;
 }
@@ -82,7 +91,9 @@ static int prefill(const char* dir, const char* tls) {
     uint32_t src[kPromptBlocks], dst[kPromptBlocks];
     for (uint32_t b = 0; b < kPromptBlocks; ++b) { /* the prompt's KV, computed */
         unsigned char* p = pdx_block(a, layout, b, NULL);
-        for (size_t i = 0; i < kBlockBytes; ++i) p[i] = pattern(b, i);
+        for (size_t i = 0; i < kBlockBytes; ++i) {
+            p[i] = pattern(b, i);
+        }
         src[b] = b;
     }
     pdx_received_notification_t reg;
@@ -101,9 +112,11 @@ static int prefill(const char* dir, const char* tls) {
     uint64_t h = 0;
     pdx_status_t s = pdx_write_blocks(a, decode, layout, src, remote_layout, dst, kPromptBlocks,
                                       kTransferId, 5000, &done, &h);
-    if (s == PDX_OK) s = pdx_wait(a, h, 10000);
+    if (s == PDX_OK) {
+        s = pdx_wait(a, h, 10000);
+    }
     printf("prefill: write %s\n", pdx_status_string(s));
-    usleep(200000); /* let the decode read its Done before this peer goes */
+    usleep(200000);       /* let the decode read its Done before this peer goes */
     pdx_agent_destroy(a); /* frees the prefill's blocks */
     return s == PDX_OK ? 0 : 1;
 }
@@ -115,7 +128,8 @@ static int decode(const char* dir, const char* tls) {
     const uint32_t mine[kPromptBlocks] = {5, 6, 7}; /* free blocks of the decode's pool */
     char payload[64];
     int n = snprintf(payload, sizeof payload, "%u:%u,%u,%u", layout, mine[0], mine[1], mine[2]);
-    pdx_notification_t reg = {PDX_NOTIFY_REGISTER, kTransferId, 0, 1, PDX_OK, payload, (size_t)n + 1};
+    pdx_notification_t reg = {PDX_NOTIFY_REGISTER, kTransferId, 0, 1, PDX_OK, payload,
+                              (size_t)n + 1};
     if (pdx_notify(a, prefill_peer, &reg) != PDX_OK) {
         fprintf(stderr, "decode: Register: %s\n", pdx_last_error());
         return 1;
@@ -143,14 +157,20 @@ int main(int argc, char** argv) {
     if (argc >= 2 && strcmp(argv[1], "both") == 0) {
         const char* tls = argc >= 3 && strcmp(argv[2], "shm") == 0 ? "posix,self" : "tcp";
         char dir[] = "/tmp/pdx-engine-XXXXXX";
-        if (!mkdtemp(dir)) return 2;
+        if (!mkdtemp(dir)) {
+            return 2;
+        }
         pid_t child = fork();
-        if (child == 0) _exit(decode(dir, tls));
+        if (child == 0) {
+            _exit(decode(dir, tls));
+        }
         int p = prefill(dir, tls), status = 0;
         waitpid(child, &status, 0);
         char cmd[64];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0) return 2;
+        if (system(cmd) != 0) {
+            return 2;
+        }
         return p == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
     }
     if (argc >= 3) {

@@ -415,74 +415,73 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                     }
                     cfg.prefill_side_channel_ports.push_back(static_cast<unsigned short>(n));
                 }
-                case Kind::Policy: {
-                    Policy p{};
-                    const bool decode = o.role == detail::Role::Decode;
-                    if (!parse_policy(ascii::lower(value), p) ||
-                        (decode && p == Policy::PrefixAffinity)) {
-                        bad_value(src, s, value,
-                                  decode ? "expected one of round_robin, least_outstanding, "
-                                           "power_of_two"
-                                         : "expected one of round_robin, least_outstanding, "
-                                           "power_of_two, prefix_affinity");
-                    }
-                    (decode ? cfg.decode_policy : cfg.prefill_policy) = p;
-                    break;
-                }
-                case Kind::DnsTarget: {
-                    InstanceAddress a;
-                    std::string error;
-                    if (!value.empty() && (value.find("://") != std::string::npos ||
-                                           !parse_instance_address(value, a, error))) {
-                        bad_value(src, s, value,
-                                  error.empty() ? std::string("expected NAME:PORT") : error);
-                    }
-                    (o.role == detail::Role::Decode ? cfg.decode_dns : cfg.prefill_dns) = a;
-                    break;
-                }
-                case Kind::ConfigFile:
-                case Kind::Help:
-                case Kind::Version:
-                case Kind::CheckConfig:
-                    break;  // handled while scanning the command line
+                break;
             }
-        }
-        for (int r = 0; r < 2; ++r) {
-            zip_aliases(src, static_cast<detail::Role>(r), roles[r], origins);
-            if (roles[r].set) {
-                (r == 0 ? cfg.prefill : cfg.decode) = std::move(roles[r].list);
+            case Kind::Policy: {
+                Policy p{};
+                const bool decode = o.role == detail::Role::Decode;
+                if (!parse_policy(ascii::lower(value), p) ||
+                    (decode && p == Policy::PrefixAffinity)) {
+                    bad_value(src, s, value,
+                              decode ? "expected one of round_robin, least_outstanding, "
+                                       "power_of_two"
+                                     : "expected one of round_robin, least_outstanding, "
+                                       "power_of_two, prefix_affinity");
+                }
+                (decode ? cfg.decode_policy : cfg.prefill_policy) = p;
+                break;
             }
+            case Kind::DnsTarget: {
+                InstanceAddress a;
+                std::string error;
+                if (!value.empty() && (value.find("://") != std::string::npos ||
+                                       !parse_instance_address(value, a, error))) {
+                    bad_value(src, s, value,
+                              error.empty() ? std::string("expected NAME:PORT") : error);
+                }
+                (o.role == detail::Role::Decode ? cfg.decode_dns : cfg.prefill_dns) = a;
+                break;
+            }
+            case Kind::ConfigFile:
+            case Kind::Help:
+            case Kind::Version:
+            case Kind::CheckConfig:
+                break;  // handled while scanning the command line
         }
     }
+    for (int r = 0; r < 2; ++r) {
+        zip_aliases(src, static_cast<detail::Role>(r), roles[r], origins);
+        if (roles[r].set) {
+            (r == 0 ? cfg.prefill : cfg.decode) = std::move(roles[r].list);
+        }
+    }
+}
 
-    // --host: an IPv4 or IPv6 address (brackets allowed and dropped) or a host name; --port-file:
-    // a file that can be written once listening (checked now, before anything starts).
-    void check_host_and_port_file(Config & cfg) {
-        const std::string host = without_brackets(cfg.host);
-        InstanceAddress a;
-        std::string error;
-        if (host.find_first_of("[]/") != std::string::npos ||
-            !parse_instance_address(host_port_text(host, "1"), a, error)) {
-            fail("pdrouter: invalid value '" + cfg.host +
-                 "' for --host: expected an IP address or a " + "host name" +
-                 (error.empty() ? std::string() : " (" + error + ")"));
+// --host: an IPv4 or IPv6 address (brackets allowed and dropped) or a host name; --port-file:
+// a file that can be written once listening (checked now, before anything starts).
+void check_host_and_port_file(Config& cfg) {
+    const std::string host = without_brackets(cfg.host);
+    InstanceAddress a;
+    std::string error;
+    if (host.find_first_of("[]/") != std::string::npos ||
+        !parse_instance_address(host_port_text(host, "1"), a, error)) {
+        fail("pdrouter: invalid value '" + cfg.host + "' for --host: expected an IP address or a " +
+             "host name" + (error.empty() ? std::string() : " (" + error + ")"));
+    }
+    cfg.host = host;
+    if (!cfg.port_file.empty()) {
+        namespace fs = std::filesystem;
+        const fs::path file(cfg.port_file);
+        const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+        std::error_code ec;
+        if (fs::is_directory(file, ec)) {
+            fail("pdrouter: invalid value '" + cfg.port_file + "' for --port-file: a directory");
         }
-        cfg.host = host;
-        if (!cfg.port_file.empty()) {
-            namespace fs = std::filesystem;
-            const fs::path file(cfg.port_file);
-            const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-            std::error_code ec;
-            if (fs::is_directory(file, ec)) {
-                fail("pdrouter: invalid value '" + cfg.port_file +
-                     "' for --port-file: a directory");
-            }
-            if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
-                fail("pdrouter: invalid value '" + cfg.port_file +
-                     "' for --port-file: directory '" + dir.string() +
-                     "' does not exist or is not writable");
-            }
+        if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
+            fail("pdrouter: invalid value '" + cfg.port_file + "' for --port-file: directory '" +
+                 dir.string() + "' does not exist or is not writable");
         }
     }
+}
 
 }  // namespace pdr::config::detail

@@ -247,6 +247,17 @@ RouterMetrics::RouterMetrics(Registry& registry)
                                   "Upstream requests sent to one instance.")),
       instance_up_(gauges(registry, "pdrouter_instance_up",
                           "1 if the instance passed its last health probe, else 0.")) {
+    // The transfer agent's note series are bounded: all of them exist from start-up.
+    for (const char* kind : {"abort", "heartbeat"}) {
+        for (const char* result : {"ok", "failed", "no_pdx"}) {
+            transfer_notes_sent_.Add({{"kind", kind}, {"result", result}});
+        }
+    }
+    for (const char* kind : {"done", "failed", "other"}) {
+        for (const char* outcome : {"matched", "unknown", "malformed"}) {
+            transfer_notes_received_.Add({{"kind", kind}, {"outcome", outcome}});
+        }
+    }
     auto& requests = counters(registry, "pdrouter_requests_total",
                               "Client requests answered, by route and status class.");
     auto& request_duration =

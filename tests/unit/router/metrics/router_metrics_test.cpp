@@ -231,6 +231,21 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# TYPE pdrouter_retries_total counter",
         "# TYPE pdrouter_time_to_first_byte_seconds histogram",
         "# TYPE pdrouter_upstream_errors_total counter",
+        "# HELP pdrouter_kv_mode_mismatch_total Push-mode prefill answers whose transfer_mode was "
+        "not \"push\" (a prefill configured for another KV mode).",
+        "# TYPE pdrouter_kv_mode_mismatch_total counter",
+        "# HELP pdrouter_transfer_bytes_total Push mode with the transfer agent: KV bytes the "
+        "prefills reported written (their Done notes).",
+        "# TYPE pdrouter_transfer_bytes_total counter",
+        "# HELP pdrouter_transfer_notes_received_total Notes the router's transfer agent received, "
+        "by kind (done, failed, other) and outcome (matched, unknown, malformed).",
+        "# TYPE pdrouter_transfer_notes_received_total counter",
+        "# HELP pdrouter_transfer_notes_sent_total Notes the router's transfer agent sent to "
+        "engines, by kind (abort, heartbeat) and result (ok, failed, no_pdx).",
+        "# TYPE pdrouter_transfer_notes_sent_total counter",
+        "# HELP pdrouter_transfer_seconds Push mode with the transfer agent: time from "
+        "dispatching a request's legs to the prefill's copy of the KV write's Done note.",
+        "# TYPE pdrouter_transfer_seconds histogram",
     };
     EXPECT_EQ(meta, expected);
 }
@@ -283,6 +298,13 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_time_to_first_byte_seconds_count", 2},
         {"pdrouter_time_to_first_byte_seconds_sum", 2},
         {"pdrouter_upstream_errors_total", 24},
+        {"pdrouter_kv_mode_mismatch_total", 1},
+        {"pdrouter_transfer_bytes_total", 1},
+        {"pdrouter_transfer_notes_received_total", 9},
+        {"pdrouter_transfer_notes_sent_total", 6},
+        {"pdrouter_transfer_seconds_bucket", 19},
+        {"pdrouter_transfer_seconds_count", 1},
+        {"pdrouter_transfer_seconds_sum", 1},
     };
     EXPECT_EQ(samples, expected);
 }

@@ -5,6 +5,9 @@
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
 //                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
 //                  [--repeat N] [--lmcache]
+//   pdrouter_bench [--bin-dir DIR] --kv-modes pull,push,lmcache|--push [--kv-sizes 1,16,64]
+//                  [--kv-transports shm,tcp] [--kv-requests 40] [--kv-concurrency 1]
+//                  [--kv-rounds 2] [--prefill-delay-ms 20] [--kv-token-delay-ms 2]
 //
 // --lmcache also runs an LMCache pair (pdsim --kv-mode lmcache, pdrouter --kv-mode lmcache with
 // its ZMQ KV-ready socket) beside the pull-mode pair, alternating with the pull rows, and prints

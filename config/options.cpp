@@ -215,7 +215,8 @@ const std::array kOptions = {
     Option{.name = "log-format", .kind = Kind::LogFormat, .meta = "text|json",
            .help = "log line format (default text)"},
     Option{.name = "demo", .kind = Kind::SetTrue, .meta = "",
-           .help = "route to an embedded pdsim 1 prefill + 1 decode cluster (default off)",
+           .help = "route to an embedded pdsim 1 prefill + 1 decode cluster, in the --kv-mode "
+                   "(push needs UCX) (default off)",
            .flag = &Config::demo, .group = "Demo"},
     Option{.name = "demo-token-delay-ms", .kind = Kind::Number, .meta = "MS",
            .help = "per-token delay of the embedded decode pdsim (default 20)",

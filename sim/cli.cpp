@@ -85,6 +85,7 @@ bool parse_double(const std::string& s, double& out) {
 std::string usage_text() {
     return "usage: pdsim --role prefill|decode [--port N] [--host H] [--engine-id ID]\n"
            "             [--model NAME] [--kv-lease-seconds S] [--token-delay-ms MS]\n"
+           "             [--prefill-delay-ms MS]\n"
            "             [--block-size-tokens N] [--keep-alive-ms MS] [--port-file PATH]\n"
            "             [--log-level debug|info|warn|error] [--kv-mode pull|lmcache]\n"
            "             [--tp-size N] [--kv-ready-connect ENDPOINT] [--kv-bytes-per-token N]\n"
@@ -102,6 +103,8 @@ std::string usage_text() {
            "  --model             served model name (default pdsim-model)\n"
            "  --kv-lease-seconds  how long prefill holds KV blocks without read/refresh (30)\n"
            "  --token-delay-ms    delay per generated token (default 0)\n"
+           "  --prefill-delay-ms  prefill: the prompt's compute, waited before the KV is held,\n"
+           "                      written or sent, in every KV mode (default 0)\n"
            "  --block-size-tokens tokens per KV block (default 16)\n"
            "  --keep-alive-ms     close idle kept-alive connections after this (default 5000,\n"
            "                      as vLLM's server)\n"
@@ -162,6 +165,7 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                                                       "--model",
                                                       "--kv-lease-seconds",
                                                       "--token-delay-ms",
+                                                      "--prefill-delay-ms",
                                                       "--block-size-tokens",
                                                       "--port-file",
                                                       "--log-level",
@@ -236,6 +240,11 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                 return bad(flag, value, "expected milliseconds 0-60000");
             }
             cfg.token_delay = Duration{n};
+        } else if (flag == "--prefill-delay-ms") {
+            if (!parse_long(value, n) || n < 0 || n > 60'000) {
+                return bad(flag, value, "expected milliseconds 0-60000");
+            }
+            cfg.prefill_delay = Duration{n};
         } else if (flag == "--keep-alive-ms") {
             if (!parse_long(value, n) || n < 1 || n > 3'600'000) {
                 return bad(flag, value, "expected milliseconds 1-3600000");

@@ -336,6 +336,12 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
         co_return;
     }
 
+    if (cfg.role == Role::Prefill && cfg.prefill_delay > Duration{0}) {
+        // The prompt's compute (--prefill-delay-ms), before any KV is held, written or sent.
+        if (!co_await pause(*ctx, x, cfg.prefill_delay)) {
+            co_return;
+        }
+    }
     AnswerPlan plan;
     plan.token_delay =
         fault && fault->token_delay_ms >= 0 ? Duration{fault->token_delay_ms} : cfg.token_delay;

@@ -108,8 +108,12 @@ awaitable<KvOutcome> SimServer::Impl::pull_pdx(const KvHandle& h, TakenBlocks& t
         req.remote_ids = remote;
         req.transfer_id = pdx_id(h.request_id);
         req.deadline = pdx::deadline_after(kReadDeadline);
+        const auto started = Clock::now();
         const pdx::TransferResult r =
             co_await agent->transfer(std::move(req), pdx::Direction::Read);
+        if (r.status == pdx::Status::Ok) {
+            count_transfer(state.counters, taken.ids.size() * cfg.block_bytes, started);
+        }
         if (r.status == pdx::Status::PeerGone && attempt == 0) {
             continue;
         }

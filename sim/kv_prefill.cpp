@@ -250,7 +250,11 @@ awaitable<void> SimServer::Impl::push_write(std::string tid) {
         done.payload = dump_json(json{
             {"transfer_id", tid}, {"request_id", rid}, {"blocks", local.size()}, {"bytes", bytes}});
         req.notify = std::move(done);
+        const auto started = Clock::now();
         r = co_await agent->transfer(std::move(req), pdx::Direction::Write);
+        if (r.status == pdx::Status::Ok) {
+            count_transfer(state.counters, bytes, started);
+        }
     }
     const bool ok = r.status == pdx::Status::Ok;
     if (ok) {

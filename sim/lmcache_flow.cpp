@@ -148,8 +148,18 @@ awaitable<std::string> SimServer::Impl::lmcache_handover(const LmcacheParams& p,
                     std::move(copy), kTransferTimeout));
     }
     std::vector<std::string> results;
+    const auto started = Clock::now();
     if (!sends.empty()) {
         results = co_await send_all(ex, std::move(sends));
+    }
+    std::uint64_t sent_bytes = 0;
+    for (const auto& e : results) {
+        if (e.empty()) {
+            sent_bytes += std::uint64_t{kv.tokens} * kv.bytes_per_token;
+        }
+    }
+    if (sent_bytes > 0) {
+        count_transfer(state.counters, sent_bytes, started);
     }
     std::string first_error;
     for (const auto& e : results) {

@@ -47,6 +47,10 @@ struct SimConfig {
     std::string model = "pdsim-model";
     double kv_lease_seconds = 30.0;  // how long prefill holds blocks without a read or refresh
     Duration token_delay{0};         // per generated token (streaming and non-streaming)
+    // Prefill role: the prompt's compute, waited before anything else a prefill does (in every
+    // KV mode, before its KV is held, written or sent), so that benchmarks can give the prefill
+    // a cost that push mode overlaps with D's setup.
+    Duration prefill_delay{0};
     // An idle kept-alive connection is closed after this long, as vLLM's server (uvicorn,
     // timeout_keep_alive 5 s) does: clients that pool connections must cope with it.
     Duration keep_alive{5000};

@@ -64,6 +64,8 @@ json state_json(const Identity& id, const SimState& s, const BlockStore& store) 
                 {"local_prefills", c.local_prefills},
                 {"client_disconnects", c.client_disconnects},
                 {"in_flight", c.in_flight},
+                {"kv_transfer_bytes", c.kv_transfer_bytes},
+                {"kv_transfer_us", c.kv_transfer_us},
                 {"faults_applied", c.faults_applied}};
 }
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -59,7 +60,21 @@ struct Counters {
     std::uint64_t kv_push_failed_notes = 0;    // decode: Failed notes that ended a wait
     std::uint64_t kv_wait_timeouts = 0;        // decode: no Done/Failed within the bound
     std::uint64_t kv_aborts_sent = 0;          // decode: Abort notes sent to a prefill
+    // Bytes this engine's KV transfers moved and their wall time, summed over transfers that
+    // succeeded: pull, D's reads; push, P's writes; lmcache, P's sends (all ranks at once).
+    std::uint64_t kv_transfer_bytes = 0;
+    std::uint64_t kv_transfer_us = 0;
 };
+
+// Adds one successful KV transfer of `bytes` that started at `started` to kv_transfer_*.
+inline void count_transfer(Counters& c, std::uint64_t bytes,
+                           std::chrono::steady_clock::time_point started) {
+    c.kv_transfer_bytes += bytes;
+    c.kv_transfer_us +=
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count());
+}
 
 struct Identity {
     std::string role;  // "prefill" | "decode"

@@ -5,10 +5,19 @@
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
 //                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
 //                  [--repeat N] [--lmcache]
+//   pdrouter_bench [--bin-dir DIR] --kv-modes pull,push,lmcache|--push [--kv-sizes 1,16,64]
+//                  [--kv-transports shm,tcp] [--kv-requests 40] [--kv-concurrency 1]
+//                  [--kv-rounds 2] [--prefill-delay-ms 20] [--kv-token-delay-ms 2]
 //
 // --lmcache also runs an LMCache pair (pdsim --kv-mode lmcache, pdrouter --kv-mode lmcache with
 // its ZMQ KV-ready socket) beside the pull-mode pair, alternating with the pull rows, and prints
 // its CPU per request and its TTFB against pull mode's in the same run.
+//
+// --kv-modes pull,push,lmcache (or --push for all three) runs the KV modes side by side instead
+// (bench/router/kv_modes.hpp): per transport (--kv-transports shm,tcp) and KV size per request
+// (--kv-sizes 1,16,64 MiB), TTFT p50/p99, latency p50, transfer GB/s and router CPU per request,
+// with pdsim moving and verifying real bytes; --kv-requests, --kv-concurrency, --kv-rounds,
+// --prefill-delay-ms and --kv-token-delay-ms shape it. Exits 1 when a request failed.
 //
 // --repeat N runs each nginx-hop and pdrouter row N times, alternating, prints every run, and
 // judges the CPU target on the median (the spread between single runs on a shared 2-core VM is
@@ -17,6 +26,7 @@
 // load also goes through one nginx proxy hop (one worker, keep-alive upstream, unbuffered) to
 // the decode instance, and nginx's CPU per request is printed beside pdrouter's: the cost of a
 // plain single-hop proxy on this machine under the same load.
+#include "bench/router/kv_modes.hpp"
 #include "bench/router/load.hpp"
 #include "bench/router/process.hpp"
 
@@ -49,7 +59,21 @@ struct Options {
     std::string nginx = "/usr/sbin/nginx";   // "none": no reference rows
     int repeat = 1;                          // runs of each nginx-hop and pdrouter row
     bool lmcache = false;                    // also the lmcache-mode pair
+    pdr::bench::KvModesOptions kv;           // --kv-modes: the KV modes side by side
+    bool kv_modes = false;
 };
+
+std::vector<std::string> split(const std::string& list) {
+    std::vector<std::string> out;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (!item.empty()) {
+            out.push_back(item);
+        }
+    }
+    return out;
+}
 
 double median(std::vector<double> v) {
     if (v.empty()) {
@@ -189,6 +213,46 @@ Options parse(int argc, char** argv) {
             }
         } else if (a == "--lmcache") {
             o.lmcache = true;
+        } else if (a == "--kv-modes" || a == "--push") {
+            o.kv_modes = true;
+            if (a == "--kv-modes") {
+                o.kv.modes = split(next());
+            }
+            for (const auto& m : o.kv.modes) {
+                if (m != "pull" && m != "push" && m != "lmcache") {
+                    std::fprintf(stderr, "pdrouter_bench: --kv-modes: unknown mode %s\n",
+                                 m.c_str());
+                    std::exit(2);
+                }
+            }
+        } else if (a == "--kv-sizes") {
+            o.kv.sizes_mib.clear();
+            for (const auto& v : split(next())) {
+                const int mib = std::stoi(v);
+                if (mib < 1 || mib > 1024) {
+                    std::fprintf(stderr, "pdrouter_bench: --kv-sizes: 1..1024 MiB each\n");
+                    std::exit(2);
+                }
+                o.kv.sizes_mib.push_back(mib);
+            }
+        } else if (a == "--kv-transports") {
+            o.kv.transports = split(next());
+            for (const auto& t : o.kv.transports) {
+                if (t != "shm" && t != "tcp") {
+                    std::fprintf(stderr, "pdrouter_bench: --kv-transports: shm or tcp\n");
+                    std::exit(2);
+                }
+            }
+        } else if (a == "--kv-requests") {
+            o.kv.requests = std::stoul(next());
+        } else if (a == "--kv-concurrency") {
+            o.kv.concurrency = std::stoul(next());
+        } else if (a == "--kv-rounds") {
+            o.kv.rounds = std::clamp(std::stoi(next()), 1, 20);
+        } else if (a == "--prefill-delay-ms") {
+            o.kv.prefill_delay_ms = std::stoi(next());
+        } else if (a == "--kv-token-delay-ms") {
+            o.kv.token_delay_ms = std::stoi(next());
         } else if (a == "--quick") {
             o.requests = 200;
         } else {
@@ -203,6 +267,14 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) try {
     Options o = parse(argc, argv);
+    if (o.kv_modes) {
+        o.kv.bin_dir = o.bin_dir;
+        std::printf("pdrouter_bench --kv-modes: load average at start %s\n",
+                    load_average().c_str());
+        const int code = pdr::bench::run_kv_modes(o.kv);
+        std::printf("(load average at end %s)\n", load_average().c_str());
+        return code;
+    }
     const std::string pdsim = o.bin_dir + "/sim/pdsim";
     const std::string pdrouter = o.bin_dir + "/router/pdrouter";
     std::printf(

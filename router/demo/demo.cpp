@@ -2,10 +2,12 @@
 
 #include "net/common/io.hpp"
 #include "net/common/log.hpp"
+#include "pdx/agent.hpp"
 #include "sim/sim_server.hpp"
 
 #include <future>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 namespace pdr::router {
@@ -70,10 +72,23 @@ void Demo::start(config::Config& cfg) {
             // An LMCache pair: P sends the KV to D's receiver (TP 1) and notifies the router.
             sc.kv_mode = sim::KvMode::Lmcache;
             sc.lmcache.kv_ready_connect = demo_kv_ready_connect(cfg.kv_ready_bind);
+        } else if (cfg.kv_mode == config::KvMode::Push) {
+            // A push pair on the transfer core: P writes into the blocks D registers, over UCX
+            // tcp on loopback (two agents in one process; no device but lo is needed).
+            sc.kv_mode = sim::KvMode::Push;
+            sc.kv_transfer = sim::KvTransfer::Pdx;
+            sc.kv_transports = "tcp";
+            sc.kv_net_devices = "lo";
         }
         return std::make_unique<sim::SimServer>(d.ioc.get_executor(), sc);
     };
     const bool lmcache = cfg.kv_mode == config::KvMode::Lmcache;
+    const bool push = cfg.kv_mode == config::KvMode::Push;
+    if (push && !pdx::ucx_available()) {
+        throw std::runtime_error(
+            "--demo --kv-mode push needs the UCX transfer core (pdx), and this build has no UCX; "
+            "use --demo with --kv-mode pull or lmcache");
+    }
     if (lmcache) {
         // The prefill must know where to notify before the router binds: a free port now.
         cfg.kv_ready_bind = demo_kv_ready_bind(cfg.kv_ready_bind);
@@ -87,6 +102,11 @@ void Demo::start(config::Config& cfg) {
     if (lmcache) {
         const sim::LmcacheConfig& rx = d.decode->config().lmcache;
         cfg.lmcache_receivers.push_back(config::LmcacheReceiver{"", rx.init_ports, rx.alloc_ports});
+    }
+    if (push) {
+        // The router names P by its engine id; pdsim's side channel is its HTTP port.
+        cfg.prefill_engine_ids.push_back(d.prefill->config().engine_id);
+        cfg.prefill_side_channel_ports.push_back(p_port);
     }
     d.guard.emplace(d.ioc.get_executor());
     d.thread = std::thread([&d] { d.ioc.run(); });

@@ -1,6 +1,8 @@
 #pragma once
 // --demo: two in-process pdsim engines (prefill + decode, model "pdsim-model") on 127.0.0.1
-// port 0, served by their own io_context thread, used as the router's instances.
+// port 0, served by their own io_context thread, used as the router's instances. In --kv-mode
+// lmcache an LMCache pair, in --kv-mode push a push pair on the transfer core (UCX tcp on lo;
+// refused when the build has no UCX).
 #include "config/config.hpp"
 
 #include <memory>

@@ -74,11 +74,15 @@ TEST_F(CliTest, VersionAndHelpExitZero) {
     }
 }
 
-TEST_F(CliTest, DemoServesItsPrintedCurlRequest) {
-    Cluster& c = new_cluster();
-    Server& demo =
-        c.start("pdrouter-demo", pdrouter_path(),
-                {"--demo", "--host", "127.0.0.1", "--port", "0", "--demo-token-delay-ms", "1"});
+// Starts `pdrouter --demo` with `extra` flags (into `started`), sends the curl request it prints
+// and checks the exact text (the demo keeps running).
+void demo_serves_its_curl_request(Cluster& c, const std::vector<std::string>& extra,
+                                  Server*& started) {
+    std::vector<std::string> args{
+        "--demo", "--host", "127.0.0.1", "--port", "0", "--demo-token-delay-ms", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Server& demo = c.start("pdrouter-demo", pdrouter_path(), args);
+    started = &demo;
     // The log has the listening line and the curl line once the port file exists; allow a beat
     // for stdout to be flushed after the rename.
     std::string curl;
@@ -114,7 +118,39 @@ TEST_F(CliTest, DemoServesItsPrintedCurlRequest) {
         answer_text(r.body, body.value("stream", false), body.contains("messages"), error);
     EXPECT_TRUE(error.empty()) << error;
     EXPECT_EQ(text, expected_text(body)) << r.body;
+}
+
+TEST_F(CliTest, DemoServesItsPrintedCurlRequest) {
+    Server* demo = nullptr;
+    demo_serves_its_curl_request(new_cluster(), {}, demo);
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_EQ(demo->proc.stop().code, 0) << "demo did not exit 0 on SIGTERM";
+}
+
+// --demo --kv-mode push: an embedded push pair on the transfer core (UCX tcp on lo). A stream
+// and a chat through it give the exact text, and the router reports push mode; a build without
+// UCX refuses the flags with one clear line.
+TEST_F(CliTest, DemoInPushModeGivesTheExactText) {
+#ifdef PDR_TEST_HAVE_UCX
+    Server* started = nullptr;
+    demo_serves_its_curl_request(new_cluster(), {"--kv-mode", "push"}, started);
+    ASSERT_FALSE(HasFatalFailure());
+    Server& demo = *started;
+    for (const json& body :
+         {completion_body("push demo stream", 7, true), chat_body("push demo chat", 5, false)}) {
+        auto r = send_generation(demo, body);
+        EXPECT_TRUE(answer_ok(r, body)) << r.describe() << demo.proc.log();
+    }
+    auto st = http_get(demo.port, "/status");
+    ASSERT_EQ(st.status, 200) << st.describe();
+    EXPECT_EQ(json::parse(st.body)["mode"], "push") << st.body;
     EXPECT_EQ(demo.proc.stop().code, 0) << "demo did not exit 0 on SIGTERM";
+#else
+    auto r = run_to_exit(pdrouter_path(), {"--demo", "--kv-mode", "push", "--port", "0"}, Ms{5000});
+    EXPECT_EQ(r.status.code, 1) << r.err;
+    EXPECT_NE(r.err.find("--demo --kv-mode push needs the UCX transfer core"), std::string::npos)
+        << r.err;
+#endif
 }
 
 // Sends the stream request `body` from a thread (its answer lands in `out`), with decode

@@ -174,6 +174,9 @@ TEST_F(LmcacheSimTest, CompletionHandoverEqualsSingleEngineAnswer) {
     EXPECT_EQ(counter(ps, "lmcache_handovers"), 2);
     EXPECT_EQ(counter(ps, "lmcache_kv_sent"), 4);
     EXPECT_EQ(counter(ps, "lmcache_notifs_sent"), 4);
+    // P's sends are the transfers: 2 requests x 2 ranks x 9 prompt tokens x 64 bytes.
+    EXPECT_EQ(counter(ps, "kv_transfer_bytes"), 2 * 2 * 9 * 64);
+    EXPECT_GT(counter(ps, "kv_transfer_us"), 0);
     EXPECT_EQ(counter(ps, "protocol_violations"), 0) << ps["violations"];
     EXPECT_EQ(ps["kv_mode"], "lmcache");
     const json ds = state(*d_);

@@ -186,6 +186,10 @@ TEST_P(PdxSimTest, PullMovesVerifiedBytesAndGivesTheExactText) {
     }
     EXPECT_EQ(d_counter("kv_blocks_verified"), 2 * 3);  // 40 tokens: 3 blocks of 16, twice
     EXPECT_EQ(d_counter("kv_bytes_verified"), 2 * 3 * 4096);
+    // Pull: D's reads are the transfers (bytes and wall time); P moved nothing itself.
+    EXPECT_EQ(d_counter("kv_transfer_bytes"), 2 * 3 * 4096);
+    EXPECT_GT(d_counter("kv_transfer_us"), 0);
+    EXPECT_EQ(p_counter("kv_transfer_bytes"), 0);
     EXPECT_EQ(d_counter("kv_verify_failures"), 0);
     EXPECT_TRUE(p_blocks_freed());
     EXPECT_EQ(p_counter("freed_by_read"), 2);
@@ -285,6 +289,10 @@ TEST_P(PdxSimTest, PushInBothArrivalOrders) {
     EXPECT_EQ(p_counter("kv_registers"), 2);
     EXPECT_EQ(p_counter("kv_early_registers"), 1);
     EXPECT_EQ(p_counter("kv_push_writes"), 2);
+    // Push: P's writes are the transfers.
+    EXPECT_EQ(p_counter("kv_transfer_bytes"), 2 * 3 * 4096);
+    EXPECT_GT(p_counter("kv_transfer_us"), 0);
+    EXPECT_EQ(d_counter("kv_transfer_bytes"), 0);
     EXPECT_EQ(d_counter("kv_blocks_verified"), 6);
     EXPECT_TRUE(p_blocks_freed());
     EXPECT_EQ(p_counter("freed_by_read"), 2);

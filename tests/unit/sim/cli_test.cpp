@@ -47,6 +47,8 @@ TEST(Cli, AllFlags) {
                      "2.5",
                      "--token-delay-ms",
                      "7",
+                     "--prefill-delay-ms",
+                     "25",
                      "--block-size-tokens=32",
                      "--port-file",
                      "/tmp/x",
@@ -63,6 +65,7 @@ TEST(Cli, AllFlags) {
     EXPECT_EQ(cfg.model, "m");
     EXPECT_DOUBLE_EQ(cfg.kv_lease_seconds, 2.5);
     EXPECT_EQ(cfg.token_delay, Duration{7});
+    EXPECT_EQ(cfg.prefill_delay, Duration{25});
     EXPECT_EQ(cfg.block_size_tokens, 32);
     EXPECT_EQ(cfg.keep_alive, Duration{250});
     EXPECT_EQ(pf, "/tmp/x");
@@ -79,6 +82,7 @@ TEST(Cli, Defaults) {
     EXPECT_EQ(cfg.host, "127.0.0.1");
     EXPECT_EQ(cfg.model, "pdsim-model");
     EXPECT_EQ(cfg.keep_alive, Duration{5000});
+    EXPECT_EQ(cfg.prefill_delay, Duration{0});
 }
 
 TEST(Cli, BadValuesReturnTwo) {
@@ -90,6 +94,8 @@ TEST(Cli, BadValuesReturnTwo) {
         {"--kv-lease-seconds", "0"},
         {"--kv-lease-seconds", "abc"},
         {"--token-delay-ms", "-1"},
+        {"--prefill-delay-ms", "-1"},
+        {"--prefill-delay-ms", "60001"},
         {"--block-size-tokens", "0"},
         {"--keep-alive-ms", "0"},
         {"--keep-alive-ms", "5s"},

@@ -405,5 +405,49 @@ TEST_F(Loopback, InfoEndpointsAndDebugApi) {
     EXPECT_TRUE(json::parse(call("GET", dport_, "/debug/requests").body)["requests"].empty());
 }
 
+// --prefill-delay-ms: the prompt's compute comes first. A prefill leg takes at least the delay,
+// and while it is in the delay its blocks are not held yet.
+TEST(LoopbackPrefillDelay, PrefillLegWaitsBeforeHoldingItsBlocks) {
+    curl_global_init(CURL_GLOBAL_ALL);
+    net::io_context ioc;
+    auto work = net::make_work_guard(ioc);
+    SimConfig c;
+    c.role = Role::Prefill;
+    c.block_size_tokens = 4;
+    c.prefill_delay = Duration{800};
+    SimServer sim(ioc.get_executor(), c);
+    const unsigned short port = sim.start();
+    std::thread runner([&] { ioc.run(); });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto leg = std::async(std::launch::async, [port] {
+        return call("POST", port, "/v1/completions", prefill_body("a b c d e").dump(),
+                    {"X-Request-Id: delayed"});
+    });
+    // Bounded poll until the request is in flight, then look at the pool while it waits.
+    json st;
+    for (int i = 0; i < 200; ++i) {
+        st = json::parse(call("GET", port, "/debug/state").body);
+        if (st["in_flight"].get<long long>() > 0) {
+            break;
+        }
+        std::this_thread::sleep_for(5ms);
+    }
+    const auto seen = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(st["in_flight"], 1);
+    if (seen < 700ms) {  // still inside the delay
+        EXPECT_EQ(st["blocks_held"], 0);
+    }
+    auto r = leg.get();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_GE(took, 800ms);
+    EXPECT_EQ(json::parse(call("GET", port, "/debug/state").body)["blocks_held"], 2);
+    auto done = net::co_spawn(ioc, sim.stop(), net::use_future);
+    EXPECT_EQ(done.wait_for(10s), std::future_status::ready);
+    work.reset();
+    ioc.stop();
+    runner.join();
+}
+
 }  // namespace
 }  // namespace pdr::sim

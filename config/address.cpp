@@ -220,6 +220,8 @@ std::string_view to_string(KvMode v) noexcept {
     switch (v) {
         case KvMode::Pull:
             return "pull";
+        case KvMode::Push:
+            return "push";
         case KvMode::Lmcache:
             return "lmcache";
     }
@@ -252,6 +254,21 @@ bool parse_port_list(std::string_view s, std::vector<unsigned short>& out, std::
         }
         s.remove_prefix(comma + 1);
     }
+}
+
+std::string check_engine_id(std::string_view id) {
+    if (id.empty()) {
+        return "an engine id must not be empty";
+    }
+    if (id.size() > 256) {
+        return "an engine id is at most 256 characters";
+    }
+    for (const char c : id) {
+        if (c <= ' ' || c > '~') {
+            return "an engine id holds printable ASCII characters only, no spaces";
+        }
+    }
+    return {};
 }
 
 }  // namespace pdr::config

@@ -296,13 +296,15 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
             }
             case Kind::KvMode: {
                 std::string v = ascii::lower(value);
-                if (v != "pull" && v != "lmcache") {
-                    bad_value(src, s, value,
-                              v == "push" ? "expected pull or lmcache (the push mode is not in "
-                                            "this version yet)"
-                                          : std::string("expected pull or lmcache"));
+                if (v == "pull") {
+                    cfg.kv_mode = config::KvMode::Pull;
+                } else if (v == "push") {
+                    cfg.kv_mode = config::KvMode::Push;
+                } else if (v == "lmcache") {
+                    cfg.kv_mode = config::KvMode::Lmcache;
+                } else {
+                    bad_value(src, s, value, "expected pull, push or lmcache");
                 }
-                cfg.kv_mode = v == "pull" ? config::KvMode::Pull : config::KvMode::Lmcache;
                 break;
             }
             case Kind::OnKvReadyTimeout: {
@@ -375,6 +377,43 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                                   "expected an integer 0.." + std::to_string(kMaxTpRanks));
                     }
                     cfg.kv_ready_expected.push_back(static_cast<int>(n));
+                }
+                break;
+            }
+            case Kind::EngineIds: {
+                std::vector<std::string>& ids = cfg.*o.texts;
+                ids.clear();
+                for (auto& item : split_items(src, s)) {
+                    if (std::string why = check_engine_id(item); !why.empty()) {
+                        bad_value(src, s, item, why);
+                    }
+                    ids.push_back(std::move(item));
+                }
+                break;
+            }
+            case Kind::KvHosts: {
+                std::vector<std::string>& hosts = cfg.*o.texts;
+                hosts.clear();
+                for (const auto& item : split_items(src, s)) {
+                    std::string host = without_brackets(item);
+                    InstanceAddress a;
+                    std::string error;
+                    if (host.find_first_of("[]/") != std::string::npos ||
+                        !parse_instance_address(host_port_text(host, "1"), a, error)) {
+                        bad_value(src, s, item, "expected a host name or IP address");
+                    }
+                    hosts.push_back(std::move(host));
+                }
+                break;
+            }
+            case Kind::SideChannelPorts: {
+                cfg.prefill_side_channel_ports.clear();
+                for (const auto& item : split_items(src, s)) {
+                    std::uint64_t n = 0;
+                    if (!parse_uint(item, n) || n < 1 || n > 65535) {
+                        bad_value(src, s, item, "expected a port 1..65535");
+                    }
+                    cfg.prefill_side_channel_ports.push_back(static_cast<unsigned short>(n));
                 }
                 break;
             }

@@ -36,8 +36,9 @@ enum class OnMissingKvParams { Error, Recompute };
 // How the KV cache gets from P to D (docs/protocols.md), and so which flow serves a request.
 // pull: vLLM NixlConnector (D reads P's blocks with the handle P answered). lmcache: LMCache's PD
 // backend (P sends the KV to D's receiver and notifies the router over ZMQ; PROTOCOLS.md §5).
-// The push mode joins this enum with its flow.
-enum class KvMode { Pull, Lmcache };
+// push: vLLM NixlPushConnector (both legs at once; D registers its blocks with P, P writes into
+// them; PROTOCOLS.md §4).
+enum class KvMode { Pull, Lmcache, Push };
 
 // What --on-kv-ready-timeout does when P's KV-ready notifications do not all arrive in time.
 enum class OnKvReadyTimeout { Error, Proceed };
@@ -55,6 +56,23 @@ struct LmcacheReceiver {
 // bad list.
 inline constexpr std::size_t kMaxTpRanks = 64;
 bool parse_port_list(std::string_view s, std::vector<unsigned short>& out, std::string& error);
+
+// A prefill instance's KV coordinates in push mode (PROTOCOLS.md §4): what D needs to register
+// its blocks with P's agent before P has answered.
+inline constexpr unsigned short kDefaultSideChannelPort = 5600;
+struct PushCoords {
+    std::string engine_id;  // P's --kv-transfer-config engine_id
+    std::string kv_host;    // P's KV side-channel host ("" = the instance's host)
+    unsigned short side_channel_port = kDefaultSideChannelPort;
+    int tp_size = 1;
+    int pp_size = 1;
+    bool empty() const noexcept { return engine_id.empty(); }
+    friend bool operator==(const PushCoords&, const PushCoords&) = default;
+};
+
+// An engine id as the push mode takes it: 1..256 printable ASCII characters, no spaces. Empty
+// string when valid, else why not.
+std::string check_engine_id(std::string_view id);
 
 struct Config {
     std::string host = "0.0.0.0";
@@ -96,6 +114,18 @@ struct Config {
     std::size_t kv_ready_max_pending = 65536;  // hard bound on the notification table
     std::vector<LmcacheReceiver> lmcache_receivers;
     std::vector<int> kv_ready_expected;
+    // push mode (PROTOCOLS.md §4), per prefill instance in `prefill` order: engine ids (one per
+    // instance), KV side-channel hosts (empty, or one per instance) and ports (empty: 5600; one:
+    // for every instance; or one per instance); one TP and PP size for all.
+    std::vector<std::string> prefill_engine_ids;
+    std::vector<std::string> prefill_kv_hosts;
+    std::vector<unsigned short> prefill_side_channel_ports;
+    int prefill_tp_size = 1;
+    int prefill_pp_size = 1;
+    // The router's own transfer-core agent (pull and push modes, engines that speak pdx): Abort
+    // on failure paths, Heartbeat lease renewal, transfer observation (docs/protocols.md).
+    bool transfer_agent = false;
+    std::string transfer_agent_transports;  // UCX_TLS of the router's agent ("" = UCX's choice)
     OnMissingKvParams on_missing_kv_params = OnMissingKvParams::Error;
     int prefill_retries = 1;  // extra attempts on another P after 5xx/connect/timeout
     int decode_retries = 1;   // extra attempts on another D after a connect failure
@@ -123,6 +153,9 @@ ParseOutcome parse_command_line(int argc, const char* const* argv);
 std::string help_text();
 std::string version_text();  // "pdrouter <version>\n"
 std::string_view version();  // "<major>.<minor>.<patch>" from the CMake project version
+
+// Prefill instance i's push-mode coordinates from the flags (engine id empty when none given).
+PushCoords push_coords_of(const Config& cfg, std::size_t i);
 
 std::string_view to_string(OnMissingKvParams v) noexcept;
 std::string_view to_string(KvMode v) noexcept;

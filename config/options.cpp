@@ -91,8 +91,9 @@ const std::array kOptions = {
     Option{.name = "max-client-connections", .kind = Kind::Number, .meta = "N",
            .help = "open client connections; more get 503 and are closed (default 10000)",
            .size = &Config::max_client_connections, .min = 1, .max = 1000000},
-    Option{.name = "kv-mode", .kind = Kind::KvMode, .meta = "pull|lmcache",
-           .help = "how KV moves from prefill to decode: pull (vLLM NixlConnector) or lmcache "
+    Option{.name = "kv-mode", .kind = Kind::KvMode, .meta = "pull|push|lmcache",
+           .help = "how KV moves from prefill to decode: pull (vLLM NixlConnector), push (vLLM "
+                   "NixlPushConnector: both legs at once, P writes into D's blocks) or lmcache "
                    "(LMCache PD backend, ZMQ KV-ready notifications) (default pull)",
            .group = "Behaviour"},
     Option{.name = "on-missing-kv-params", .kind = Kind::OnMissingKv, .meta = "error|recompute",
@@ -137,6 +138,39 @@ const std::array kOptions = {
            .help = "most notification-table entries; past it the oldest unclaimed go first "
                    "(default 65536)",
            .size = &Config::kv_ready_max_pending, .min = 1, .max = 10000000},
+    Option{.name = "prefill-engine-ids", .kind = Kind::EngineIds, .meta = "ID [ID ...]",
+           .help = "push: per prefill instance (in --prefill order) its engine_id (P's "
+                   "--kv-transfer-config engine_id); required in push mode",
+           .texts = &Config::prefill_engine_ids, .group = "Push mode (--kv-mode push)"},
+    Option{.name = "prefill-engine-id", .kind = Kind::EngineIds, .meta = "ID [ID ...]",
+           .help = "same as --prefill-engine-ids (the vLLM push demo's spelling)",
+           .texts = &Config::prefill_engine_ids},
+    Option{.name = "prefill-kv-hosts", .kind = Kind::KvHosts, .meta = "HOST [HOST ...]",
+           .help = "push: per prefill instance its KV side-channel host "
+                   "(VLLM_NIXL_SIDE_CHANNEL_HOST; default: the instance's host)",
+           .texts = &Config::prefill_kv_hosts},
+    Option{.name = "prefill-kv-host", .kind = Kind::KvHosts, .meta = "HOST [HOST ...]",
+           .help = "same as --prefill-kv-hosts", .texts = &Config::prefill_kv_hosts},
+    Option{.name = "prefill-side-channel-ports", .kind = Kind::SideChannelPorts,
+           .meta = "PORT [PORT ...]",
+           .help = "push: per prefill instance (or one for all) its KV side-channel port "
+                   "(default 5600)"},
+    Option{.name = "prefill-side-channel-port", .kind = Kind::SideChannelPorts,
+           .meta = "PORT [PORT ...]", .help = "same as --prefill-side-channel-ports"},
+    Option{.name = "prefill-tp-size", .kind = Kind::Number, .meta = "N",
+           .help = "push: the prefill instances' tensor-parallel size (default 1)",
+           .count = &Config::prefill_tp_size, .min = 1, .max = 1024},
+    Option{.name = "prefill-pp-size", .kind = Kind::Number, .meta = "N",
+           .help = "push: the prefill instances' pipeline-parallel size (default 1)",
+           .count = &Config::prefill_pp_size, .min = 1, .max = 1024},
+    Option{.name = "transfer-agent", .kind = Kind::SetTrue, .meta = "",
+           .help = "pull and push: run the router's own transfer-core agent, so engines that "
+                   "speak pdx get Abort and Heartbeat notes from it (default off)",
+           .flag = &Config::transfer_agent},
+    Option{.name = "transfer-agent-transports", .kind = Kind::Text, .meta = "LIST",
+           .help = "UCX transports of the router's transfer agent, as UCX_TLS (e.g. tcp; "
+                   "default: UCX's own choice)",
+           .text = &Config::transfer_agent_transports},
     Option{.name = "log-level", .kind = Kind::LogLevel, .meta = "debug|info|warn|error",
            .help = "log threshold (default info)", .group = "Logging"},
     Option{.name = "log-format", .kind = Kind::LogFormat, .meta = "text|json",

@@ -26,12 +26,15 @@ enum class Kind {
     OnMissingKv,
     KvMode,
     OnKvReadyTimeout,
-    LmcachePorts,   // per decode instance, one comma list per instance; `init` picks the list
-    LmcacheHosts,   // per decode instance: the receiver host
-    KvReadyCounts,  // per prefill instance: notifications to wait for (0 = D's TP size)
-    ConfigFile,     // --config (command line only)
-    Help,           // command line only
-    Version,        // command line only
+    LmcachePorts,      // per decode instance, one comma list per instance; `init` picks the list
+    LmcacheHosts,      // per decode instance: the receiver host
+    KvReadyCounts,     // per prefill instance: notifications to wait for (0 = D's TP size)
+    EngineIds,         // per prefill instance: push-mode engine ids (`texts`)
+    KvHosts,           // per prefill instance: push-mode KV side-channel hosts (`texts`)
+    SideChannelPorts,  // per prefill instance (or one for all): side-channel ports
+    ConfigFile,        // --config (command line only)
+    Help,              // command line only
+    Version,           // command line only
     // command line only: check everything, print "configuration OK", exit 0
     CheckConfig,
 };
@@ -44,6 +47,7 @@ struct Option {
     std::string_view meta;  // value placeholder in --help; empty for flags without a value
     std::string_view help;  // one line; mentions the default
     std::string Config::*text = nullptr;
+    std::vector<std::string> Config::*texts = nullptr;
     unsigned short Config::*port = nullptr;
     Duration Config::*millis = nullptr;
     std::size_t Config::*size = nullptr;
@@ -64,7 +68,8 @@ const Option* find_option(std::string_view name);
 // True for kinds that take a list of values after one flag.
 inline bool is_list(Kind k) {
     return k == Kind::Instances || k == Kind::AliasHosts || k == Kind::AliasPorts ||
-           k == Kind::LmcachePorts || k == Kind::LmcacheHosts || k == Kind::KvReadyCounts;
+           k == Kind::LmcachePorts || k == Kind::LmcacheHosts || k == Kind::KvReadyCounts ||
+           k == Kind::EngineIds || k == Kind::KvHosts || k == Kind::SideChannelPorts;
 }
 // True for kinds that take no value on the command line.
 inline bool is_switch(Kind k) {

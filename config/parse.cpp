@@ -93,7 +93,76 @@ void check_lmcache(Config& cfg) {
     }
 }
 
+// The push-mode settings: engine ids for every static prefill in that mode, none of the
+// per-prefill lists in the others.
+void check_push(Config& cfg) {
+    const bool push = cfg.kv_mode == KvMode::Push;
+    if (!push) {
+        if (!cfg.prefill_engine_ids.empty() || !cfg.prefill_kv_hosts.empty() ||
+            !cfg.prefill_side_channel_ports.empty()) {
+            fail(
+                "pdrouter: --prefill-engine-ids, --prefill-kv-hosts and "
+                "--prefill-side-channel-ports are only used with --kv-mode push (the mode is " +
+                std::string(to_string(cfg.kv_mode)) + ")");
+        }
+        if (cfg.transfer_agent && cfg.kv_mode == KvMode::Lmcache) {
+            fail("pdrouter: --transfer-agent is used with --kv-mode pull or push, not lmcache");
+        }
+        return;
+    }
+    if (cfg.demo) {
+        return;  // the demo's prefills are its own
+    }
+    const std::size_t n = cfg.prefill.size();
+    if (cfg.prefill_engine_ids.size() != n) {
+        fail(
+            "pdrouter: --kv-mode push needs one --prefill-engine-ids value per prefill instance, "
+            "in --prefill order (P's --kv-transfer-config engine_id): got " +
+            std::to_string(cfg.prefill_engine_ids.size()) + " for " + std::to_string(n) +
+            " prefill instance(s)");
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t j = 0; j < i; ++j) {
+            if (cfg.prefill_engine_ids[i] == cfg.prefill_engine_ids[j]) {
+                fail("pdrouter: prefill instances " + cfg.prefill[j].text() + " and " +
+                     cfg.prefill[i].text() + " have the same engine id '" +
+                     cfg.prefill_engine_ids[i] + "' (--prefill-engine-ids): each P needs its own");
+            }
+        }
+    }
+    if (!cfg.prefill_kv_hosts.empty() && cfg.prefill_kv_hosts.size() != n) {
+        fail("pdrouter: " + std::to_string(cfg.prefill_kv_hosts.size()) +
+             " --prefill-kv-hosts value(s) for " + std::to_string(n) +
+             " prefill instance(s): give one per prefill instance, in --prefill order");
+    }
+    const std::size_t ports = cfg.prefill_side_channel_ports.size();
+    if (ports > 1 && ports != n) {
+        fail("pdrouter: " + std::to_string(ports) + " --prefill-side-channel-ports value(s) for " +
+             std::to_string(n) +
+             " prefill instance(s): give one for all, or one per prefill instance");
+    }
+}
+
 }  // namespace
+
+PushCoords push_coords_of(const Config& cfg, std::size_t i) {
+    PushCoords c;
+    if (i < cfg.prefill_engine_ids.size()) {
+        c.engine_id = cfg.prefill_engine_ids[i];
+    }
+    if (i < cfg.prefill_kv_hosts.size()) {
+        c.kv_host = cfg.prefill_kv_hosts[i];
+    }
+    const auto& ports = cfg.prefill_side_channel_ports;
+    if (ports.size() == 1) {
+        c.side_channel_port = ports.front();
+    } else if (i < ports.size()) {
+        c.side_channel_port = ports[i];
+    }
+    c.tp_size = cfg.prefill_tp_size;
+    c.pp_size = cfg.prefill_pp_size;
+    return c;
+}
 
 ParseOutcome parse_command_line(int argc, const char* const* argv,
                                 const std::function<const char*(const char*)>& getenv_fn) {
@@ -198,6 +267,7 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
                 "--decode (and --prefiller-*/--decoder-*), or drop --demo");
         }
         check_lmcache(cfg);
+        check_push(cfg);
     } catch (const Failure& f) {
         outcome.action = ParseOutcome::Action::Exit;
         outcome.exit_code = 2;

@@ -177,8 +177,17 @@ awaitable<void> SimServer::Impl::accept_register(std::string tid, PushRegistrati
 }
 
 void SimServer::Impl::on_abort(const std::string& rid, const std::string& tid) {
-    const bool freed = store.release(rid);  // at once: freed_by_abort
-    bool known = freed;
+    // With a transfer id, only that dispatch's blocks: a retry under a new transfer id that
+    // holds the request's blocks now keeps them.
+    bool other_dispatch = false;
+    for (const auto& [key, e] : pushes) {
+        other_dispatch =
+            other_dispatch ||
+            (!tid.empty() && key != tid && e.request_id == rid &&
+             (e.stage == PushEntry::Stage::Prefilled || e.stage == PushEntry::Stage::Writing));
+    }
+    const bool freed = !other_dispatch && store.release(rid);  // at once: freed_by_abort
+    bool known = freed || other_dispatch;
     const auto ttl = Clock::now() + cfg.kv_wait_timeout;
     for (auto& [key, e] : pushes) {
         if (e.request_id != rid || (!tid.empty() && key != tid)) {

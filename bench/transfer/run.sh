@@ -17,6 +17,7 @@
 #   thread        the default deployment: a progress thread per agent, asleep on the UCX event
 #                 fd between events; the caller sleeps in wait().
 #   poll-nostats  poll, with Config::latency_stats = false (no clock reads per transfer).
+#   thread-spin   thread, with Config::progress_spin = 100 us on both ends (--progress-spin-us).
 # perftest figure: the "overall" bandwidth of its Final line (total bytes / total time, as ours);
 # its "average" column there is only the last report interval (under 1 s of a 1 s run).
 # Both tools use memory allocated through UCX (UCP_MEM_MAP_ALLOCATE), both ends on 127.0.0.1,
@@ -109,6 +110,7 @@ mode_args() {  # bench arguments of a mode of ours
     poll) echo "--progress poll --target-progress poll" ;;
     thread) echo "" ;;  # the defaults (also what binaries without --progress run)
     poll-nostats) echo "--progress poll --target-progress poll --no-latency-stats" ;;
+    thread-spin) echo "--progress-spin-us 100" ;;  # progress threads that poll 100 us after an event
     *) echo "unknown mode $1" >&2; exit 2 ;;
   esac
 }

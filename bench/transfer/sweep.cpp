@@ -251,6 +251,45 @@ double Sweep::post_ns_per_id(const std::string& pattern, std::string& error) {
     return n ? total_us * 1000.0 / n / 1024.0 : -1;
 }
 
+PostTail Sweep::post_tail() {
+    PostTail out;
+    std::vector<BlockId> local, remote;
+    make_ids("scatter", o_.tail_ids, local, remote);
+    TransferRequest req = request(0, local, remote);
+    req.deadline = Clock::now() + kWait;
+    const std::size_t depth = std::max<std::uint32_t>(1, o_.depth);
+    std::vector<TransferHandle> ring(depth);
+    std::size_t head = 0, in_flight = 0;
+    auto drain_one = [&]() -> bool {
+        TransferHandle h = ring[head];
+        head = head + 1 == depth ? 0 : head + 1;
+        --in_flight;
+        const Status s = wait(h);
+        if (s != Status::Ok && out.error.empty()) {
+            out.error = std::string("post-tail write ended ") + to_string(s);
+        }
+        return s == Status::Ok;
+    };
+    for (std::uint32_t i = 0; i < o_.post_tail && out.error.empty(); ++i) {
+        if (in_flight == depth && !drain_one()) {
+            break;
+        }
+        req.transfer_id = next_id_++;
+        const auto t0 = Clock::now();
+        auto r = agent_.write_blocks(req);
+        out.us.push_back(Sec(Clock::now() - t0).count() * 1e6);
+        if (!r) {
+            out.error = r.message();
+            break;
+        }
+        ring[(head + in_flight++) % depth] = *r;
+    }
+    while (in_flight > 0) {
+        drain_one();
+    }
+    return out;
+}
+
 void print_header(const Options& o) {
     if (o.csv) {
         std::printf(

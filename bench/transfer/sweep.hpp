@@ -38,6 +38,17 @@ struct Options {
     std::string error_mode = "auto";  // Config::error_mode on both sides: auto | peer | none
     std::string write_protocol = "auto";  // Config::write_protocol on both sides: auto | rma | am
     std::int64_t inline_kib = -1;         // Config::inline_post_bytes in KiB (-1: the default)
+    // --post-tail N: N timed write_blocks calls of --tail-ids scattered ids of the first
+    // --sizes block size, --depth in flight (0: skipped); prints their time distribution.
+    std::uint32_t post_tail = 0;
+    std::uint32_t tail_ids = 256;
+    std::uint32_t progress_spin_us = 0;  // Config::progress_spin on both sides
+};
+
+// The times of single write_blocks calls (--post-tail), in microseconds.
+struct PostTail {
+    std::vector<double> us;  // one per call, in call order
+    std::string error;
 };
 
 struct Cell {
@@ -70,6 +81,9 @@ public:
     // Mean ns inside write_blocks per block id, 1024 4 KiB ids (contig or scatter); <0 if not
     // measurable.
     double post_ns_per_id(const std::string& pattern, std::string& error);
+    // Times each of Options::post_tail write_blocks calls (Options::tail_ids scattered ids of
+    // layout 0), keeping Options::depth writes in flight, as an engine posting layer after layer.
+    PostTail post_tail();
 
 private:
     Status wait(TransferHandle h);  // per Options::progress

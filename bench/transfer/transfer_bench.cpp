@@ -8,12 +8,14 @@
 //       [--no-verify] [--register] [--progress thread|eventfd|poll] [--eventfd]
 //       [--target-progress thread|poll] [--error-mode auto|peer|none] [--no-latency-stats]
 //       [--write-protocol auto|rma|am]
-//       [--inline-kib N] [--csv]
+//       [--inline-kib N] [--post-tail N] [--tail-ids 256]
+//       [--progress-spin-us N] [--csv]
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +120,12 @@ Options parse(int argc, char** argv) {
             o.target_progress = val();
         } else if (a == "--inline-kib") {
             o.inline_kib = std::stol(val());
+        } else if (a == "--post-tail") {
+            o.post_tail = std::stoul(val());
+        } else if (a == "--tail-ids") {
+            o.tail_ids = std::stoul(val());
+        } else if (a == "--progress-spin-us") {
+            o.progress_spin_us = std::stoul(val());
         } else if (a == "--csv") {
             o.csv = true;
         } else {
@@ -149,6 +157,9 @@ Options parse(int argc, char** argv) {
         if (s < 4096 || s > o.region_bytes) {
             usage("block size outside 4 KiB..region");
         }
+    }
+    if (o.post_tail > 0 && (o.tail_ids == 0 || o.sizes[0] * o.tail_ids > o.region_bytes)) {
+        usage("--tail-ids x the first --sizes must fit the region");
     }
     if (o.region_bytes < (96u << 10)) {
         usage("--region-mib too small");
@@ -189,6 +200,7 @@ bool make_side(const Options& o, const char* name, bool initiator, Side& s) {
         cfg.inline_post_bytes = cfg.inline_post_bytes_peer_mode =
             static_cast<std::uint64_t>(o.inline_kib) << 10;
     }
+    cfg.progress_spin = std::chrono::microseconds(o.progress_spin_us);
     cfg.max_transfer_bytes = o.region_bytes;
     auto a = Agent::create(cfg);
     if (!a) {
@@ -284,6 +296,28 @@ int run_target(const Options& o, int fd) {
     return 0;
 }
 
+// --post-tail: the distribution of single write_blocks call times, and the slowest calls.
+bool print_post_tail(const Options& o, PostTail t) {
+    if (!t.error.empty()) {
+        std::fprintf(stderr, "post tail: %s\n", t.error.c_str());
+        return false;
+    }
+    if (t.us.empty()) {
+        return true;
+    }
+    std::vector<double> sorted = t.us;
+    std::sort(sorted.begin(), sorted.end());
+    auto at = [&](double q) { return sorted[std::size_t(q * double(sorted.size() - 1))]; };
+    const auto over_ms =
+        std::count_if(sorted.begin(), sorted.end(), [](double us) { return us >= 1000; });
+    std::printf(
+        "# post_tail (%u calls of %u ids x %llu B, depth %u, progress %s): p50 %.1f us, "
+        "p90 %.1f us, p99 %.1f us, max %.1f us, calls >= 1 ms: %lld\n",
+        unsigned(t.us.size()), o.tail_ids, (unsigned long long)o.sizes[0], o.depth,
+        o.progress.c_str(), at(0.5), at(0.9), at(0.99), sorted.back(), (long long)over_ms);
+    return true;
+}
+
 int run_initiator(const Options& o, Side& s, PeerHandle peer) {
     if (peer == kNoPeer) {
         return 1;
@@ -305,6 +339,9 @@ int run_initiator(const Options& o, Side& s, PeerHandle peer) {
                     info->peer_error_mode ? "PEER" : "NONE");
     }
     int failures = 0;
+    if (o.post_tail > 0) {
+        failures += print_post_tail(o, sweep.post_tail()) ? 0 : 1;
+    }
     print_header(o);
     for (const auto& op : o.ops) {
         for (const auto& pattern : o.patterns) {

@@ -80,6 +80,8 @@ constexpr std::array kTable{
     Entry{Errc::UpstreamEncoding, http_status::bad_gateway, kServer, "upstream_protocol_error",
           "upstream answer is compressed or has a transfer coding other than chunked (not "
           "relayed: the router asks for none)"},
+    Entry{Errc::KvModeMismatch, http_status::bad_gateway, kServer, "kv_mode_mismatch",
+          "the prefill instance does not run the router's KV mode"},
 };
 
 constexpr bool table_in_order() {
@@ -88,7 +90,7 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::UpstreamEncoding) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::KvModeMismatch) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 

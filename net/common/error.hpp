@@ -41,6 +41,7 @@ enum class Errc {
     HttpVersion,             // 505 (a request line with an HTTP major version other than 1)
     UpstreamAnswerMismatch,  // 502 (the answer's X-Request-Id names another request)
     UpstreamEncoding,        // 502 (an answer with a content or transfer coding not relayed)
+    KvModeMismatch,          // 502 (push mode: P answered a transfer_mode other than "push")
 };
 
 const boost::system::error_category& router_category() noexcept;

@@ -111,6 +111,77 @@ ValidationError parse_instance_kv(const disagg::Json& body, instances::InstanceK
     return {};
 }
 
+// Push mode's per-prefill fields of POST /instances/add (PROTOCOLS.md §4): engine_id (required
+// for a prefill in push mode), kv_host, side_channel_port, tp_size, pp_size.
+ValidationError parse_push_kv(const disagg::Json& body, bool prefill_in_push_mode,
+                              instances::InstanceKv& kv) {
+    static constexpr std::string_view kFields[] = {"engine_id", "kv_host", "side_channel_port",
+                                                   "tp_size", "pp_size"};
+    if (!prefill_in_push_mode) {
+        for (std::string_view f : kFields) {
+            if (auto it = body.find(f); it != body.end() && !it->is_null()) {
+                return {Errc::InvalidField,
+                        "\"" + std::string(f) +
+                            "\" is a push-mode prefill field (--kv-mode push, type prefill)",
+                        std::string(f)};
+            }
+        }
+        return {};
+    }
+    auto it = body.find("engine_id");
+    if (it == body.end() || it->is_null()) {
+        return {Errc::MissingField,
+                "\"engine_id\" is required for a prefill instance in push mode (P's "
+                "--kv-transfer-config engine_id)",
+                "engine_id"};
+    }
+    std::string why = it->is_string() ? config::check_engine_id(it->get<std::string>())
+                                      : std::string("must be a string");
+    if (!why.empty()) {
+        return {Errc::InvalidField, "\"engine_id\": " + why, "engine_id"};
+    }
+    kv.push.engine_id = it->get<std::string>();
+    if (auto h = body.find("kv_host"); h != body.end() && !h->is_null()) {
+        config::InstanceAddress a;
+        std::string error;
+        const std::string host = h->is_string() ? h->get<std::string>() : std::string();
+        const std::string text =
+            host.find(':') != std::string::npos ? "[" + host + "]:1" : host + ":1";
+        if (host.empty() || !config::parse_instance_address(text, a, error)) {
+            return {Errc::InvalidField, "\"kv_host\" must be a host name or address", "kv_host"};
+        }
+        kv.push.kv_host = a.host;
+    }
+    struct IntField {
+        std::string_view name;
+        std::int64_t max;
+    };
+    static constexpr IntField kInts[] = {
+        {"side_channel_port", 65535}, {"tp_size", 1024}, {"pp_size", 1024}};
+    for (const IntField& f : kInts) {
+        auto v = body.find(f.name);
+        if (v == body.end() || v->is_null()) {
+            continue;
+        }
+        if (!v->is_number_integer() || v->get<std::int64_t>() < 1 ||
+            v->get<std::int64_t>() > f.max) {
+            return {
+                Errc::InvalidField,
+                "\"" + std::string(f.name) + "\" must be an integer 1.." + std::to_string(f.max),
+                std::string(f.name)};
+        }
+        const auto n = v->get<std::int64_t>();
+        if (f.name == "side_channel_port") {
+            kv.push.side_channel_port = static_cast<unsigned short>(n);
+        } else if (f.name == "tp_size") {
+            kv.push.tp_size = static_cast<int>(n);
+        } else {
+            kv.push.pp_size = static_cast<int>(n);
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 bool constant_time_equals(std::string_view a, std::string_view b) noexcept {
@@ -180,7 +251,7 @@ awaitable<bool> admit_admin(server::Exchange& ex, std::string_view action,
 
 awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
                              instances::Registry& registry, metrics::RouterMetrics& metrics,
-                             std::string_view admin_key) {
+                             std::string_view admin_key, config::KvMode mode) {
     const std::string_view name = action_name(action);
     const bool admitted = co_await admit_admin(ex, name, metrics, admin_key);
     if (!admitted) {
@@ -220,6 +291,9 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     instances::InstanceKv kv;
     if (action == AdminAction::Add) {
         err = parse_instance_kv(body, kv);
+        if (err.ok()) {
+            err = parse_push_kv(body, mode == config::KvMode::Push && type_s == "prefill", kv);
+        }
         if (!err.ok()) {
             metrics.admin_request(name, "bad_request");
             co_await server::respond_error(ex, err.errc, err.message, err.param);

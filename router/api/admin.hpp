@@ -29,6 +29,6 @@ enum class AdminAction { Add, Remove, List };
 // Runs one admin request (auth, body checks, registry call) and answers it.
 awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
                              instances::Registry& registry, metrics::RouterMetrics& metrics,
-                             std::string_view admin_key);
+                             std::string_view admin_key, config::KvMode mode);
 
 }  // namespace pdr::api

@@ -2,6 +2,7 @@
 
 #include "net/common/log.hpp"
 #include "router/api/admin.hpp"
+#include "router/kv/control_agent.hpp"
 #include "router/kv/kv_ready_listener.hpp"
 
 namespace pdr::api {
@@ -29,6 +30,12 @@ App::App(net::any_io_executor executor, config::Config cfg)
       router_metrics_(metrics_registry_),
       client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout}),
       registry_(executor_, client_, router_metrics_, cfg_),
+      control_agent_(cfg_.transfer_agent
+                         ? std::make_unique<kv::ControlAgent>(
+                               executor_, client_, router_metrics_,
+                               kv::ControlAgentOptions{.transports = cfg_.transfer_agent_transports,
+                                                       .net_devices = {}})
+                         : nullptr),
       lease_keeper_(executor_, client_, router_metrics_, cfg_),
       kv_ready_(cfg_.kv_mode == config::KvMode::Lmcache
                     ? std::make_unique<kv::KvReadyListener>(
@@ -38,11 +45,15 @@ App::App(net::any_io_executor executor, config::Config cfg)
                                              .max_pending = cfg_.kv_ready_max_pending},
                           router_metrics_)
                     : nullptr),
-      deps_{registry_, client_, lease_keeper_, router_metrics_, cfg_, kv_ready_.get()} {
+      deps_{registry_, client_,         lease_keeper_,       router_metrics_,
+            cfg_,      kv_ready_.get(), control_agent_.get()} {
     for (std::size_t i = 0; i < cfg_.prefill.size(); ++i) {
         instances::InstanceKv kv;
         if (i < cfg_.kv_ready_expected.size()) {
             kv.kv_ready_expected = cfg_.kv_ready_expected[i];
+        }
+        if (cfg_.kv_mode == config::KvMode::Push) {
+            kv.push = config::push_coords_of(cfg_, i);
         }
         registry_.add_configured(instances::Role::Prefill, cfg_.prefill[i], std::move(kv));
     }
@@ -86,6 +97,17 @@ bool App::bind_kv_ready(std::string& error) {
     return true;
 }
 
+bool App::start_transfer_agent(std::string& error) {
+    if (!control_agent_) {
+        return true;
+    }
+    if (!control_agent_->start(error)) {
+        return false;
+    }
+    lease_keeper_.set_renewer(control_agent_.get());
+    return true;
+}
+
 unsigned short App::listen() {
     return server_->listen(cfg_.host, cfg_.port);
 }
@@ -100,6 +122,9 @@ awaitable<void> App::shutdown(Duration grace) {
     shutting_down_ = true;
     co_await server_->drain(grace);
     lease_keeper_.stop();
+    if (control_agent_) {
+        control_agent_->stop();
+    }
     if (kv_ready_) {
         kv_ready_->stop();
     }
@@ -182,15 +207,15 @@ awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
             break;
         case RouteId::InstancesAdd:
             co_await handle_admin(ex, AdminAction::Add, registry_, router_metrics_,
-                                  cfg_.admin_api_key);
+                                  cfg_.admin_api_key, cfg_.kv_mode);
             break;
         case RouteId::InstancesRemove:
             co_await handle_admin(ex, AdminAction::Remove, registry_, router_metrics_,
-                                  cfg_.admin_api_key);
+                                  cfg_.admin_api_key, cfg_.kv_mode);
             break;
         case RouteId::InstancesList:
             co_await handle_admin(ex, AdminAction::List, registry_, router_metrics_,
-                                  cfg_.admin_api_key);
+                                  cfg_.admin_api_key, cfg_.kv_mode);
             break;
         case RouteId::LeaseRefresh:
             co_await handle_lease_refresh(ex);

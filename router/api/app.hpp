@@ -20,7 +20,8 @@
 
 namespace pdr::kv {
 class KvReadyListener;
-}
+class ControlAgent;
+}  // namespace pdr::kv
 
 namespace pdr::api {
 
@@ -39,6 +40,9 @@ public:
     // lmcache mode: binds the KV-ready PULL socket (cfg.kv_ready_bind). False with a message in
     // `error` when it cannot; true at once in the other modes.
     bool bind_kv_ready(std::string& error);
+    // --transfer-agent: starts the router's transfer agent. False with a message in `error`
+    // when it cannot (no UCX); true at once without the flag.
+    bool start_transfer_agent(std::string& error);
     // Binds cfg.host:cfg.port (throws std::system_error on failure); returns the bound port.
     unsigned short listen();
     // Starts accepting, the health loop and the lease keeper.
@@ -74,6 +78,8 @@ private:
     metrics::RouterMetrics router_metrics_;
     upstream::Client client_;
     instances::Registry registry_;
+    // Before the lease keeper: its refreshes may use the agent until the keeper is gone.
+    std::unique_ptr<kv::ControlAgent> control_agent_;  // --transfer-agent only
     kv::LeaseKeeper lease_keeper_;
     std::unique_ptr<kv::KvReadyListener> kv_ready_;  // lmcache mode only
     disagg::FlowDeps deps_;

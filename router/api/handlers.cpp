@@ -6,6 +6,7 @@
 #include "router/api/validate.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/run_flow.hpp"
+#include "router/kv/control_agent.hpp"
 #include "router/kv/kv_ready_listener.hpp"
 
 #include <algorithm>
@@ -207,6 +208,24 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
     body["model"] = cfg_.model.empty() ? disagg::Json(nullptr) : disagg::Json(cfg_.model);
     body["requests_in_flight"] = generations_in_flight_;
     body["kv_handles_held"] = lease_keeper_.held();
+    if (cfg_.kv_mode == config::KvMode::Push) {
+        // push mode: each prefill's KV coordinates (what D is sent to register its blocks).
+        disagg::Json coords = disagg::Json::array();
+        for (const auto& p : registry_.list(Role::Prefill)) {
+            const config::PushCoords& c = p->kv.push;
+            coords.push_back({{"name", p->name},
+                              {"engine_id", c.engine_id},
+                              {"kv_host", c.kv_host.empty() ? p->endpoint.host : c.kv_host},
+                              {"side_channel_port", c.side_channel_port},
+                              {"tp_size", c.tp_size},
+                              {"pp_size", c.pp_size}});
+        }
+        body["prefill_kv"] = std::move(coords);
+    }
+    if (control_agent_) {
+        body["transfer_agent"] = {{"running", control_agent_->running()},
+                                  {"prefill_peers", control_agent_->peers()}};
+    }
     if (kv_ready_) {
         // lmcache mode: where notifications go, and the decode instances it cannot use.
         body["kv_ready_endpoint"] = kv_ready_->endpoint();

@@ -51,6 +51,11 @@ awaitable<void> run_main(RunState& s) {
                      "cannot bind --kv-ready-bind " + cfg.kv_ready_bind + ": " + kv_ready_error);
         co_return;
     }
+    std::string agent_error;
+    if (!s.app.start_transfer_agent(agent_error)) {
+        fail_startup(s, 1, agent_error + " (--transfer-agent)");
+        co_return;
+    }
     unsigned short port = 0;
     try {
         port = s.app.listen();

@@ -4,15 +4,16 @@
 
 namespace pdr::disagg {
 
-InstanceAttempts::InstanceAttempts(instances::Registry& registry, Role role, int retries) noexcept
-    : registry_(registry), role_(role), attempts_(1 + std::max(0, retries)) {}
+InstanceAttempts::InstanceAttempts(instances::Registry& registry, Role role, int retries,
+                                   bool (*usable)(const instances::Instance&)) noexcept
+    : registry_(registry), role_(role), attempts_(1 + std::max(0, retries)), usable_(usable) {}
 
 instances::InstancePtr InstanceAttempts::next() {
     in_flight_.release();
     if (tried_ >= attempts_) {
         return nullptr;
     }
-    instances::InstancePtr inst = registry_.pick(role_, exclude_);
+    instances::InstancePtr inst = registry_.pick(role_, exclude_, usable_);
     if (inst) {
         ++tried_;
         in_flight_ = registry_.acquire(inst);

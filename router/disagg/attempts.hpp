@@ -14,7 +14,9 @@ namespace pdr::disagg {
 
 class InstanceAttempts {
 public:
-    InstanceAttempts(instances::Registry& registry, Role role, int retries) noexcept;
+    // `usable` (optional): only instances it accepts are tried.
+    InstanceAttempts(instances::Registry& registry, Role role, int retries,
+                     bool (*usable)(const instances::Instance&) = nullptr) noexcept;
 
     // The next instance to try, with its in-flight count held until the next call or the end
     // of the attempts; null when the attempts are used up or no (other) healthy instance is
@@ -34,6 +36,7 @@ private:
     instances::Registry& registry_;
     Role role_;
     int attempts_;
+    bool (*usable_)(const instances::Instance&);
     int tried_ = 0;
     instances::InFlight in_flight_;
     const instances::Instance* exclude_ = nullptr;

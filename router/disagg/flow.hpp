@@ -17,7 +17,8 @@
 
 namespace pdr::kv {
 class KvReadyListener;
-}
+class ControlAgent;
+}  // namespace pdr::kv
 
 namespace pdr::disagg {
 
@@ -30,6 +31,7 @@ struct FlowDeps {
     metrics::RouterMetrics& metrics;
     const config::Config& cfg;
     kv::KvReadyListener* kv_ready = nullptr;  // the ZMQ KV-ready listener (lmcache mode only)
+    kv::ControlAgent* control = nullptr;      // the router's transfer agent (--transfer-agent)
 };
 
 // One validated generation request. `body` is the scanned client body (views into raw_body).

@@ -10,7 +10,14 @@
 
 namespace pdr::disagg {
 
-class KvHandover {
+// Told of the decode answer's first body byte (or of the whole answer) by the relay.
+class FirstByteSink {
+public:
+    virtual ~FirstByteSink() = default;
+    virtual void first_byte() = 0;  // idempotent
+};
+
+class KvHandover final : public FirstByteSink {
 public:
     KvHandover(kv::LeaseKeeper::Hold hold, metrics::RouterMetrics& metrics, Duration lease)
         : hold_(std::move(hold)),
@@ -26,7 +33,10 @@ public:
         return hold_.active() ? hold_.lease_until() : prefill_answered_ + lease_;
     }
     // D's first body byte arrived (or its whole answer): idempotent.
-    void first_byte();
+    void first_byte() override;
+    // D's answer began (its first byte, or a whole answer, error or not); the flag lives as
+    // long as the handover.
+    const bool& began() const noexcept { return seen_; }
 
 private:
     kv::LeaseKeeper::Hold hold_;

@@ -33,7 +33,7 @@ void count_failure(FlowDeps& deps, FlowRequest& req, const instances::Instance& 
 
 // Whole answers (errors, non-stream completions): read everything, answer once.
 awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                const instances::Instance& decode, KvHandover* handover,
+                                const instances::Instance& decode, FirstByteSink* handover,
                                 AnswerRewriter* rewriter) {
     std::string body;
     upstream::Failure f = co_await up.read_some(body);
@@ -42,6 +42,9 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
         if (!up.done()) {
             f = co_await up.read_all(body);
         }
+    }
+    if (f == upstream::Failure::Canceled && !req.exchange.client_gone()) {
+        co_return RelayEnd::Cancelled;
     }
     if (f == upstream::Failure::Canceled || req.exchange.client_gone()) {
         deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
@@ -182,7 +185,7 @@ awaitable<void> end_with_error(FlowRequest& req, SseCutter& cutter,
 }
 
 awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, KvHandover* handover,
+                                 const instances::Instance& decode, FirstByteSink* handover,
                                  AnswerRewriter* rewriter) {
     server::Exchange& ex = req.exchange;
     http::response<http::empty_body> head{static_cast<http::status>(up.status()),
@@ -221,6 +224,9 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     for (;;) {
         piece.clear();
         upstream::Failure f = co_await up.read_some(piece);
+        if (f == upstream::Failure::Canceled && !ex.client_gone()) {
+            co_return RelayEnd::Cancelled;  // the flow closed it: the flow tells the client
+        }
         if (f == upstream::Failure::Canceled || ex.client_gone()) {
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
             co_return RelayEnd::ClientGone;
@@ -336,7 +342,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
 }  // namespace
 
 awaitable<RelayEnd> relay_answer(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, KvHandover* handover,
+                                 const instances::Instance& decode, FirstByteSink* handover,
                                  AnswerRewriter* rewriter) {
     if (req.stream && up.status() < 300) {
         co_return co_await relay_stream(deps, req, up, decode, handover, rewriter);

@@ -8,7 +8,9 @@
 
 namespace pdr::disagg {
 
-enum class RelayEnd { Complete, UpstreamFailed, ClientGone };
+// Cancelled: the flow closed the decode stream itself (LegCanceler::cancel_all, e.g. the push
+// flow when P failed): nothing was counted as a disconnect, and the client has not been told.
+enum class RelayEnd { Complete, UpstreamFailed, ClientGone, Cancelled };
 
 // Changes D's 2xx answer on its way to the client (the LMCache flow: D answers a completion on
 // token ids, the client gets its own shape with P's first token first). D's error answers are
@@ -29,7 +31,7 @@ public:
 // `handover` (nullable): told of D's first body byte (or of the whole answer, for an empty
 // body). `rewriter` (nullable): changes D's 2xx answer.
 awaitable<RelayEnd> relay_answer(FlowDeps& deps, FlowRequest& req, upstream::ResponseStream& up,
-                                 const instances::Instance& decode, KvHandover* handover,
+                                 const instances::Instance& decode, FirstByteSink* handover,
                                  AnswerRewriter* rewriter = nullptr);
 
 }  // namespace pdr::disagg

@@ -78,7 +78,7 @@ upstream::Request make_leg_request(http::verb verb, std::string_view target,
     return req;
 }
 
-std::string make_prefill_body(const JsonObjectView& body) {
+std::string make_prefill_body(const JsonObjectView& body, std::string_view kv_request) {
     using Op = JsonEdit::Op;
     return body.rewrite({{"stream", "false", Op::Set},
                          {"stream_options", {}, Op::Erase},
@@ -86,7 +86,7 @@ std::string make_prefill_body(const JsonObjectView& body) {
                          {"max_completion_tokens", "1", Op::SetIfPresent},
                          {"min_tokens", {}, Op::Erase},
                          {"min_completion_tokens", {}, Op::Erase},
-                         {kKvKey, kPrefillKvRequest, Op::Set}});
+                         {kKvKey, kv_request, Op::Set}});
 }
 
 std::string make_decode_body(std::string_view original, std::string_view handle) {

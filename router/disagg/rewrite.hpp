@@ -45,13 +45,13 @@ upstream::Request make_leg_request(http::verb verb, std::string_view target,
 // The prefill body from the scanned client body: every member as the client wrote it, in its
 // order, except stream:false, no stream_options, max_tokens:1, max_completion_tokens:1 if
 // present, no min_tokens/min_completion_tokens, and the pull-mode kv_transfer_params request
-// object (with its explicit nulls).
-std::string make_prefill_body(const JsonObjectView& body);
-
-// The pull-mode kv_transfer_params object sent to P, as text.
+// object (with its explicit nulls), or `kv_request` (push mode's, or one carrying the router
+// agent's descriptor: push_rewrite.hpp).
 inline constexpr std::string_view kPrefillKvRequest =
     R"({"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,)"
     R"("remote_block_ids":null,"remote_host":null,"remote_port":null})";
+std::string make_prefill_body(const JsonObjectView& body,
+                              std::string_view kv_request = kPrefillKvRequest);
 
 // The decode body: the client's original body text plus "kv_transfer_params": <handle>. The
 // original bytes are kept as they are (the handle is spliced in before the closing brace); if

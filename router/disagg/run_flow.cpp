@@ -2,6 +2,7 @@
 
 #include "router/disagg/lmcache_flow.hpp"
 #include "router/disagg/pull_flow.hpp"
+#include "router/disagg/push_flow.hpp"
 
 namespace pdr::disagg {
 
@@ -9,6 +10,9 @@ awaitable<void> run_flow(FlowDeps& deps, FlowRequest& req) {
     switch (deps.cfg.kv_mode) {
         case config::KvMode::Pull:
             co_await run_pull_flow(deps, req);
+            co_return;
+        case config::KvMode::Push:
+            co_await run_push_flow(deps, req);
             co_return;
         case config::KvMode::Lmcache:
             co_await run_lmcache_flow(deps, req);

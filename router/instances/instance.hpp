@@ -30,6 +30,7 @@ struct InstanceKv {
     config::LmcacheReceiver lmcache;  // decode, lmcache mode: its KV receiver
     int kv_ready_expected = 0;        // prefill, lmcache mode: notifications per request (0: D's
                                       // TP size)
+    config::PushCoords push;          // prefill, push mode: engine id, side channel, TP/PP
 };
 
 struct Instance {

@@ -286,6 +286,14 @@ nlohmann::json Registry::to_json() const {
             if (kv.kv_ready_expected != 0) {
                 out.back()["kv_ready_expected"] = kv.kv_ready_expected;
             }
+            if (!kv.push.empty()) {
+                out.back()["engine_id"] = kv.push.engine_id;
+                out.back()["kv_host"] =
+                    kv.push.kv_host.empty() ? inst->endpoint.host : kv.push.kv_host;
+                out.back()["side_channel_port"] = kv.push.side_channel_port;
+                out.back()["tp_size"] = kv.push.tp_size;
+                out.back()["pp_size"] = kv.push.pp_size;
+            }
         }
     }
     return out;

@@ -144,6 +144,15 @@ upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids) co
 
 awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std::string> ids,
                                           bool count_sent) {
+    if (renewer_ != nullptr) {
+        const bool renewed = co_await renewer_->renew(ep, ids);
+        if (renewed) {
+            if (count_sent) {
+                metrics_.lease_refresh_sent.Increment(static_cast<double>(ids.size()));
+            }
+            co_return true;
+        }
+    }
     const upstream::Timeouts t{cfg_.connect_timeout, cfg_.connect_timeout + period_,
                                cfg_.connect_timeout + period_};
     bool all_ok = true;

@@ -28,6 +28,16 @@
 
 namespace pdr::kv {
 
+// Renews leases on P some other way than the HTTP post (the router's transfer agent: Heartbeat
+// notes to engines that embed pdx).
+class LeaseRenewer {
+public:
+    virtual ~LeaseRenewer() = default;
+    // True when the renewal of every id went out to P; false: the LeaseKeeper posts over HTTP.
+    virtual awaitable<bool> renew(const upstream::Endpoint& prefill,
+                                  const std::vector<std::string>& ids) = 0;
+};
+
 class LeaseKeeper {
 public:
     static constexpr std::size_t kMaxBatch = 1000;  // ids per POST
@@ -80,6 +90,9 @@ public:
     std::size_t known() const noexcept { return entries_.size(); }  // Holds alive
     Duration period() const noexcept { return period_; }
 
+    // Refreshes go through `renewer` first (nullable; it must outlive the refreshes: stop()).
+    void set_renewer(LeaseRenewer* renewer) noexcept { renewer_ = renewer; }
+
     void start();  // starts the refresh loop
     void stop();   // cancels the loop and running refreshes
 
@@ -120,6 +133,7 @@ private:
     std::unordered_multimap<std::string, std::uint64_t> by_id_;
     std::unordered_map<std::string, Group> groups_;
     std::size_t refreshing_ = 0;
+    LeaseRenewer* renewer_ = nullptr;
 
     Timer tick_timer_;
     bool started_ = false;

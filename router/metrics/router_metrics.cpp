@@ -207,6 +207,19 @@ RouterMetrics::RouterMetrics(Registry& registry)
                           "Requests whose KV was recomputed (re-prefilled or decoded without "
                           "remote KV).")
                      .Add({})),
+      kv_mode_mismatches(counters(registry, "pdrouter_kv_mode_mismatch_total",
+                                  "Push-mode prefill answers whose transfer_mode was not "
+                                  "\"push\" (a prefill configured for another KV mode).")
+                             .Add({})),
+      transfer_seconds(latency_histogram(
+          histograms(registry, "pdrouter_transfer_seconds",
+                     "Push mode with the transfer agent: time from dispatching a request's legs "
+                     "to the prefill's copy of the KV write's Done note."),
+          {})),
+      transfer_bytes(counters(registry, "pdrouter_transfer_bytes_total",
+                              "Push mode with the transfer agent: KV bytes the prefills reported "
+                              "written (their Done notes).")
+                         .Add({})),
       kv_ready_pending(gauges(registry, "pdrouter_kv_ready_pending",
                               "Entries in the LMCache kv-ready table (waiting requests, "
                               "unclaimed and finished ids kept until their TTL).")
@@ -221,6 +234,13 @@ RouterMetrics::RouterMetrics(Registry& registry)
                              "Client requests rejected, by error code.")),
       admin_requests_(counters(registry, "pdrouter_admin_requests_total",
                                "Admin API requests, by action and result.")),
+      transfer_notes_sent_(counters(registry, "pdrouter_transfer_notes_sent_total",
+                                    "Notes the router's transfer agent sent to engines, by kind "
+                                    "(abort, heartbeat) and result (ok, failed, no_pdx).")),
+      transfer_notes_received_(
+          counters(registry, "pdrouter_transfer_notes_received_total",
+                   "Notes the router's transfer agent received, by kind (done, failed, other) "
+                   "and outcome (matched, unknown, malformed).")),
       instance_in_flight_(gauges(registry, "pdrouter_instance_in_flight",
                                  "Requests in flight on one instance (prefill or decode leg).")),
       instance_requests_(counters(registry, "pdrouter_instance_requests_total",
@@ -385,6 +405,14 @@ void RouterMetrics::bad_request(std::string_view code) {
 
 void RouterMetrics::admin_request(std::string_view action, std::string_view result) {
     admin_requests_.Add({{"action", s(action)}, {"result", s(result)}}).Increment();
+}
+
+void RouterMetrics::transfer_note_sent(std::string_view kind, std::string_view result) {
+    transfer_notes_sent_.Add({{"kind", s(kind)}, {"result", s(result)}}).Increment();
+}
+
+void RouterMetrics::transfer_note_received(std::string_view kind, std::string_view outcome) {
+    transfer_notes_received_.Add({{"kind", s(kind)}, {"outcome", s(outcome)}}).Increment();
 }
 
 InstanceMetrics RouterMetrics::instance(Role role, std::string_view instance) {

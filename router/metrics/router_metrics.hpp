@@ -132,6 +132,12 @@ public:
     // pdrouter_admin_requests_total{action,result}; action: add|remove|list,
     // result: ok|bad_request|unauthorized|forbidden|not_found|conflict|probe_failed|error.
     void admin_request(std::string_view action, std::string_view result);
+    // pdrouter_transfer_notes_sent_total{kind,result}: the router agent's notes to engines;
+    // kind: abort|heartbeat, result: ok|failed|no_pdx (the engine has no pdx side channel).
+    void transfer_note_sent(std::string_view kind, std::string_view result);
+    // pdrouter_transfer_notes_received_total{kind,outcome}: terminal notes copied by P;
+    // kind: done|failed|other, outcome: matched|unknown|malformed.
+    void transfer_note_received(std::string_view kind, std::string_view outcome);
 
     // pdrouter_instance_{in_flight,requests_total,up}{role,instance}; get-or-create (revives a
     // removed instance's series). `instance` is the InstanceAddress::text() form.
@@ -148,6 +154,9 @@ public:
     Gauge& kv_handles_held;            // pdrouter_kv_handles_held
     Histogram& kv_handover_gap;        // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
     Counter& recomputes;               // pdrouter_recomputes_total
+    Counter& kv_mode_mismatches;       // pdrouter_kv_mode_mismatch_total (push: P not in push)
+    Histogram& transfer_seconds;       // pdrouter_transfer_seconds (push: dispatch → P's Done)
+    Counter& transfer_bytes;           // pdrouter_transfer_bytes_total (push, P's Done copies)
     Gauge& kv_ready_pending;           // pdrouter_kv_ready_pending (entries in the kv-ready table)
     Histogram& kv_ready_wait;          // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
 
@@ -171,6 +180,8 @@ private:
     // Families whose series appear on first use.
     prometheus::Family<Counter>& bad_requests_;
     prometheus::Family<Counter>& admin_requests_;
+    prometheus::Family<Counter>& transfer_notes_sent_;
+    prometheus::Family<Counter>& transfer_notes_received_;
     prometheus::Family<Gauge>& instance_in_flight_;
     prometheus::Family<Counter>& instance_requests_;
     prometheus::Family<Gauge>& instance_up_;

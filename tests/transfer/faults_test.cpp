@@ -249,6 +249,7 @@ TEST_P(Faults, ExpiredTransferStillSettlingExplainsTheBusyRegion) {
         EXPECT_EQ(busy.status(), Status::Busy);
         EXPECT_NE(busy.message().find("already ended"), std::string::npos) << busy.message();
         EXPECT_EQ(agent_->region_info(*scratch)->transfers_in_flight, 1u);
+        EXPECT_EQ(agent_->region_info(*scratch)->transfers_settling, 1u);
     }
     ASSERT_TRUE(until([&] { return agent_->release_region(*scratch).ok(); }, 10s));
     EXPECT_EQ(agent_->stats().transfers_settling, 0u);

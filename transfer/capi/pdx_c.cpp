@@ -182,6 +182,7 @@ void pdx_config_init(pdx_config_t* c) {
     c->max_blocks_per_transfer = d.max_blocks_per_transfer;
     c->completed_history = d.completed_history;
     c->write_protocol = static_cast<pdx_write_protocol_t>(d.write_protocol);
+    c->progress_spin_us = static_cast<uint32_t>(d.progress_spin.count());
 }
 
 pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
@@ -219,6 +220,7 @@ pdx_status_t pdx_agent_create(const pdx_config_t* c, pdx_agent_t** out) {
         cfg.max_transfer_bytes = c->max_transfer_bytes;
         cfg.max_blocks_per_transfer = c->max_blocks_per_transfer;
         cfg.completed_history = static_cast<std::size_t>(c->completed_history);
+        cfg.progress_spin = std::chrono::microseconds(c->progress_spin_us);
         auto r = pdx::Agent::create(cfg);
         if (!r) {
             return check(r);

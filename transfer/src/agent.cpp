@@ -278,19 +278,30 @@ Result<void> Agent::release_region(RegionId region) {
         return {Status::Busy, "region " + std::to_string(region) + " has leased blocks"};
     }
     if (r.ops > 0) {
-        std::uint32_t settling = 0;
-        for (const auto& [h, x] : impl_->xfers_) {
-            settling += is_terminal(x.res.status) && x.backend_pending ? 1 : 0;
-        }
         return {Status::Busy,
                 "region " + std::to_string(region) + " has transfers in flight (" +
-                    std::to_string(r.ops) + ", of which " + std::to_string(settling) +
+                    std::to_string(r.ops) + ", of which " +
+                    std::to_string(impl_->settling_on(region)) +
                     " already ended but their posted operations still run: a canceled or "
                     "expired transfer keeps its memory until they complete)"};
     }
     impl_->backend_->release(r.mem);
     r.live = false;
     return {};
+}
+
+std::uint32_t Agent::Impl::settling_on(RegionId region) const {
+    std::uint32_t n = 0;
+    for (const auto& [h, x] : xfers_) {
+        if (!is_terminal(x.res.status) || !x.backend_pending) {
+            continue;
+        }
+        const bool pins = x.pinned.empty() ? x.region == region
+                                           : std::find(x.pinned.begin(), x.pinned.end(), region) !=
+                                                 x.pinned.end();
+        n += pins ? 1 : 0;
+    }
+    return n;
 }
 
 bool Agent::Impl::region_shm_rma(RegionId region) const {
@@ -309,6 +320,7 @@ Result<RegionInfo> Agent::region_info(RegionId region) const {
     i.allocated = r.mem.owned;
     i.shm_rma = impl_->region_shm_rma(region);
     i.transfers_in_flight = r.ops;
+    i.transfers_settling = impl_->settling_on(region);
     i.leases = impl_->leases_.region_leases(region);
     return i;
 }

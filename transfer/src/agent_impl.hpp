@@ -96,6 +96,8 @@ public:
     void watch_process(Peer& p, bool on);  // adds/removes its pidfd in epoll_fd_
     bool decide_peer_error_mode(bool same_host) const;
     bool region_shm_rma(RegionId region) const;  // see RegionInfo::shm_rma
+    // Transfers that ended while operations they posted from `region` still run (settling).
+    std::uint32_t settling_on(RegionId region) const;
     bool shm_possible() const;      // the transport list (or UCX_TLS) may select shared memory
     bool warned_register_ = false;  // (mu_) the register_region warning was given
     PeerInfo info(const Peer& p) const;

@@ -279,8 +279,18 @@ void Agent::Impl::wake() {
 }
 
 void Agent::Impl::thread_main() {
+    const bool spin = cfg_.progress_spin.count() > 0;
+    Clock::time_point active{};  // the last progress() that found work (progress_spin only)
     while (!stop_) {
-        progress();
+        const std::size_t did = progress();
+        if (spin) {
+            const auto now = Clock::now();
+            if (did > 0) {
+                active = now;
+            } else if (now - active < cfg_.progress_spin) {
+                continue;  // keep polling: the next write of a stream needs no wake-up
+            }
+        }
         {
             // sleeping_ is set under the lock that post() checks it under: a post that comes
             // after this point sees it and writes the wake-up fd.

@@ -1,6 +1,7 @@
 #include "wire.hpp"
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -126,6 +127,38 @@ std::uint32_t blob_crc(std::span<const std::byte> blob) {
     return crc32c(blob.subspan(kDescriptorHeaderBytes), c);
 }
 
+// The fixed headers, field by field: a message cut inside one names the field and its offset.
+struct HeaderField {
+    std::size_t offset;
+    const char* name;
+};
+constexpr HeaderField kDescriptorHeader[] = {
+    {0, "magic"}, {4, "version"}, {6, "reserved"}, {8, "length"}, {12, "checksum"}};
+constexpr HeaderField kNotifyHeader[] = {
+    {0, "magic"},           {4, "version"},         {6, "kind"},      {7, "flags"},
+    {8, "transfer id"},     {16, "sequence"},       {20, "expected"}, {24, "status"},
+    {28, "payload length"}, {32, "sender instance"}};
+
+// "N bytes, the header needs H (cut in 'field' at offset O)" for a message shorter than H.
+template <std::size_t K>
+std::string header_cut(std::size_t got, std::size_t header, const HeaderField (&fields)[K]) {
+    const HeaderField* cut = &fields[0];
+    for (const auto& f : fields) {
+        if (f.offset <= got) {
+            cut = &f;
+        }
+    }
+    return "truncated: " + std::to_string(got) + " bytes, the header needs " +
+           std::to_string(header) + " (cut in '" + cut->name + "' at offset " +
+           std::to_string(cut->offset) + ")";
+}
+
+std::string hex32(std::uint32_t v) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%08x", v);
+    return buf;
+}
+
 }  // namespace
 
 std::uint64_t fnv1a(std::span<const std::byte> data, std::uint64_t seed) {
@@ -225,31 +258,33 @@ Result<Descriptor> decode_descriptor(std::span<const std::byte> blob) {
                       std::to_string(kMaxDescriptorBytes) + ")");
     }
     if (blob.size() < kDescriptorHeaderBytes) {
-        return refuse("truncated: " + std::to_string(blob.size()) + " bytes, the header alone is " +
-                      std::to_string(kDescriptorHeaderBytes));
+        return refuse(header_cut(blob.size(), kDescriptorHeaderBytes, kDescriptorHeader));
     }
     // The header and the checksum, before anything else is read.
     Reader h(blob);
-    if (h.u32("magic") != kDescriptorMagic) {
-        return refuse("bad magic (not a pdx descriptor)");
+    if (const std::uint32_t magic = h.u32("magic"); magic != kDescriptorMagic) {
+        return refuse("bad magic " + hex32(magic) + " at offset 0, expected " +
+                      hex32(kDescriptorMagic) + " (not a pdx descriptor)");
     }
     const std::uint16_t version = h.u16("version");
     h.u16("reserved");
     if (version != kDescriptorVersion) {
-        return refuse("unsupported version " + std::to_string(version) + " (this build reads " +
-                      std::to_string(kDescriptorVersion) + ")");
+        return refuse("unsupported version " + std::to_string(version) +
+                      " at offset 4 (this build reads " + std::to_string(kDescriptorVersion) + ")");
     }
     const std::uint32_t length = h.u32("length");
     const std::uint32_t crc = h.u32("checksum");
     if (length != blob.size()) {
         return refuse(length > blob.size()
-                          ? "truncated: " + std::to_string(blob.size()) + " of " +
-                                std::to_string(length) + " bytes"
-                          : std::to_string(blob.size() - length) + " trailing bytes after its " +
-                                std::to_string(length));
+                          ? "truncated: " + std::to_string(blob.size()) + " of the " +
+                                std::to_string(length) +
+                                " bytes its length field (offset 8) announces"
+                          : std::to_string(blob.size() - length) + " trailing bytes after the " +
+                                std::to_string(length) + " its length field (offset 8) announces");
     }
-    if (crc != blob_crc(blob)) {
-        return refuse("checksum mismatch (corrupt blob)");
+    if (const std::uint32_t actual = blob_crc(blob); crc != actual) {
+        return refuse("checksum mismatch: the field at offset 12 says " + hex32(crc) +
+                      ", the blob's CRC32C is " + hex32(actual) + " (corrupt blob)");
     }
     Reader r(blob, kDescriptorHeaderBytes);
     Descriptor d;
@@ -354,18 +389,21 @@ std::vector<std::byte> encode_notification(const Notification& n, std::uint8_t f
 }
 
 Result<DecodedNotification> decode_notification(std::span<const std::byte> msg) {
+    auto refuse = [](std::string why) -> Result<DecodedNotification> {
+        return {Status::Invalid, "notification: " + std::move(why)};
+    };
     if (msg.size() < kNotifyHeaderBytes) {
-        return {Status::Invalid, "notification: truncated: " + std::to_string(msg.size()) +
-                                     " bytes, the header alone is " +
-                                     std::to_string(kNotifyHeaderBytes)};
+        return refuse(header_cut(msg.size(), kNotifyHeaderBytes, kNotifyHeader));
     }
     Reader r(msg.first(kNotifyHeaderBytes));
     DecodedNotification d;
-    if (r.u32("magic") != kNotifyMagic) {
-        return {Status::Invalid, "notification: bad magic"};
+    if (const std::uint32_t magic = r.u32("magic"); magic != kNotifyMagic) {
+        return refuse("bad magic " + hex32(magic) + " at offset 0, expected " +
+                      hex32(kNotifyMagic));
     }
-    if (r.u16("version") != kNotifyVersion) {
-        return {Status::Invalid, "notification: unsupported version"};
+    if (const std::uint16_t version = r.u16("version"); version != kNotifyVersion) {
+        return refuse("unsupported version " + std::to_string(version) +
+                      " at offset 4 (this build reads " + std::to_string(kNotifyVersion) + ")");
     }
     auto& h = d.header;
     h.kind = r.u8("kind");
@@ -377,10 +415,21 @@ Result<DecodedNotification> decode_notification(std::span<const std::byte> msg) 
     h.payload_bytes = r.u32("payload length");
     h.sender = r.u64("sender");
     if (h.kind < 1 || h.kind > 5) {
-        return {Status::Invalid, "notification: unknown kind"};
+        return refuse("unknown kind " + std::to_string(h.kind) + " at offset 6 (expected 1-5)");
     }
-    if (h.payload_bytes != msg.size() - kNotifyHeaderBytes || h.payload_bytes > kMaxNotifyPayload) {
-        return {Status::Invalid, "notification: bad payload length"};
+    const std::size_t body = msg.size() - kNotifyHeaderBytes;
+    if (h.payload_bytes > kMaxNotifyPayload) {
+        return refuse("payload length " + std::to_string(h.payload_bytes) +
+                      " at offset 28 exceeds its limit of " + std::to_string(kMaxNotifyPayload));
+    }
+    if (h.payload_bytes > body) {
+        return refuse("truncated: payload at offset 40 needs " + std::to_string(h.payload_bytes) +
+                      " bytes (payload length, offset 28), " + std::to_string(body) + " left");
+    }
+    if (h.payload_bytes < body) {
+        return refuse(std::to_string(body - h.payload_bytes) + " trailing bytes after the " +
+                      std::to_string(h.payload_bytes) +
+                      "-byte payload its length field (offset 28) announces");
     }
     auto& n = d.notification;
     n.kind = static_cast<NotifyKind>(h.kind);

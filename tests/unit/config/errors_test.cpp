@@ -88,10 +88,7 @@ TEST(ConfigErrors, BadEnumsAndBooleans) {
                  "pdrouter: invalid value 'ignore' for --on-missing-kv-params: expected one of "
                  "error, recompute");
     expect_error(parse(with_instances({"--kv-mode", "nixl"})),
-                 "pdrouter: invalid value 'nixl' for --kv-mode: expected pull or lmcache");
-    expect_error(parse(with_instances({"--kv-mode=push"})),
-                 "pdrouter: invalid value 'push' for --kv-mode: expected pull or lmcache (the "
-                 "push mode is not in this version yet)");
+                 "pdrouter: invalid value 'nixl' for --kv-mode: expected pull, push or lmcache");
     expect_error(parse(with_instances({"--demo=maybe"})),
                  "pdrouter: invalid value 'maybe' for --demo: expected true or false (also yes/no, "
                  "on/off, 1/0)");

@@ -6,6 +6,7 @@
 
 #include "pdx/agent.hpp"
 #include "pdx/asio_pump.hpp"
+#include "tests/unit/transfer/helpers.hpp"
 
 namespace pdx {
 namespace {
@@ -16,21 +17,12 @@ using namespace std::chrono_literals;
 TEST(AsioEventFd, TransfersCompleteAndNotificationsArriveOnTheIoContext) {
     asio::io_context io;
     Config c;
-    c.backend = BackendKind::Loopback;
     c.progress = ProgressMode::EventFd;
-    c.name = "p";
-    auto p = Agent::create(c);
-    c.name = "d";
-    auto d = Agent::create(c);
-    ASSERT_TRUE(p && d);
-    Agent& pa = **p;
-    Agent& da = **d;
-    auto pl = pa.add_layout({*pa.allocate_region(1 << 16), 0, 4096, 0, 16});
-    auto dl = da.add_layout({*da.allocate_region(1 << 16), 0, 4096, 0, 16});
-    ASSERT_TRUE(pl && dl);
-    auto to_d = pa.add_peer(da.descriptor());
-    ASSERT_TRUE(to_d && da.add_peer(pa.descriptor()));
-    std::memset(pa.block(*pl, 2).data(), 0x5a, 4096);
+    auto pair = test::loopback_pair(c);  // prefill "a", decode "b"
+    ASSERT_TRUE(pair.a && pair.b);
+    Agent& pa = *pair.a;
+    Agent& da = *pair.b;
+    std::memset(pa.block(pair.la, 2).data(), 0x5a, 4096);
 
     AsioPump pump_p(io.get_executor(), pa), pump_d(io.get_executor(), da);
     pump_p.start();
@@ -48,10 +40,10 @@ TEST(AsioEventFd, TransfersCompleteAndNotificationsArriveOnTheIoContext) {
     });
     std::vector<BlockId> s = {2}, t = {9};
     TransferRequest rq;
-    rq.peer = *to_d;
-    rq.local_layout = *pl;
+    rq.peer = pair.a_to_b;
+    rq.local_layout = pair.la;
     rq.local_ids = s;
-    rq.remote_layout = *dl;
+    rq.remote_layout = pair.lb;
     rq.remote_ids = t;
     rq.transfer_id = 8;
     rq.notify = Notification{NotifyKind::Done, 8, 0, 1, Status::Ok, "kv-ready"};
@@ -69,7 +61,7 @@ TEST(AsioEventFd, TransfersCompleteAndNotificationsArriveOnTheIoContext) {
     EXPECT_EQ(final_status, Status::Ok);
     EXPECT_EQ(got_payload, "kv-ready");
     EXPECT_TRUE(callbacks_on_io_thread);
-    EXPECT_EQ(std::to_integer<int>(da.block(*dl, 9)[4095]), 0x5a);
+    EXPECT_EQ(std::to_integer<int>(da.block(pair.lb, 9)[4095]), 0x5a);
 }
 
 std::unique_ptr<Agent> loopback_agent(const char* name, ProgressMode mode) {

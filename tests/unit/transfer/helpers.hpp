@@ -6,6 +6,7 @@
 #include "pdx/agent.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -52,6 +53,33 @@ inline PeerHandle connect_peer(Agent& from, Agent& to) {
     auto h = from.add_peer(to.descriptor());
     EXPECT_TRUE(h) << h.message();
     return *h;
+}
+
+// Two loopback agents made from `cfg` (names "a" and "b"), each with a dense pool of `blocks`
+// 4 KiB blocks, added as peers both ways.
+struct LoopbackPair {
+    std::unique_ptr<Agent> a, b;
+    LayoutId la = 0, lb = 0;
+    PeerHandle a_to_b = kNoPeer;
+};
+inline LoopbackPair loopback_pair(Config cfg, std::uint32_t blocks = 16) {
+    LoopbackPair p;
+    cfg.backend = BackendKind::Loopback;
+    cfg.name = "a";
+    auto a = Agent::create(cfg);
+    cfg.name = "b";
+    auto b = Agent::create(cfg);
+    EXPECT_TRUE(a && b);
+    if (!a || !b) {
+        return p;
+    }
+    p.a = std::move(*a);
+    p.b = std::move(*b);
+    p.la = dense_pool(*p.a, 4096, blocks);
+    p.lb = dense_pool(*p.b, 4096, blocks);
+    p.a_to_b = connect_peer(*p.a, *p.b);
+    connect_peer(*p.b, *p.a);
+    return p;
 }
 
 }  // namespace pdx::test

@@ -199,6 +199,69 @@ TEST(NotifyHeader, FixedFortyBytesLittleEndian) {
     EXPECT_FALSE(decode_notification(m));
 }
 
+// Every truncation says which field was cut, at which offset, and how much was expected
+// against how much came (issue 20: "messages for truncated blobs are vague").
+TEST(Wire, TruncationMessagesNameTheFieldItsOffsetAndTheSizes) {
+    const auto blob = encode_descriptor(sample());
+    const std::string total = std::to_string(blob.size());
+    const std::pair<std::size_t, const char*> header_cuts[] = {
+        {0, "cut in 'magic' at offset 0"},
+        {5, "cut in 'version' at offset 4"},
+        {7, "cut in 'reserved' at offset 6"},
+        {11, "cut in 'length' at offset 8"},
+        {15, "cut in 'checksum' at offset 12"}};
+    for (auto [n, says] : header_cuts) {
+        const std::string m = decode_descriptor(std::span(blob).first(n)).message();
+        EXPECT_NE(m.find("truncated: " + std::to_string(n) + " bytes, the header needs 16"),
+                  std::string::npos)
+            << m;
+        EXPECT_NE(m.find(says), std::string::npos) << m;
+    }
+    for (std::size_t n = 16; n < blob.size(); ++n) {
+        const std::string m = decode_descriptor(std::span(blob).first(n)).message();
+        EXPECT_NE(m.find("truncated: " + std::to_string(n) + " of the " + total +
+                         " bytes its length field (offset 8) announces"),
+                  std::string::npos)
+            << m;
+    }
+    auto flipped = blob;
+    flipped[40] ^= std::byte{1};
+    EXPECT_NE(decode_descriptor(flipped).message().find("the field at offset 12 says 0x"),
+              std::string::npos);
+
+    Notification n;
+    n.kind = NotifyKind::Done;
+    n.payload = "abcdef";
+    const auto msg = encode_notification(n, 0, 7);
+    for (std::size_t k = 0; k < kNotifyHeaderBytes; ++k) {
+        const std::string m = decode_notification(std::span(msg).first(k)).message();
+        EXPECT_NE(m.find("notification: truncated: " + std::to_string(k) +
+                         " bytes, the header needs 40 (cut in '"),
+                  std::string::npos)
+            << m;
+    }
+    EXPECT_NE(decode_notification(std::span(msg).first(20))
+                  .message()
+                  .find("cut in 'expected' at offset 20"),
+              std::string::npos);
+    for (std::size_t k = kNotifyHeaderBytes; k < msg.size(); ++k) {
+        const std::string m = decode_notification(std::span(msg).first(k)).message();
+        EXPECT_NE(m.find("truncated: payload at offset 40 needs 6 bytes (payload length, offset "
+                         "28), " +
+                         std::to_string(k - kNotifyHeaderBytes) + " left"),
+                  std::string::npos)
+            << m;
+    }
+    auto longer = msg;
+    longer.push_back(std::byte{0});
+    EXPECT_NE(decode_notification(longer).message().find("1 trailing bytes after the 6-byte"),
+              std::string::npos);
+    auto kind = msg;
+    kind[6] = std::byte{42};
+    EXPECT_NE(decode_notification(kind).message().find("unknown kind 42 at offset 6"),
+              std::string::npos);
+}
+
 PlanSide side(std::uint64_t base, std::uint64_t bs, std::uint64_t stride, std::uint32_t count) {
     return PlanSide{Layout{0, 0, bs, stride, count}, base};
 }

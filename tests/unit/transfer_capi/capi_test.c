@@ -378,6 +378,18 @@ static void eventfd_mode(side_t* b) {
     CHECK(strstr(pdx_last_error(), "already ended") != NULL);
     CHECK_STATUS(pdx_poll(c.agent, h), PDX_OK);
     CHECK_STATUS(pdx_cancel(c.agent, 424242), PDX_NOT_FOUND);
+    /* A second cancel: the first ends the transfer (a batch stays queued until this event-fd
+     * agent progresses), the second is refused like any cancel of an ended transfer. */
+    const uint32_t q_src[] = {3}, q_dst[] = {12};
+    pdx_group_t queued[] = {{c.layout, q_src, b->layout, q_dst, 1}};
+    CHECK_STATUS(pdx_write_batch(c.agent, peer_b, queued, 1, 8, 5000, NULL, NULL, NULL, &h),
+                 PDX_OK);
+    CHECK_STATUS(pdx_poll(c.agent, h), PDX_IN_PROGRESS);
+    CHECK_STATUS(pdx_cancel(c.agent, h), PDX_OK);
+    CHECK_STATUS(pdx_poll(c.agent, h), PDX_CANCELED);
+    CHECK_STATUS(pdx_cancel(c.agent, h), PDX_INVALID);
+    CHECK(strstr(pdx_last_error(), "already ended: canceled") != NULL);
+    CHECK_STATUS(pdx_poll(c.agent, h), PDX_CANCELED);
     completion_callbacks(&c, b, peer_b, 1);
     pdx_agent_destroy(c.agent);
 }

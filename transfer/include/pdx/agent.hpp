@@ -111,13 +111,16 @@ public:
     // Blobs must come over a trusted channel: the decoder checks the format and bounds, but the
     // worker address and packed rkeys are handed to UCX as they are (it unpacks rkeys without a
     // length check; a corrupt one can crash the process, e.g. over posix shm).
-    // Idempotent for the same instance: returns the same handle (layouts and rkeys refreshed;
-    // an unchanged rkey is kept). A NON-EMPTY name identifies one logical peer across restarts
-    // (see Config::name): a new instance under the same name is a new generation, and once it
-    // is connected the old handle becomes stale (its transfers end PeerGone, later calls with
-    // it get NotFound); if the new one cannot be connected, the old generation stays as it
-    // was. An instance a newer generation replaced is refused for good (Invalid: a late copy
-    // of an old descriptor). Peers with an empty name are never replaced by another instance.
+    // Idempotent for the same instance while its handle is alive: returns the same handle
+    // (layouts and rkeys refreshed; an unchanged rkey is kept). Once that handle was declared
+    // gone or removed, the same instance again (e.g. a peer stopped past peer_timeout that runs
+    // again) is connected anew under a new handle; the old one stays gone. A NON-EMPTY name
+    // identifies one logical peer across restarts (see Config::name): a new instance under the same
+    // name is a new generation, and once it is connected the old handle becomes stale (its
+    // transfers end PeerGone, later calls with it get NotFound); if the new one cannot be
+    // connected, the old generation stays as it was. An instance a newer generation replaced is
+    // refused for good (Invalid: a late copy of an old descriptor). Peers with an empty name are
+    // never replaced by another instance.
     Result<PeerHandle> add_peer(std::span<const std::byte> blob);
     // Ends the peer's in-flight transfers with PeerGone; the handle becomes stale.
     Result<void> remove_peer(PeerHandle peer);

@@ -92,6 +92,9 @@ typedef struct pdx_config {
     uint32_t max_blocks_per_transfer;
     uint64_t completed_history;
     pdx_write_protocol_t write_protocol;
+    /* Thread mode: microseconds the progress thread keeps polling after an event before it
+     * sleeps (Config::progress_spin); 0 (default) = sleep at once. */
+    uint32_t progress_spin_us;
 } pdx_config_t;
 
 /* Dense when stride == 0. Block i is at region base + offset + i * stride. */
@@ -234,7 +237,9 @@ void* pdx_block(pdx_agent_t* agent, uint32_t layout, uint32_t id, size_t* bytes)
 pdx_status_t pdx_descriptor(pdx_agent_t* agent, void* buf, size_t capacity, size_t* size);
 /* The blob must come over a trusted channel: its worker address and packed rkeys go to UCX as
  * they are (UCX unpacks rkeys without a length check; a corrupt one can crash the process).
- * The same instance again: the same handle (refreshed). A new instance under the same
+ * The same instance again while its handle is alive: the same handle (refreshed); once that
+ * handle was declared gone or removed: a new handle (the old one stays gone). A new instance
+ * under the same
  * non-empty name: a new generation, and only once it is connected is the old handle retired
  * (a failed add leaves it as it was). An instance that a newer generation replaced is refused
  * (PDX_INVALID: a late copy of an old blob). */

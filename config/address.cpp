@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <utility>
 
 #include "config/ascii.hpp"
 #include "config/config.hpp"
@@ -230,6 +231,34 @@ std::string_view to_string(KvMode v) noexcept {
 
 std::string_view to_string(OnKvReadyTimeout v) noexcept {
     return v == OnKvReadyTimeout::Proceed ? "proceed" : "error";
+}
+
+namespace {
+constexpr std::pair<Policy, std::string_view> kPolicyNames[] = {
+    {Policy::RoundRobin, "round_robin"},
+    {Policy::LeastOutstanding, "least_outstanding"},
+    {Policy::PowerOfTwo, "power_of_two"},
+    {Policy::PrefixAffinity, "prefix_affinity"},
+};
+}  // namespace
+
+std::string_view to_string(Policy v) noexcept {
+    for (const auto& [p, name] : kPolicyNames) {
+        if (p == v) {
+            return name;
+        }
+    }
+    return "round_robin";
+}
+
+bool parse_policy(std::string_view s, Policy& out) noexcept {
+    for (const auto& [p, name] : kPolicyNames) {
+        if (name == s) {
+            out = p;
+            return true;
+        }
+    }
+    return false;
 }
 
 bool parse_port_list(std::string_view s, std::vector<unsigned short>& out, std::string& error) {

@@ -417,6 +417,31 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 }
                 break;
             }
+            case Kind::Policy: {
+                Policy p{};
+                const bool decode = o.role == detail::Role::Decode;
+                if (!parse_policy(ascii::lower(value), p) ||
+                    (decode && p == Policy::PrefixAffinity)) {
+                    bad_value(src, s, value,
+                              decode ? "expected one of round_robin, least_outstanding, "
+                                       "power_of_two"
+                                     : "expected one of round_robin, least_outstanding, "
+                                       "power_of_two, prefix_affinity");
+                }
+                (decode ? cfg.decode_policy : cfg.prefill_policy) = p;
+                break;
+            }
+            case Kind::DnsTarget: {
+                InstanceAddress a;
+                std::string error;
+                if (!value.empty() && (value.find("://") != std::string::npos ||
+                                       !parse_instance_address(value, a, error))) {
+                    bad_value(src, s, value,
+                              error.empty() ? std::string("expected NAME:PORT") : error);
+                }
+                (o.role == detail::Role::Decode ? cfg.decode_dns : cfg.prefill_dns) = a;
+                break;
+            }
             case Kind::ConfigFile:
             case Kind::Help:
             case Kind::Version:

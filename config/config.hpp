@@ -73,6 +73,8 @@ struct PushCoords {
 // An engine id as the push mode takes it: 1..256 printable ASCII characters, no spaces. Empty
 // string when valid, else why not.
 std::string check_engine_id(std::string_view id);
+// How a role's instance is chosen for each request (router/instances/policy.hpp).
+enum class Policy { RoundRobin, LeastOutstanding, PowerOfTwo, PrefixAffinity };
 
 struct Config {
     std::string host = "0.0.0.0";
@@ -134,6 +136,18 @@ struct Config {
     bool demo = false;
     Duration demo_token_delay{20};
     std::string config_file;  // the --config file that was read, if any
+
+    // Scale-out (issue 18): selection policies, selective disaggregation, DNS discovery.
+    Policy prefill_policy = Policy::RoundRobin;
+    Policy decode_policy = Policy::RoundRobin;
+    std::size_t prefix_affinity_chars = 256;   // prefix_affinity: the key is the prompt's start
+    int prefix_affinity_slack_pct = 25;        // bounded load: skip above (1 + pct/100) * average
+    std::size_t disagg_min_prompt_chars = 0;   // shorter text prompts go straight to D (0: off)
+    std::size_t disagg_min_prompt_tokens = 0;  // same for token-id prompts (0: off)
+    bool fallback_direct = false;              // no prefill up: serve on D alone
+    InstanceAddress prefill_dns, decode_dns;   // NAME:PORT resolved to all A/AAAA (port 0: off)
+    Duration dns_refresh{5000};                // re-resolve period
+    std::string dns_hosts_file;                // test resolver: "NAME ADDR..." lines (not DNS)
 };
 
 struct ParseOutcome {
@@ -160,5 +174,7 @@ PushCoords push_coords_of(const Config& cfg, std::size_t i);
 std::string_view to_string(OnMissingKvParams v) noexcept;
 std::string_view to_string(KvMode v) noexcept;
 std::string_view to_string(OnKvReadyTimeout v) noexcept;
+std::string_view to_string(Policy v) noexcept;  // "round_robin", "least_outstanding", ...
+bool parse_policy(std::string_view s, Policy& out) noexcept;
 
 }  // namespace pdr::config

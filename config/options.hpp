@@ -37,6 +37,8 @@ enum class Kind {
     Version,           // command line only
     // command line only: check everything, print "configuration OK", exit 0
     CheckConfig,
+    Policy,     // --prefill-policy / --decode-policy (`role`)
+    DnsTarget,  // --prefill-dns / --decode-dns NAME:PORT (`role`)
 };
 
 using ::pdr::Role;

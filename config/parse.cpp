@@ -255,11 +255,15 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
         apply(Source{Source::Type::Flags, {}}, flags, cfg, origins);
         check_host_and_port_file(cfg);
 
-        if (!cfg.demo && cfg.prefill.empty()) {
-            fail("pdrouter: no prefill instance configured (use --prefill HOST:PORT, or --demo)");
+        if (!cfg.demo && cfg.prefill.empty() && cfg.prefill_dns.port == 0) {
+            fail(
+                "pdrouter: no prefill instance configured (use --prefill HOST:PORT, --prefill-dns "
+                "NAME:PORT, or --demo)");
         }
-        if (!cfg.demo && cfg.decode.empty()) {
-            fail("pdrouter: no decode instance configured (use --decode HOST:PORT, or --demo)");
+        if (!cfg.demo && cfg.decode.empty() && cfg.decode_dns.port == 0) {
+            fail(
+                "pdrouter: no decode instance configured (use --decode HOST:PORT, --decode-dns "
+                "NAME:PORT, or --demo)");
         }
         if (cfg.demo && (!cfg.prefill.empty() || !cfg.decode.empty())) {
             fail(

@@ -36,6 +36,7 @@ App::App(net::any_io_executor executor, config::Config cfg)
                                kv::ControlAgentOptions{.transports = cfg_.transfer_agent_transports,
                                                        .net_devices = {}})
                          : nullptr),
+      discovery_(executor_, registry_, cfg_, instances::make_resolver(executor_, cfg_)),
       lease_keeper_(executor_, client_, router_metrics_, cfg_),
       kv_ready_(cfg_.kv_mode == config::KvMode::Lmcache
                     ? std::make_unique<kv::KvReadyListener>(
@@ -115,6 +116,7 @@ unsigned short App::listen() {
 void App::start() {
     server_->start();
     registry_.start();
+    discovery_.start();
     lease_keeper_.start();
 }
 
@@ -128,6 +130,7 @@ awaitable<void> App::shutdown(Duration grace) {
     if (kv_ready_) {
         kv_ready_->stop();
     }
+    discovery_.stop();
     registry_.stop();
     client_.close_idle();
 }

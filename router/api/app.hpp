@@ -8,6 +8,7 @@
 #include "router/api/routes.hpp"
 #include "router/api/tracked_exchange.hpp"
 #include "router/disagg/flow.hpp"
+#include "router/instances/discovery.hpp"
 #include "router/instances/registry.hpp"
 #include "router/kv/lease_keeper.hpp"
 #include "router/metrics/metrics.hpp"
@@ -80,6 +81,7 @@ private:
     instances::Registry registry_;
     // Before the lease keeper: its refreshes may use the agent until the keeper is gone.
     std::unique_ptr<kv::ControlAgent> control_agent_;  // --transfer-agent only
+    instances::Discovery discovery_;                   // --prefill-dns / --decode-dns
     kv::LeaseKeeper lease_keeper_;
     std::unique_ptr<kv::KvReadyListener> kv_ready_;  // lmcache mode only
     disagg::FlowDeps deps_;

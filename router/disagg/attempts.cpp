@@ -5,18 +5,23 @@
 namespace pdr::disagg {
 
 InstanceAttempts::InstanceAttempts(instances::Registry& registry, Role role, int retries,
+                                   instances::PickHint hint,
                                    bool (*usable)(const instances::Instance&)) noexcept
-    : registry_(registry), role_(role), attempts_(1 + std::max(0, retries)), usable_(usable) {}
+    : registry_(registry),
+      role_(role),
+      attempts_(1 + std::max(0, retries)),
+      usable_(usable),
+      hint_(hint) {}
 
 instances::InstancePtr InstanceAttempts::next() {
     in_flight_.release();
     if (tried_ >= attempts_) {
         return nullptr;
     }
-    instances::InstancePtr inst = registry_.pick(role_, exclude_, usable_);
+    instances::InstancePtr inst = registry_.pick(role_, exclude_, usable_, hint_);
     if (inst) {
         ++tried_;
-        in_flight_ = registry_.acquire(inst);
+        in_flight_ = registry_.acquire(inst, hint_.weight);
     }
     return inst;
 }

@@ -14,8 +14,10 @@ namespace pdr::disagg {
 
 class InstanceAttempts {
 public:
+    // `hint`: what the role's policy may know of the request (its key must outlive this).
     // `usable` (optional): only instances it accepts are tried.
     InstanceAttempts(instances::Registry& registry, Role role, int retries,
+                     instances::PickHint hint = {},
                      bool (*usable)(const instances::Instance&) = nullptr) noexcept;
 
     // The next instance to try, with its in-flight count held until the next call or the end
@@ -37,6 +39,7 @@ private:
     Role role_;
     int attempts_;
     bool (*usable_)(const instances::Instance&);
+    instances::PickHint hint_;
     int tried_ = 0;
     instances::InFlight in_flight_;
     const instances::Instance* exclude_ = nullptr;

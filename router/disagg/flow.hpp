@@ -45,6 +45,7 @@ struct FlowRequest {
     bool stream = false;          // the client asked for SSE
     Clock::time_point started;    // when the router got the request
     LegHeaders headers;
+    instances::PickHint prefill_hint{};  // set by run_flow from the prompt (prompt.hpp)
 };
 
 using upstream::errc_for;  // upstream failure → what the client is told

@@ -58,7 +58,8 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
                                         const instances::Instance& decode) {
     PrefillSide side;
     side.answered = true;
-    InstanceAttempts tries(deps.registry, Role::Prefill, deps.cfg.prefill_retries);
+    InstanceAttempts tries(deps.registry, Role::Prefill, deps.cfg.prefill_retries,
+                           req.prefill_hint);
     Errc last_errc = Errc::UpstreamConnect;
     const bool first_only = ask.max_tokens && *ask.max_tokens == 1;
     while (instances::InstancePtr p = tries.next()) {

@@ -23,7 +23,8 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
                                       KvHandle& handle, instances::InstancePtr& prefill) {
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.prefill_timeout,
                                       deps.cfg.prefill_timeout};
-    InstanceAttempts tries(deps.registry, Role::Prefill, deps.cfg.prefill_retries);
+    InstanceAttempts tries(deps.registry, Role::Prefill, deps.cfg.prefill_retries,
+                           req.prefill_hint);
     Errc last_errc = Errc::UpstreamConnect;
     while (instances::InstancePtr p = tries.next()) {
         if (tries.is_retry()) {

@@ -375,7 +375,7 @@ awaitable<void> run_push_flow(FlowDeps& deps, FlowRequest& req) {
         co_return;
     }
     InstanceAttempts p_tries(deps.registry, Role::Prefill, deps.cfg.prefill_retries,
-                             has_push_coords);
+                             req.prefill_hint, has_push_coords);
     InstanceAttempts d_tries(deps.registry, Role::Decode, deps.cfg.decode_retries);
     instances::InstancePtr p = p_tries.next();
     instances::InstancePtr d = d_tries.next();

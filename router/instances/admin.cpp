@@ -105,7 +105,7 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
                                openai_error_body(Errc::Conflict, "Instance already exists."));
     }
 
-    insert(role, addr, std::move(kv));
+    insert(role, addr, std::move(kv))->source = "admin";
     PDR_INFO(kLog, "added " + type + " instance " + name);
     co_return admin_result("add", "ok", 200,
                            message_body("Added " + name + " to " + type + "_instances."));
@@ -126,18 +126,62 @@ Registry::AdminResult Registry::remove(std::string_view type_in, std::string_vie
             openai_error_body(Errc::NotFound,
                               "Instance " + name + " not found in " + type + "_instances."));
     }
+    PDR_INFO(kLog, "removed " + type + " instance " + name + " (" +
+                       std::to_string(inst->in_flight) + " request(s) still in flight)");
+    retire(inst);
+    return admin_result("remove", "ok", 200,
+                        message_body("Removed " + name + " from " + type + "_instances."));
+}
+
+void Registry::retire(const InstancePtr& inst) {
     inst->removed = true;
     inst->on_drained = [this, alive = tasks_.alive()] {
         if (alive) {
             wake_health_loop();  // the loop prunes it at once
         }
     };
-    PDR_INFO(kLog, "removed " + type + " instance " + name + " (" +
-                       std::to_string(inst->in_flight) + " request(s) still in flight)");
-    prune(role);
-    update_counts(role);
-    return admin_result("remove", "ok", 200,
-                        message_body("Removed " + name + " from " + type + "_instances."));
+    prune(inst->role);
+    update_counts(inst->role);
+}
+
+awaitable<bool> Registry::add_discovered(Role role, config::InstanceAddress a, std::string source) {
+    const std::string name = a.text();
+    const std::string who = std::string(to_string(role)) + " instance " + name;
+    if (find(role, name)) {
+        co_return true;
+    }
+    const TaskGroup::Alive alive = tasks_.alive();
+    upstream::Endpoint ep{a.host, a.port};  // not a temporary in the co_await (GCC 12)
+    const auto probe = co_await probe_models(ep);
+    if (!alive) {
+        co_return false;
+    }
+    if (!probe.ok) {
+        PDR_WARN(kLog, who + " from " + source +
+                           " not added (tried again at the next refresh): " + probe.error);
+        co_return false;
+    }
+    if (!cfg_.model.empty() && !serves(probe.models, cfg_.model)) {
+        PDR_WARN(kLog, who + " from " + source + " not added: it serves " +
+                           quoted_list(probe.models) + ", not the configured model '" + cfg_.model +
+                           "'");
+        co_return false;
+    }
+    if (find(role, name)) {  // listed meanwhile
+        co_return true;
+    }
+    insert(role, a, InstanceKv{})->source = std::move(source);
+    PDR_INFO(kLog, "added " + who + " (discovered)");
+    co_return true;
+}
+
+void Registry::drain(Role role, std::string_view name) {
+    if (auto inst = find(role, name)) {
+        PDR_INFO(kLog, "draining " + std::string(to_string(role)) + " instance " + inst->name +
+                           ", gone from " + inst->source + " (" + std::to_string(inst->in_flight) +
+                           " request(s) still in flight)");
+        retire(inst);
+    }
 }
 
 awaitable<bool> Registry::probe_all_at_startup() {

@@ -44,6 +44,8 @@ struct Instance {
     // registry drops it (and its metric series) then, not at its next health tick.
     std::function<void()> on_drained;
     std::size_t in_flight = 0;
+    std::size_t load = 0;  // in-flight weight the policies compare (router/instances/policy.hpp)
+    std::string source = "static";  // where it came from: static | admin | dns:<name>
     std::uint64_t requests = 0, failures = 0;
     int consecutive_errors = 0;  // 5xx answers or broken exchanges in a row (reset by success)
     std::string last_error;
@@ -61,13 +63,14 @@ struct Instance {
 };
 using InstancePtr = std::shared_ptr<Instance>;
 
-// Move-only: counts one request in flight on an instance (+1 request in its totals) from
-// construction until destruction. Keeps the instance alive, so a removed instance can finish.
+// Move-only: counts one request in flight on an instance (+1 request in its totals, + `weight`
+// to its load) from construction until destruction. Keeps the instance alive, so a removed
+// instance can finish.
 class InFlight {
 public:
     InFlight() = default;
-    explicit InFlight(InstancePtr inst);
-    InFlight(InFlight&& o) noexcept : inst_(std::move(o.inst_)) {}
+    explicit InFlight(InstancePtr inst, std::size_t weight = 1);
+    InFlight(InFlight&& o) noexcept : inst_(std::move(o.inst_)), weight_(o.weight_) {}
     InFlight& operator=(InFlight&& o) noexcept;
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
@@ -79,6 +82,7 @@ public:
 
 private:
     InstancePtr inst_;
+    std::size_t weight_ = 1;
 };
 
 }  // namespace pdr::instances

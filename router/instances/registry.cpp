@@ -35,11 +35,13 @@ bool parse_role(std::string_view s, Role& out) noexcept {
     return false;
 }
 
-InFlight::InFlight(InstancePtr inst) : inst_(std::move(inst)) {
+InFlight::InFlight(InstancePtr inst, std::size_t weight)
+    : inst_(std::move(inst)), weight_(std::max<std::size_t>(weight, 1)) {
     if (!inst_) {
         return;
     }
     ++inst_->in_flight;
+    inst_->load += weight_;
     ++inst_->requests;
     if (inst_->in_flight_gauge != nullptr) {
         inst_->in_flight_gauge->Increment();
@@ -53,6 +55,7 @@ InFlight& InFlight::operator=(InFlight&& o) noexcept {
     if (this != &o) {
         release();
         inst_ = std::move(o.inst_);
+        weight_ = o.weight_;
     }
     return *this;
 }
@@ -64,6 +67,7 @@ void InFlight::release() noexcept {
     if (inst_->in_flight > 0) {
         --inst_->in_flight;
     }
+    inst_->load -= std::min(inst_->load, weight_);
     if (inst_->in_flight_gauge != nullptr) {
         inst_->in_flight_gauge->Decrement();
     }
@@ -78,7 +82,13 @@ void InFlight::release() noexcept {
 
 Registry::Registry(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
                    const config::Config& cfg)
-    : ex_(std::move(ex)), client_(client), metrics_(m), cfg_(cfg), health_timer_(ex_), tasks_(ex_) {
+    : ex_(std::move(ex)),
+      client_(client),
+      metrics_(m),
+      cfg_(cfg),
+      policies_{make_policy(cfg.prefill_policy, cfg), make_policy(cfg.decode_policy, cfg)},
+      health_timer_(ex_),
+      tasks_(ex_) {
     update_counts(Role::Prefill);
     update_counts(Role::Decode);
 }
@@ -156,24 +166,30 @@ void Registry::update_counts(Role role) {
     metrics_.set_instance_counts(metrics_role(role), up, down);
 }
 
-InstancePtr Registry::pick(Role role, const Instance* exclude, bool (*usable)(const Instance&)) {
+InstancePtr Registry::pick(Role role, const Instance* exclude, bool (*usable)(const Instance&),
+                           const PickHint& hint) {
     prune(role);
-    auto& v = instances_[index(role)];
-    const std::size_t n = v.size();
-    if (n == 0) {
-        return nullptr;
-    }
-    std::size_t& cursor = next_[index(role)];
-    for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t at = (cursor + i) % n;
+    const auto& v = instances_[index(role)];
+    std::vector<std::size_t>& candidates = candidates_;
+    candidates.clear();
+    for (std::size_t at = 0; at < v.size(); ++at) {
         const auto& inst = v[at];
         if (inst->up && !inst->removed && inst.get() != exclude &&
             (usable == nullptr || usable(*inst))) {
-            cursor = (at + 1) % n;
-            return inst;
+            candidates.push_back(at);
         }
     }
-    return nullptr;
+    if (candidates.empty()) {
+        return nullptr;
+    }
+    Policy& policy = *policies_[index(role)];
+    const std::size_t at = policy.choose(v, candidates, hint);
+    metrics_.policy_pick(role, policy.kind());
+    return v[at];
+}
+
+void Registry::set_policy(Role role, std::unique_ptr<Policy> policy) {
+    policies_[index(role)] = std::move(policy);
 }
 
 void Registry::mark_down(Instance& inst, std::string_view reason) {
@@ -273,6 +289,8 @@ nlohmann::json Registry::to_json() const {
                            {"up", inst->up},
                            {"removed", inst->removed},
                            {"in_flight", inst->in_flight},
+                           {"load", inst->load},
+                           {"source", inst->source},
                            {"requests", inst->requests},
                            {"failures", inst->failures},
                            {"last_error", inst->last_error}});

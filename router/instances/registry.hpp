@@ -29,6 +29,7 @@
 #include "net/common/task_group.hpp"
 #include "net/upstream/client.hpp"
 #include "router/instances/instance.hpp"
+#include "router/instances/policy.hpp"
 #include "router/metrics/router_metrics.hpp"
 
 namespace pdr::instances {
@@ -73,11 +74,24 @@ public:
     // Counts pdrouter_admin_requests_total{action="remove"}.
     AdminResult remove(std::string_view type, std::string_view instance);
 
-    // Round robin over instances that are up and not removed, skipping `exclude` and (when
-    // given) those `usable` refuses; null if none.
+    // Discovery (discovery.hpp): probes `a` as add() does and inserts it with `source`; false
+    // (logged) when the probe fails or it serves another model. True, adding nothing, when an
+    // instance of that name is listed already.
+    awaitable<bool> add_discovered(Role role, config::InstanceAddress a, std::string source);
+    // Discovery: the instance gets no new requests; those in flight finish (as remove()).
+    void drain(Role role, std::string_view name);
+
+    // The role's policy (cfg.prefill_policy / cfg.decode_policy) chooses among the instances
+    // that are up and not removed, skipping `exclude` and (when given) those `usable` refuses;
+    // null if none. Counts pdrouter_policy_picks_total.
     InstancePtr pick(Role role, const Instance* exclude = nullptr,
-                     bool (*usable)(const Instance&) = nullptr);
-    InFlight acquire(const InstancePtr& inst) { return InFlight(inst); }
+                     bool (*usable)(const Instance&) = nullptr, const PickHint& hint = {});
+    // Counts a request in flight on `inst`; `weight` goes to its load (PickHint::weight).
+    InFlight acquire(const InstancePtr& inst, std::size_t weight = 1) {
+        return InFlight(inst, weight);
+    }
+    // Replaces a role's policy (tests inject one with a known random source).
+    void set_policy(Role role, std::unique_ptr<Policy> policy);
     // `inst` cannot be reached or is stuck (connect failure, timeout): marks it down now.
     void report_failure(Instance& inst, std::string_view reason);
     // `inst` answered a leg with a 5xx, or the exchange broke (the connection closed or failed
@@ -97,8 +111,8 @@ public:
     // Instances that are up, not removed, and that `usable` accepts.
     std::size_t count_usable(Role role, bool (*usable)(const Instance&)) const;
     std::vector<InstancePtr> list(Role role) const;  // not removed, in insertion order
-    // GET /instances: [{role,name,up,removed,in_flight,requests,failures,last_error}] — also
-    // shows removed instances that still have requests in flight.
+    // GET /instances: [{role,name,up,removed,in_flight,load,source,requests,failures,last_error}] —
+    // also shows removed instances that still have requests in flight.
     nlohmann::json to_json() const;
     // Finds a live (not removed) instance by canonical name.
     InstancePtr find(Role role, std::string_view name) const;
@@ -119,6 +133,7 @@ private:
     void prune(Role role);
     void update_counts(Role role);
     void mark_down(Instance& inst, std::string_view reason);
+    void retire(const InstancePtr& inst);  // removed: no new picks, pruned once drained
     // Parses an admin body's `type` and `instance`; on failure, the 400 answer for `action`.
     std::optional<AdminResult> parse_admin_target(std::string_view action, const std::string& type,
                                                   const std::string& instance, Role& role,
@@ -137,7 +152,8 @@ private:
     metrics::RouterMetrics& metrics_;
     const config::Config& cfg_;
     std::array<std::vector<InstancePtr>, kRoleCount> instances_;
-    std::array<std::size_t, kRoleCount> next_{};  // round-robin cursor per role
+    std::array<std::unique_ptr<Policy>, kRoleCount> policies_;
+    std::vector<std::size_t> candidates_;  // pick()'s scratch list
 
     Timer health_timer_;  // the health loop sleeps on it; cancel() wakes it to re-plan
     bool started_ = false;

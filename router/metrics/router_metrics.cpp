@@ -317,6 +317,20 @@ RouterMetrics::RouterMetrics(Registry& registry)
              counters(registry, "pdrouter_kv_ready_evictions_total",
                       "Entries evicted from the LMCache kv-ready table, by reason."),
              "reason", kKvReadyEvictions);
+    auto& policy_picks = counters(registry, "pdrouter_policy_picks_total",
+                                  "Instances chosen, by role and selection policy.");
+    for (std::size_t r = 0; r < kRoleCount; ++r) {
+        for (std::size_t p = 0; p < kPolicyCount; ++p) {
+            policy_picks_[r][p] = &policy_picks.Add(
+                {{"role", s(to_string(static_cast<Role>(r)))},
+                 {"policy", s(config::to_string(static_cast<config::Policy>(p)))}});
+        }
+    }
+    constexpr std::string_view kDirectReasons[] = {"short_prompt", "no_prefill"};
+    add_each(direct_requests_,
+             counters(registry, "pdrouter_direct_requests_total",
+                      "Generation requests served by a decode instance alone, by reason."),
+             "reason", kDirectReasons);
     add_each(kv_ready_timeouts_,
              counters(registry, "pdrouter_kv_ready_timeouts_total",
                       "LMCache requests whose wait for KV-ready notifications timed out, by what "
@@ -372,6 +386,14 @@ void RouterMetrics::client_disconnect(DisconnectPhase phase) noexcept {
 
 void RouterMetrics::mid_stream_error(Leg leg) noexcept {
     mid_stream_errors_[idx(leg)]->Increment();
+}
+
+void RouterMetrics::policy_pick(Role role, config::Policy policy) noexcept {
+    policy_picks_[idx(role)][static_cast<std::size_t>(policy)]->Increment();
+}
+
+void RouterMetrics::direct_request(DirectReason reason) noexcept {
+    direct_requests_[idx(reason)]->Increment();
 }
 
 void RouterMetrics::flow_started(FlowMode mode) noexcept {

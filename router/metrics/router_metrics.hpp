@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include "config/config.hpp"
 #include "config/role.hpp"
 
 #include "router/metrics/metrics.hpp"
@@ -67,6 +68,11 @@ inline constexpr std::size_t kKvReadyEvictionCount = 2;
 enum class KvReadyTimeoutPolicy { Error, Proceed };
 inline constexpr std::size_t kKvReadyTimeoutPolicyCount = 2;
 
+// Why a request skipped disaggregation (pdrouter_direct_requests_total{reason}).
+enum class DirectReason { ShortPrompt, NoPrefill };
+inline constexpr std::size_t kDirectReasonCount = 2;
+inline constexpr std::size_t kPolicyCount = 4;  // config::Policy values
+
 // Label values as rendered: "completions", "chat_completions", ..., "prefill", "connect_timeout",
 // "status_4xx", "handover", "lmcache", ...
 std::string_view to_string(Route r) noexcept;
@@ -115,6 +121,10 @@ public:
     void mid_stream_error(Leg leg) noexcept;
     // pdrouter_flow_requests_total{mode}
     void flow_started(FlowMode mode) noexcept;
+    // pdrouter_policy_picks_total{role,policy}: an instance chosen by the role's policy.
+    void policy_pick(Role role, config::Policy policy) noexcept;
+    // pdrouter_direct_requests_total{reason="short_prompt"|"no_prefill"}
+    void direct_request(DirectReason reason) noexcept;
     // pdrouter_lease_refresh_requests_total{result="ok"|"error"}
     void lease_refresh_request(bool ok) noexcept;
     // pdrouter_kv_ready_notifications_total{outcome}; a Malformed one through kv_ready_malformed.
@@ -177,6 +187,8 @@ private:
     std::array<Counter*, kKvReadyMalformedCount> kv_ready_malformed_{};
     std::array<Counter*, kKvReadyEvictionCount> kv_ready_evictions_{};
     std::array<Counter*, kKvReadyTimeoutPolicyCount> kv_ready_timeouts_{};
+    std::array<std::array<Counter*, kPolicyCount>, kRoleCount> policy_picks_{};
+    std::array<Counter*, kDirectReasonCount> direct_requests_{};
     // Families whose series appear on first use.
     prometheus::Family<Counter>& bad_requests_;
     prometheus::Family<Counter>& admin_requests_;

@@ -28,6 +28,12 @@ EXPECT = {
                        "HorizontalPodAutoscaler", "PodDisruptionBudget"},
              "kv_mode": "pull", "prefill": 2, "decode": 2,
              "secrets": {"ADMIN_API_KEY", "OPENAI_API_KEY"}, "dashboard": True},
+    "dns-policies": {"kinds": {"ConfigMap", "Deployment", "Service"}, "kv_mode": "pull",
+                     "prefill": 0, "decode": 1, "secrets": set(),
+                     "config": {"prefill_dns": "vllm-prefill.llm.svc.cluster.local:8100",
+                                "decode_dns": "vllm-decode.llm.svc.cluster.local:8200",
+                                "dns_refresh_ms": 2000, "prefill_policy": "prefix_affinity",
+                                "decode_policy": "least_outstanding", "fallback_direct": True}},
 }
 
 problems = []
@@ -126,6 +132,10 @@ def main():
     check(cfg["kv_mode"] == want["kv_mode"], f"kv_mode {cfg['kv_mode']}")
     check(len(cfg["prefill"]) == want["prefill"] and len(cfg["decode"]) == want["decode"],
           f"{len(cfg['prefill'])} prefill, {len(cfg['decode'])} decode")
+    for key, value in want.get("config", {}).items():
+        check(cfg.get(key) == value, f"{key} {cfg.get(key)!r}, expected {value!r}")
+    check(("dns_refresh_ms" in cfg) == ("prefill_dns" in cfg or "decode_dns" in cfg),
+          "dns_refresh_ms only with a DNS name")
     if want["kv_mode"] == "lmcache":
         port = want["kv_ready_port"]
         check(cfg["kv_ready_bind"] == f"tcp://0.0.0.0:{port}", f"kv_ready_bind {cfg['kv_ready_bind']}")

@@ -82,7 +82,11 @@ FakeHttpServer::~FakeHttpServer() {
 }
 
 unsigned short FakeHttpServer::start() {
-    tcp::endpoint ep(net::ip::make_address("127.0.0.1"), 0);
+    return start("127.0.0.1", 0);
+}
+
+unsigned short FakeHttpServer::start(const std::string& address, unsigned short port) {
+    tcp::endpoint ep(net::ip::make_address(address), port);
     state_->acceptor.open(ep.protocol());
     state_->acceptor.set_option(net::socket_base::reuse_address(true));
     state_->acceptor.bind(ep);

@@ -42,6 +42,8 @@ public:
 
     // Binds 127.0.0.1:0 and starts accepting; returns the port.
     unsigned short start();
+    // Binds `address`:`port` (a loopback address: 127.0.0.2 gives a second host on one port).
+    unsigned short start(const std::string& address, unsigned short port);
     void stop();
     unsigned short port() const;
 

@@ -63,9 +63,9 @@ the router while requests still finish.
 {{- fail (printf "router.%s: keys are not written into the ConfigMap; name a Secret in secrets.adminApiKey / secrets.upstreamApiKey" $key) -}}
 {{- end -}}
 {{- end -}}
-{{- range $key := list "port" "prefill" "decode" "kv_mode" "kv_ready_bind" "config" "demo" "port_file" -}}
+{{- range $key := list "port" "prefill" "decode" "kv_mode" "kv_ready_bind" "config" "demo" "port_file" "prefill_dns" "decode_dns" "dns_refresh_ms" "dns_hosts_file" -}}
 {{- if hasKey $.Values.router $key -}}
-{{- fail (printf "router.%s is set by the chart: use containerPort, prefill, decode, kvMode or lmcache.kvReadyPort" $key) -}}
+{{- fail (printf "router.%s is set by the chart: use containerPort, prefill, decode, prefillDns, decodeDns, dnsRefreshMs, kvMode or lmcache.kvReadyPort" $key) -}}
 {{- end -}}
 {{- end -}}
 {{- range $key, $_ := $.Values.router -}}
@@ -97,6 +97,15 @@ runs `pdrouter --config router.yaml --check-config` on it.
 {{- if ne (toString $value) "" -}}
 {{- $_ := set $cfg $key $value -}}
 {{- end -}}
+{{- end -}}
+{{- if .Values.prefillDns -}}
+{{- $_ := set $cfg "prefill_dns" .Values.prefillDns -}}
+{{- end -}}
+{{- if .Values.decodeDns -}}
+{{- $_ := set $cfg "decode_dns" .Values.decodeDns -}}
+{{- end -}}
+{{- if or .Values.prefillDns .Values.decodeDns -}}
+{{- $_ := set $cfg "dns_refresh_ms" (int64 .Values.dnsRefreshMs) -}}
 {{- end -}}
 {{- if eq .Values.kvMode "lmcache" -}}
 {{- $_ := set $cfg "kv_ready_bind" (printf "tcp://0.0.0.0:%d" (int64 .Values.lmcache.kvReadyPort)) -}}

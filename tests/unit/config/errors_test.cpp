@@ -140,9 +140,11 @@ TEST(ConfigErrors, BadToyProxyAliases) {
 
 TEST(ConfigErrors, NoInstancesWithoutDemo) {
     expect_error(parse({}),
-                 "pdrouter: no prefill instance configured (use --prefill HOST:PORT, or --demo)");
+                 "pdrouter: no prefill instance configured (use --prefill HOST:PORT, --prefill-dns "
+                 "NAME:PORT, or --demo)");
     expect_error(parse({"--prefill", "a:1"}),
-                 "pdrouter: no decode instance configured (use --decode HOST:PORT, or --demo)");
+                 "pdrouter: no decode instance configured (use --decode HOST:PORT, --decode-dns "
+                 "NAME:PORT, or --demo)");
 }
 
 // Checks that a config file holding `text` is refused as malformed, in one line; returns it.

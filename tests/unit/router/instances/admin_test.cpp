@@ -7,16 +7,6 @@ namespace {
 using test::FakeHttpServer;
 using test::FakeReply;
 
-FakeHttpServer::Handler serving(std::string model) {
-    return [model](const FakeHttpServer::Request& req) {
-        if (req.target() == "/v1/models") {
-            nlohmann::json j{{"object", "list"}, {"data", {{{"id", model}, {"object", "model"}}}}};
-            return FakeReply{200, j.dump()};
-        }
-        return FakeReply{404, "{}"};
-    };
-}
-
 class AdminTest : public RegistryTest {
 protected:
     Registry::AdminResult add(std::string type, std::string instance) {

@@ -49,6 +49,17 @@ protected:
     std::unique_ptr<Registry> registry;
 };
 
+// A model server: GET /v1/models lists `model`; anything else is 404.
+inline test::FakeHttpServer::Handler serving(std::string model) {
+    return [model](const test::FakeHttpServer::Request& req) {
+        if (req.target() == "/v1/models") {
+            nlohmann::json j{{"object", "list"}, {"data", {{{"id", model}, {"object", "model"}}}}};
+            return test::FakeReply{200, j.dump()};
+        }
+        return test::FakeReply{404, "{}"};
+    };
+}
+
 // pdrouter_instances{role,health} as last set by the Registry.
 inline double instances_gauge(metrics::Registry& r, std::string role, std::string health) {
     return metrics::series_value(r, "pdrouter_instances", {{"role", role}, {"health", health}})

@@ -152,6 +152,8 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# HELP pdrouter_build_info Build information; the value is always 1.",
         "# HELP pdrouter_client_disconnects_total Clients that went away before the response "
         "ended, by the phase they left in.",
+        "# HELP pdrouter_direct_requests_total Generation requests served by a decode instance "
+        "alone, by reason.",
         "# HELP pdrouter_flow_requests_total Generation requests started, by KV handover mode.",
         "# HELP pdrouter_instance_in_flight Requests in flight on one instance (prefill or decode "
         "leg).",
@@ -186,6 +188,7 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "decode: until the last byte).",
         "# HELP pdrouter_mid_stream_errors_total Upstream failures after the response head was "
         "sent to the client.",
+        "# HELP pdrouter_policy_picks_total Instances chosen, by role and selection policy.",
         "# HELP pdrouter_recomputes_total Requests whose KV was recomputed (re-prefilled or "
         "decoded without remote KV).",
         "# HELP pdrouter_request_duration_seconds Client request duration, from the request head "
@@ -200,6 +203,7 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# TYPE pdrouter_bad_requests_total counter",
         "# TYPE pdrouter_build_info gauge",
         "# TYPE pdrouter_client_disconnects_total counter",
+        "# TYPE pdrouter_direct_requests_total counter",
         "# TYPE pdrouter_flow_requests_total counter",
         "# TYPE pdrouter_instance_in_flight gauge",
         "# TYPE pdrouter_instance_requests_total counter",
@@ -219,6 +223,7 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# TYPE pdrouter_lease_refresh_unknown_total counter",
         "# TYPE pdrouter_leg_duration_seconds histogram",
         "# TYPE pdrouter_mid_stream_errors_total counter",
+        "# TYPE pdrouter_policy_picks_total counter",
         "# TYPE pdrouter_recomputes_total counter",
         "# TYPE pdrouter_request_duration_seconds histogram",
         "# TYPE pdrouter_requests_in_flight gauge",
@@ -243,6 +248,7 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
     const std::map<std::string, int> expected{
         {"pdrouter_build_info", 1},
         {"pdrouter_client_disconnects_total", 3},
+        {"pdrouter_direct_requests_total", 2},
         {"pdrouter_flow_requests_total", 4},
         {"pdrouter_instances", 4},
         {"pdrouter_kv_handles_held", 1},
@@ -265,6 +271,7 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_leg_duration_seconds_count", 2},
         {"pdrouter_leg_duration_seconds_sum", 2},
         {"pdrouter_mid_stream_errors_total", 2},
+        {"pdrouter_policy_picks_total", 8},
         {"pdrouter_recomputes_total", 1},
         {"pdrouter_request_duration_seconds_bucket", 171},
         {"pdrouter_request_duration_seconds_count", 9},

@@ -198,7 +198,9 @@ void SimServer::Impl::on_abort(const std::string& rid, const std::string& tid) {
             agent->agent().cancel_transfer_id(pdx_id(key)).ok()) {
             continue;  // push_write ends it: the core sends D Failed, the control peer a copy
         }
-        if (e.reg && e.stage != PushEntry::Stage::Aborted) {
+        // Every Abort is answered (a second one too: the decode that sent it keeps its blocks
+        // out of its pool until this Failed says nothing will land).
+        if (e.reg) {
             send_note(e.reg->peer, pdx::NotifyKind::Failed, pdx_id(key),
                       json{{"transfer_id", key},
                            {"request_id", rid},

@@ -177,8 +177,17 @@ awaitable<void> SimServer::Impl::accept_register(std::string tid, PushRegistrati
 }
 
 void SimServer::Impl::on_abort(const std::string& rid, const std::string& tid) {
-    const bool freed = store.release(rid);  // at once: freed_by_abort
-    bool known = freed;
+    // With a transfer id, only that dispatch's blocks: a retry under a new transfer id that
+    // holds the request's blocks now keeps them.
+    bool other_dispatch = false;
+    for (const auto& [key, e] : pushes) {
+        other_dispatch =
+            other_dispatch ||
+            (!tid.empty() && key != tid && e.request_id == rid &&
+             (e.stage == PushEntry::Stage::Prefilled || e.stage == PushEntry::Stage::Writing));
+    }
+    const bool freed = !other_dispatch && store.release(rid);  // at once: freed_by_abort
+    bool known = freed || other_dispatch;
     const auto ttl = Clock::now() + cfg.kv_wait_timeout;
     for (auto& [key, e] : pushes) {
         if (e.request_id != rid || (!tid.empty() && key != tid)) {
@@ -189,7 +198,9 @@ void SimServer::Impl::on_abort(const std::string& rid, const std::string& tid) {
             agent->agent().cancel_transfer_id(pdx_id(key)).ok()) {
             continue;  // push_write ends it: the core sends D Failed, the control peer a copy
         }
-        if (e.reg && e.stage != PushEntry::Stage::Aborted) {
+        // Every Abort is answered (a second one too: the decode that sent it keeps its blocks
+        // out of its pool until this Failed says nothing will land).
+        if (e.reg) {
             send_note(e.reg->peer, pdx::NotifyKind::Failed, pdx_id(key),
                       json{{"transfer_id", key},
                            {"request_id", rid},

@@ -347,6 +347,17 @@ TEST_P(PdxSimTest, RouterAgentAbortFreesAtOnceAndGetsPushCopies) {
     EXPECT_TRUE(p_blocks_freed(Ms{500}));
     EXPECT_EQ(p_counter("freed_by_abort"), 1);
     EXPECT_EQ(p_counter("kv_aborts"), 1);
+    // An Abort of an earlier dispatch leaves a retry's blocks (a new transfer id) alone.
+    params["transfer_id"] = "xfer-retry";
+    ASSERT_EQ(prefill(body, "retried", params).status, 200);
+    router.note(pdx::NotifyKind::Abort, pdx_id("retried"),
+                {{"request_id", "retried"}, {"transfer_id", "xfer-first"}});
+    EXPECT_TRUE(wait_until([&] { return p_counter("kv_aborts") == 2; }, Ms{2000}));
+    EXPECT_EQ(p_counter("blocks_held"), 3);
+    router.note(pdx::NotifyKind::Abort, pdx_id("retried"),
+                {{"request_id", "retried"}, {"transfer_id", "xfer-retry"}});
+    EXPECT_TRUE(p_blocks_freed(Ms{500}));
+    EXPECT_EQ(p_counter("freed_by_abort"), 2);
     // A D that registers afterwards is told at once (Failed), not left to its timeout.
     auto late = decode(body, "abort-me", push_params("abort-me", "xfer-a"), Ms{5000});
     EXPECT_EQ(late.status, 500) << late.describe();

@@ -85,7 +85,7 @@ bool parse_double(const std::string& s, double& out) {
 std::string usage_text() {
     return "usage: pdsim --role prefill|decode [--port N] [--host H] [--engine-id ID]\n"
            "             [--model NAME] [--kv-lease-seconds S] [--token-delay-ms MS]\n"
-           "             [--prefill-delay-ms MS]\n"
+           "             [--prefill-delay-ms MS] [--decode-setup-delay-ms MS]\n"
            "             [--block-size-tokens N] [--keep-alive-ms MS] [--port-file PATH]\n"
            "             [--log-level debug|info|warn|error] [--kv-mode pull|lmcache]\n"
            "             [--tp-size N] [--kv-ready-connect ENDPOINT] [--kv-bytes-per-token N]\n"
@@ -105,6 +105,9 @@ std::string usage_text() {
            "  --token-delay-ms    delay per generated token (default 0)\n"
            "  --prefill-delay-ms  prefill: the prompt's compute, waited before the KV is held,\n"
            "                      written or sent, in every KV mode (default 0)\n"
+           "  --decode-setup-delay-ms decode, pull and push: D's setup before the KV moves\n"
+           "                      (push: before it registers its blocks; pull: before the\n"
+           "                      read) (default 0)\n"
            "  --block-size-tokens tokens per KV block (default 16)\n"
            "  --keep-alive-ms     close idle kept-alive connections after this (default 5000,\n"
            "                      as vLLM's server)\n"
@@ -166,6 +169,7 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                                                       "--kv-lease-seconds",
                                                       "--token-delay-ms",
                                                       "--prefill-delay-ms",
+                                                      "--decode-setup-delay-ms",
                                                       "--block-size-tokens",
                                                       "--port-file",
                                                       "--log-level",
@@ -245,6 +249,11 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                 return bad(flag, value, "expected milliseconds 0-60000");
             }
             cfg.prefill_delay = Duration{n};
+        } else if (flag == "--decode-setup-delay-ms") {
+            if (!parse_long(value, n) || n < 0 || n > 60'000) {
+                return bad(flag, value, "expected milliseconds 0-60000");
+            }
+            cfg.decode_setup_delay = Duration{n};
         } else if (flag == "--keep-alive-ms") {
             if (!parse_long(value, n) || n < 1 || n > 3'600'000) {
                 return bad(flag, value, "expected milliseconds 1-3600000");

@@ -425,6 +425,16 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
                                 "kv_transfer_params");
             co_return;
         }
+        if (cfg.decode_setup_delay > Duration{0}) {
+            // D's own setup before the KV moves (--decode-setup-delay-ms): in push mode before
+            // it registers with P, so it overlaps P's prefill; in pull mode after P's answer.
+            if (!co_await pause(*ctx, x, cfg.decode_setup_delay)) {
+                if (handle) {
+                    spawn_release(*handle);
+                }
+                co_return;
+            }
+        }
         KvOutcome got;
         if (push && !agent) {
             got.status = http::status::internal_server_error;

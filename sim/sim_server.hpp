@@ -51,6 +51,10 @@ struct SimConfig {
     // KV mode, before its KV is held, written or sent), so that benchmarks can give the prefill
     // a cost that push mode overlaps with D's setup.
     Duration prefill_delay{0};
+    // Decode role, pull and push modes: D's own setup (scheduling, block allocation,
+    // registration) before the KV moves: in push mode before D registers its blocks with P (so
+    // it overlaps P's prefill), in pull mode before the read (after P's answer).
+    Duration decode_setup_delay{0};
     // An idle kept-alive connection is closed after this long, as vLLM's server (uvicorn,
     // timeout_keep_alive 5 s) does: clients that pool connections must cope with it.
     Duration keep_alive{5000};

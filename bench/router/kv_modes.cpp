@@ -134,6 +134,7 @@ Pair start_pair(const KvModesOptions& o, const std::string& mode, const Transpor
     }
     p.insert(p.end(), kv.begin(), kv.end());
     d.insert(d.end(), kv.begin(), kv.end());
+    d.insert(d.end(), {"--decode-setup-delay-ms", std::to_string(o.decode_setup_ms)});
     const std::string engine_id = "bench-" + mode + "-prefill";
     p.insert(p.end(), {"--engine-id", engine_id});
     pair.prefill = std::make_unique<Child>(p, log + "-prefill.log");
@@ -195,10 +196,10 @@ void measure(const KvModesOptions& o, Pair& pair, std::size_t n, std::size_t war
 int run_kv_modes(const KvModesOptions& o) {
     std::printf(
         "KV modes: prompt %d tokens (one KV block each), max_tokens %d, prefill delay %d ms, "
-        "decode token delay %d ms, concurrency %zu, %zu streamed requests per row in %d "
-        "alternating rounds\n\n",
-        o.prompt_tokens, o.max_tokens, o.prefill_delay_ms, o.token_delay_ms, o.concurrency,
-        o.requests, o.rounds);
+        "decode setup delay %d ms (pull, push), decode token delay %d ms, concurrency %zu, %zu "
+        "streamed requests per row in %d alternating rounds\n\n",
+        o.prompt_tokens, o.max_tokens, o.prefill_delay_ms, o.decode_setup_ms, o.token_delay_ms,
+        o.concurrency, o.requests, o.rounds);
     std::printf(
         "| transport | KV/request | mode | TTFT p50 ms | TTFT p99 ms | latency p50 ms | GB/s | "
         "pdrouter CPU us/req | ok | failed |\n|---|---|---|---|---|---|---|---|---|---|\n");

@@ -23,7 +23,10 @@ struct KvModesOptions {
     int max_tokens = 8;
     int prefill_delay_ms = 20;  // P's compute (pdsim --prefill-delay-ms), the same in every mode
     int token_delay_ms = 2;     // D's per-token delay, the same in every mode
-    int prompt_tokens = 256;    // one block per token: block bytes = KV size / prompt tokens
+    // D's setup before the KV moves (pdsim --decode-setup-delay-ms; pull and push): push
+    // overlaps it with P's prefill, pull waits it after P's answer. 0: pdsim's own setup only.
+    int decode_setup_ms = 10;
+    int prompt_tokens = 256;  // one block per token: block bytes = KV size / prompt tokens
 };
 
 // Runs the comparison and prints a Markdown table and the push/pull verdicts. Returns 0 when

@@ -7,7 +7,8 @@
 //                  [--repeat N] [--lmcache]
 //   pdrouter_bench [--bin-dir DIR] --kv-modes pull,push,lmcache|--push [--kv-sizes 1,16,64]
 //                  [--kv-transports shm,tcp] [--kv-requests 40] [--kv-concurrency 1]
-//                  [--kv-rounds 2] [--prefill-delay-ms 20] [--kv-token-delay-ms 2]
+//                  [--kv-rounds 2] [--prefill-delay-ms 20] [--decode-setup-delay-ms 10]
+//                  [--kv-token-delay-ms 2]
 //
 // --lmcache also runs an LMCache pair (pdsim --kv-mode lmcache, pdrouter --kv-mode lmcache with
 // its ZMQ KV-ready socket) beside the pull-mode pair, alternating with the pull rows, and prints
@@ -251,6 +252,8 @@ Options parse(int argc, char** argv) {
             o.kv.rounds = std::clamp(std::stoi(next()), 1, 20);
         } else if (a == "--prefill-delay-ms") {
             o.kv.prefill_delay_ms = std::stoi(next());
+        } else if (a == "--decode-setup-delay-ms") {
+            o.kv.decode_setup_ms = std::stoi(next());
         } else if (a == "--kv-token-delay-ms") {
             o.kv.token_delay_ms = std::stoi(next());
         } else if (a == "--quick") {

@@ -49,6 +49,8 @@ TEST(Cli, AllFlags) {
                      "7",
                      "--prefill-delay-ms",
                      "25",
+                     "--decode-setup-delay-ms",
+                     "30",
                      "--block-size-tokens=32",
                      "--port-file",
                      "/tmp/x",
@@ -66,6 +68,7 @@ TEST(Cli, AllFlags) {
     EXPECT_DOUBLE_EQ(cfg.kv_lease_seconds, 2.5);
     EXPECT_EQ(cfg.token_delay, Duration{7});
     EXPECT_EQ(cfg.prefill_delay, Duration{25});
+    EXPECT_EQ(cfg.decode_setup_delay, Duration{30});
     EXPECT_EQ(cfg.block_size_tokens, 32);
     EXPECT_EQ(cfg.keep_alive, Duration{250});
     EXPECT_EQ(pf, "/tmp/x");
@@ -96,6 +99,7 @@ TEST(Cli, BadValuesReturnTwo) {
         {"--token-delay-ms", "-1"},
         {"--prefill-delay-ms", "-1"},
         {"--prefill-delay-ms", "60001"},
+        {"--decode-setup-delay-ms", "-5"},
         {"--block-size-tokens", "0"},
         {"--keep-alive-ms", "0"},
         {"--keep-alive-ms", "5s"},

@@ -449,5 +449,45 @@ TEST(LoopbackPrefillDelay, PrefillLegWaitsBeforeHoldingItsBlocks) {
     runner.join();
 }
 
+// --decode-setup-delay-ms: a decode leg that carries KV parameters waits D's setup before the KV
+// moves, and still gives the handover's text and takes the KV.
+TEST(LoopbackDecodeSetupDelay, KvLegWaitsTheSetupBeforeTheRead) {
+    curl_global_init(CURL_GLOBAL_ALL);
+    net::io_context ioc;
+    auto work = net::make_work_guard(ioc);
+    SimConfig pc;
+    pc.role = Role::Prefill;
+    pc.block_size_tokens = 4;
+    SimServer prefill(ioc.get_executor(), pc);
+    const unsigned short pport = prefill.start();
+    SimConfig dc;
+    dc.role = Role::Decode;
+    dc.decode_setup_delay = Duration{600};
+    SimServer decode(ioc.get_executor(), dc);
+    const unsigned short dport = decode.start();
+    std::thread runner([&] { ioc.run(); });
+    const std::string prompt = "a b c d e f";
+    auto p = call("POST", pport, "/v1/completions", prefill_body(prompt).dump(),
+                  {"X-Request-Id: setup"});
+    ASSERT_EQ(p.status, 200) << p.body;
+    json d{{"model", "pdsim-model"},
+           {"prompt", prompt},
+           {"max_tokens", 3},
+           {"kv_transfer_params", json::parse(p.body)["kv_transfer_params"]}};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = call("POST", dport, "/v1/completions", d.dump(), {"X-Request-Id: setup"});
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 600ms);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], generate_text(prompt, 3));
+    EXPECT_EQ(json::parse(call("GET", dport, "/debug/state").body)["kv_reads"], 1);
+    for (auto* s : {&prefill, &decode}) {
+        auto done = net::co_spawn(ioc, s->stop(), net::use_future);
+        EXPECT_EQ(done.wait_for(10s), std::future_status::ready);
+    }
+    work.reset();
+    ioc.stop();
+    runner.join();
+}
+
 }  // namespace
 }  // namespace pdr::sim

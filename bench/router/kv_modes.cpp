@@ -4,9 +4,6 @@
 #include "bench/router/process.hpp"
 #include "net/common/io.hpp"
 
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -48,24 +45,9 @@ std::string stream_body(const KvModesOptions& o) {
            std::to_string(o.max_tokens) + R"(,"stream":true})";
 }
 
-// A number field of pdsim's /debug/state (0 when absent), by a blocking GET.
+// A number field of pdsim's /debug/state (0 when absent).
 std::uint64_t state_field(unsigned short port, const std::string& field) {
-    net::io_context io;
-    tcp::socket s(io);
-    s.connect({net::ip::make_address("127.0.0.1"), port});
-    http::request<http::empty_body> req{http::verb::get, "/debug/state", 11};
-    req.set(http::field::host, "127.0.0.1");
-    http::write(s, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(s, buf, res);
-    const std::string& body = res.body();
-    const std::string key = "\"" + field + "\":";
-    const auto at = body.find(key);
-    if (at == std::string::npos) {
-        return 0;
-    }
-    return std::stoull(body.substr(at + key.size()));
+    return json_number(http_call(port, "GET", "/debug/state").body, field);
 }
 
 // One mode's pdsim pair and its router.

@@ -696,10 +696,10 @@ TEST_F(FailureTest, UnframedStreamClosedInsideAnEventEndsWithTheErrorEvent) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
-// A decode engine on raw sockets, for streams pdsim does not send. One connection at a time,
-// one request per connection (answered with `Connection: close`): a GET gets a one-model list
-// (the router's probes); a POST gets the scripted stream.
-class RawDecode {
+// An engine on raw sockets, for answers pdsim does not give. One connection at a time, one
+// request per connection (answered with `Connection: close`): a GET gets a one-model list (the
+// router's probes); a POST gets the scripted answer.
+class RawEngine {
 public:
     enum class Script {
         // One whole event, then 80 KiB of an event with no end, then the connection closes.
@@ -707,9 +707,12 @@ public:
         // Whole 1 KiB events as fast as the router takes them, until a write fails (the
         // router closed the leg), 64 MiB went out, or 20 s passed.
         Flood,
+        // As soon as the request head is in: 413 with an OpenAI error body, then the connection
+        // closes with the request body unread (a small receive buffer keeps the sender writing).
+        EarlyAnswer413,
     };
 
-    explicit RawDecode(Script script) : script_(script) {
+    explicit RawEngine(Script script) : script_(script) {
         sockaddr_in addr{};
         addr.sin_family = AF_INET;
         addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -718,18 +721,22 @@ public:
         if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
             ::listen(listener_, 16) != 0 ||
             ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-            throw std::runtime_error("RawDecode: listen failed");
+            throw std::runtime_error("RawEngine: listen failed");
         }
         port_ = ntohs(addr.sin_port);
+        if (script_ == Script::EarlyAnswer413) {
+            const int small = 4096;  // inherited by accepted sockets
+            ::setsockopt(listener_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        }
         thread_ = std::thread([this] { serve(); });
     }
-    ~RawDecode() {
+    ~RawEngine() {
         stop_ = true;
         thread_.join();
         ::close(listener_);
     }
-    RawDecode(const RawDecode&) = delete;
-    RawDecode& operator=(const RawDecode&) = delete;
+    RawEngine(const RawEngine&) = delete;
+    RawEngine& operator=(const RawEngine&) = delete;
 
     std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
     // Flood: a write failed, so the router closed the decode leg.
@@ -749,13 +756,21 @@ private:
             timeval tv{1, 0};
             ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
             ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-            const std::string head = read_request(c);
+            const std::string head = read_request(c, script_ != Script::EarlyAnswer413);
             if (head.rfind("GET ", 0) == 0) {
                 const std::string models = R"({"object":"list","data":[{"id":"pdsim-model"}]})";
                 send_all(c,
                          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          "Connection: close\r\nContent-Length: " +
                              std::to_string(models.size()) + "\r\n\r\n" + models);
+            } else if (head.rfind("POST ", 0) == 0 && script_ == Script::EarlyAnswer413) {
+                const std::string error =
+                    R"({"error":{"message":"raw engine: request body too large",)"
+                    R"("type":"invalid_request_error","param":null,"code":413}})";
+                send_all(c,
+                         "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                         "Connection: close\r\nContent-Length: " +
+                             std::to_string(error.size()) + "\r\n\r\n" + error);
             } else if (head.rfind("POST ", 0) == 0) {
                 stream(c);
             }
@@ -763,8 +778,9 @@ private:
         }
     }
 
-    // The request head (the body, if any, is read and dropped); "" on a timeout or close.
-    static std::string read_request(int c) {
+    // The request head ("" on a timeout or close); the body, if any, is read and dropped when
+    // `read_body`.
+    static std::string read_request(int c, bool read_body) {
         std::string in;
         char buf[4096];
         std::size_t end = std::string::npos;
@@ -774,6 +790,9 @@ private:
                 return {};
             }
             in.append(buf, static_cast<std::size_t>(n));
+        }
+        if (!read_body) {
+            return in.substr(0, end);
         }
         std::size_t body = 0;
         for (const char* name : {"Content-Length: ", "content-length: "}) {
@@ -854,7 +873,7 @@ private:
 // an error event would end the cut event and deliver it as if whole, so the client connection
 // is cut with the body unfinished, and a WARN line says why.
 TEST_F(FailureTest, DecodeStoppingInsideAnEventOver64KiBCutsTheClientConnection) {
-    RawDecode raw(RawDecode::Script::CutInsideLongEvent);
+    RawEngine raw(RawEngine::Script::CutInsideLongEvent);
     auto& pd =
         start(PdOptions{}.d(0).sim(kFastSim).router(fast_router({"--decode", raw.address()})));
     auto r = send_generation(*pd.router, completion_body("one long event", 4, true), {}, Ms{10000});
@@ -871,10 +890,25 @@ TEST_F(FailureTest, DecodeStoppingInsideAnEventOver64KiBCutsTheClientConnection)
         << pd.router->proc.log();
 }
 
+// A prefill that answers before it has read the whole request (a 413 to a body over its limit)
+// and closes: the router's write fails, but the answer is there, and it is what the client
+// gets (a prefill's 4xx is relayed), not a 502 about the write.
+TEST_F(FailureTest, EngineAnswerBeforeTheBodyWasReadIsRelayed) {
+    RawEngine raw(RawEngine::Script::EarlyAnswer413);
+    auto& pd = start(PdOptions{}.p(0).sim(kFastSim).router(
+        fast_router({"--prefill", raw.address(), "--max-body-bytes", "16777216"})));
+    json body = completion_body(std::string(8u << 20, 'a'), 4, false);
+    auto r = send_generation(*pd.router, body, {}, Ms{15000});
+    EXPECT_EQ(r.status, 413) << r.describe();
+    EXPECT_NE(error_message(r).find("raw engine: request body too large"), std::string::npos)
+        << r.describe();
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0) << "decode was called";
+}
+
 // --client-write-timeout-ms: a client that stops reading a stream (its socket buffer full) is
 // dropped once one write waits that long; the decode leg is closed and counted as a disconnect.
 TEST_F(FailureTest, ClientThatStopsReadingIsDroppedAfterTheWriteTimeout) {
-    RawDecode raw(RawDecode::Script::Flood);
+    RawEngine raw(RawEngine::Script::Flood);
     auto& pd = start(PdOptions{}.d(0).sim(kFastSim).router(
         fast_router({"--decode", raw.address(), "--client-write-timeout-ms", "300"})));
     const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -484,7 +484,11 @@ TEST_F(KvReadyListenerTest, AnotherReplicasNotificationIsForwardedToIt) {
         [&] { return mine.ready() && theirs.ready() && forwarded(mreg, "unknown_owner") == 1; }));
     EXPECT_EQ(forwarded(mreg, "sent"), 1);
     EXPECT_EQ(forwarded(b_reg, "received"), 1);
-    EXPECT_EQ(notifications("matched"), 1);  // only r-1 went into A's table
+    // Only r-1 went into A's table (before any wait began: early); r-2 into B's.
+    EXPECT_EQ(notifications("early"), 1);
+    EXPECT_EQ(series_value(b_reg, "pdrouter_kv_ready_notifications_total", {{"outcome", "early"}})
+                  .value_or(-1),
+              1);
 
     // A frame forwarded to B that is not B's: dropped and counted, not sent on.
     zmq::socket_t to_b(zctx, zmq::socket_type::push);

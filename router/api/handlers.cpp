@@ -7,6 +7,7 @@
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/run_flow.hpp"
 #include "router/kv/control_agent.hpp"
+#include "router/kv/kv_ready_forwarder.hpp"
 #include "router/kv/kv_ready_listener.hpp"
 
 #include <algorithm>
@@ -230,6 +231,10 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
         // lmcache mode: where notifications go, and the decode instances it cannot use.
         body["kv_ready_endpoint"] = kv_ready_->endpoint();
         body["kv_ready_pending"] = kv_ready_->table().size();
+        if (kv_forwarder_) {
+            body["replica_id"] = kv_forwarder_->self_id();
+            body["peer_routers"] = kv_forwarder_->peers();
+        }
         disagg::Json unusable = disagg::Json::array();
         for (const auto& d : registry_.list(Role::Decode)) {
             if (d->kv.lmcache.empty()) {

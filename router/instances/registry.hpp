@@ -50,6 +50,7 @@ class Registry {
 public:
     Registry(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
              const config::Config& cfg);
+    metrics::RouterMetrics& metrics() noexcept { return metrics_; }
     ~Registry();
     Registry(const Registry&) = delete;
     Registry& operator=(const Registry&) = delete;

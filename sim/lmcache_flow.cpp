@@ -174,7 +174,7 @@ awaitable<std::string> SimServer::Impl::lmcache_handover(const LmcacheParams& p,
             sent_bytes += std::uint64_t{kv.tokens} * kv.bytes_per_token;
         }
     }
-    if (sent_bytes > 0) {
+    if (sent_bytes > 0 && !agent) {  // through the agent, lmcache_write counts each write
         count_transfer(state.counters, sent_bytes, started);
     }
     std::string first_error;

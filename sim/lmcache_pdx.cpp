@@ -142,7 +142,11 @@ awaitable<std::string> SimServer::Impl::lmcache_write(KvTarget t, KvShipment kv,
                                   {"blocks", n},
                                   {"bytes", bytes}});
     req.notify = std::move(done);
+    const auto started = Clock::now();
     const pdx::TransferResult r = co_await agent->transfer(std::move(req), pdx::Direction::Write);
+    if (r.status == pdx::Status::Ok) {
+        count_transfer(state.counters, bytes, started);  // the agent's write alone
+    }
     if (r.status != pdx::Status::Ok) {
         if (r.handle == pdx::kNoTransfer) {  // never posted: the core sends D nothing
             send_note(*peer, pdx::NotifyKind::Failed, pdx_id(a.transfer_id),

@@ -71,6 +71,7 @@ struct PushEntry {
     pdx::PeerHandle control = pdx::kNoPeer;  // the router's agent, when the leg named one
     Clock::time_point expires{};             // Registered / Aborted
     int write_delay_ms = 0;                  // fault
+    bool failed_to_router_only = false;      // fault: the write fails, D is told nothing
 };
 
 // Push mode, decode side: a request waiting for P's Done or Failed.

@@ -46,8 +46,18 @@ public:
         return m;
     }
     // Every message until none came for `quiet`.
-    std::vector<Message> drain(Ms quiet = Ms{300}) {
+    std::vector<Message> drain(Ms quiet = Ms{300}) { return drain_expecting(0, quiet); }
+    // The same, but the first `expect` messages are waited for up to `bound` whatever the gaps
+    // between them (an 8 MiB message may take longer than `quiet` on a loaded machine).
+    std::vector<Message> drain_expecting(std::size_t expect, Ms quiet = Ms{300},
+                                         Ms bound = Ms{10000}) {
         std::vector<Message> out;
+        const auto until = Clock::now() + bound;
+        while (out.size() < expect && Clock::now() < until) {
+            if (auto m = recv(Ms{100})) {
+                out.push_back(std::move(*m));
+            }
+        }
         while (auto m = recv(quiet)) {
             out.push_back(std::move(*m));
         }
@@ -332,11 +342,11 @@ TEST_P(LmcacheSimTest, NotificationFaults) {
 
     sim_fault(*p_, {{"lmcache_notif_duplicate", true}});
     ASSERT_EQ(prefill(ids, "lm-dup").status, 200);
-    EXPECT_EQ(notifs_for(sink_.drain(), "lm-dup"), 4);
+    EXPECT_EQ(notifs_for(sink_.drain_expecting(4), "lm-dup"), 4);
 
     sim_fault(*p_, {{"lmcache_notif_garbage", true}});
     ASSERT_EQ(prefill(ids, "lm-garbage").status, 200);
-    msgs = sink_.drain();
+    msgs = sink_.drain_expecting(8);
     ASSERT_EQ(msgs.size(), 8u);  // six malformed messages, then the two notifications
     EXPECT_TRUE(notif_json(msgs[0]).is_discarded());         // not msgpack
     EXPECT_TRUE(notif_json(msgs[1]).is_array());             // not a map

@@ -17,7 +17,6 @@ namespace pdr::api {
 namespace {
 
 constexpr std::string_view kLog = "api";
-constexpr std::size_t kMaxLeaseRefreshIds = 10'000;  // per POST /internal/nixl/lease_refresh
 
 void log_bad_request(const TrackedExchange& ex, const ValidationError& err) {
     if (log::level() <= log::Level::Info) {
@@ -263,31 +262,8 @@ awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
     if (!admitted) {
         co_return;
     }
-    disagg::Json body;
-    ValidationError err = parse_object(ex.request().body(), body);
     std::vector<std::string> ids;
-    if (err.ok()) {
-        auto it = body.find("request_ids");
-        if (it == body.end() || !it->is_array()) {
-            err = {it == body.end() ? Errc::MissingField : Errc::InvalidField,
-                   "request_ids must be an array of strings", "request_ids"};
-        } else if (it->size() > kMaxLeaseRefreshIds) {
-            err = {Errc::InvalidField,
-                   "request_ids holds more than " + std::to_string(kMaxLeaseRefreshIds) +
-                       " ids; send them in several requests",
-                   "request_ids"};
-        } else {
-            ids.reserve(it->size());
-            for (const auto& v : *it) {
-                if (!v.is_string()) {
-                    err = {Errc::InvalidField, "request_ids must be an array of strings",
-                           "request_ids"};
-                    break;
-                }
-                ids.push_back(v.get<std::string>());
-            }
-        }
-    }
+    const ValidationError err = parse_lease_refresh(ex.request().body(), ids);
     if (!err.ok()) {
         router_metrics_.bad_request(error_info(err.errc).code);
         log_bad_request(ex, err);

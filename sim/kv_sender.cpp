@@ -68,6 +68,19 @@ std::string kv_ack_error(const KvTarget& t, const error_code& ec, const std::str
     return std::string();
 }
 
+KvHeader kv_frame_header(const KvTarget& t, const KvShipment& kv, bool pdx) {
+    KvHeader h;
+    h.rank = t.rank;
+    h.key = kv.key;
+    h.tokens = kv.tokens;
+    h.block_tokens = kv.block_tokens;
+    h.bytes_per_token = kv.bytes_per_token;
+    h.bytes = std::uint64_t{kv.tokens} * kv.bytes_per_token;
+    h.req_id = kv.req_id.substr(0, kMaxReqIdBytes);
+    h.pdx = pdx;
+    return h;
+}
+
 awaitable<std::string> send_kv(KvTarget t, KvShipment kv, Duration timeout) {
     const std::string refused = co_await kv_handshake(t, timeout);
     if (!refused.empty()) {
@@ -79,14 +92,7 @@ awaitable<std::string> send_kv(KvTarget t, KvShipment kv, Duration timeout) {
     if (!err.empty()) {
         co_return "KV receiver " + where(t, t.alloc_port) + ": " + err;
     }
-    KvHeader h;
-    h.rank = t.rank;
-    h.key = kv.key;
-    h.tokens = kv.tokens;
-    h.block_tokens = kv.block_tokens;
-    h.bytes_per_token = kv.bytes_per_token;
-    h.bytes = std::uint64_t{kv.tokens} * kv.bytes_per_token;
-    h.req_id = kv.req_id.substr(0, kMaxReqIdBytes);
+    const KvHeader h = kv_frame_header(t, kv, false);
     const std::string head = encode_kv_header(h);
     auto ec = co_await link.write(
         std::span(reinterpret_cast<const unsigned char*>(head.data()), head.size()));

@@ -2,6 +2,7 @@
 // A prefill's side of the LMCache-mode KV transport (sim/lmcache_wire.hpp): moves one D rank's
 // KV for one request.
 #include "net/common/io.hpp"
+#include "sim/lmcache_wire.hpp"
 
 #include <cstdint>
 #include <span>
@@ -25,6 +26,9 @@ struct KvShipment {
     bool corrupt = false;  // fault: one byte of the payload is wrong
 };
 
+// The head of the one KV frame for `kv` to rank `t` (bytes: tokens × bytes_per_token); `pdx`:
+// the bytes go through the transfer core, not in the frame.
+KvHeader kv_frame_header(const KvTarget& t, const KvShipment& kv, bool pdx);
 // "rank 1 (host:port)", for messages.
 std::string kv_target_where(const KvTarget& t, unsigned short port);
 // The Hello exchange on the target's init port. Returns an error message, empty when D is the

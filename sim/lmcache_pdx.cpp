@@ -79,15 +79,7 @@ awaitable<std::string> SimServer::Impl::lmcache_write(KvTarget t, KvShipment kv,
     if (!err.empty()) {
         co_return "KV receiver " + kv_target_where(t, t.alloc_port) + ": " + err;
     }
-    KvHeader h;
-    h.rank = t.rank;
-    h.key = kv.key;
-    h.tokens = kv.tokens;
-    h.block_tokens = kv.block_tokens;
-    h.bytes_per_token = kv.bytes_per_token;
-    h.bytes = bytes;
-    h.req_id = kv.req_id.substr(0, kMaxReqIdBytes);
-    h.pdx = true;
+    const KvHeader h = kv_frame_header(t, kv, true);
     const std::string head = encode_kv_header(h);
     auto ec = co_await link.write(
         std::span(reinterpret_cast<const unsigned char*>(head.data()), head.size()));

@@ -1,6 +1,7 @@
 #include "bench/router/process.hpp"
 
 #include "net/common/io.hpp"
+#include "net/common/loopback_port.hpp"
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -191,21 +192,7 @@ void Child::stop() {
 }
 
 unsigned short free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) {
-        throw std::runtime_error("socket() failed");
-    }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-        ::close(fd);
-        throw std::runtime_error("could not pick a free port");
-    }
-    ::close(fd);
-    return ntohs(addr.sin_port);
+    return pick_loopback_port();
 }
 
 HttpAnswer http_call(unsigned short port, const std::string& method, const std::string& target,

@@ -43,7 +43,7 @@ private:
     std::string port_file_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+// A loopback port for a process that must be told its port (net/common/loopback_port.hpp).
 unsigned short free_port();
 
 // One blocking HTTP/1.1 exchange with 127.0.0.1:`port` (the debug APIs of the processes under

@@ -5,8 +5,6 @@
 // TP 2, xPyD, and each notification fault with both timeout policies.
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.hpp>
 
@@ -14,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "net/common/loopback_port.hpp"
 #include "tests/support/checks.hpp"
 #include "tests/support/fixture.hpp"
 
@@ -21,22 +20,6 @@ namespace pdr::test {
 namespace {
 
 using nlohmann::json;
-
-// A loopback port that was free a moment ago (the prefills must know the router's PULL address
-// before the router binds it).
-unsigned short free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        throw std::runtime_error("free_port: bind failed");
-    }
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ::close(fd);
-    return ntohs(addr.sin_port);
-}
 
 struct LmOptions {
     int prefills = 1;
@@ -85,7 +68,7 @@ protected:
     LmCluster start_lm(const LmOptions& o) {
         LmCluster lm;
         lm.cluster = &new_cluster();
-        lm.kv_ready = "tcp://127.0.0.1:" + std::to_string(free_port());
+        lm.kv_ready = "tcp://127.0.0.1:" + std::to_string(pick_loopback_port());
         const std::string tp = std::to_string(o.tp);
         std::vector<std::string> ps, ds;
         for (int i = 0; i < o.prefills; ++i) {
@@ -437,8 +420,9 @@ TEST_F(LmcacheFlowTest, AdminAddTakesTheReceiverPortsAndTheNewDecodeServes) {
 
 TEST_F(LmcacheFlowTest, DecodeWithoutReceiverPortsIsNeverChosen) {
     Cluster& c = new_cluster();
-    Server& p = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect",
-                                          "tcp://127.0.0.1:" + std::to_string(free_port())});
+    Server& p =
+        c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect",
+                                  "tcp://127.0.0.1:" + std::to_string(pick_loopback_port())});
     Server& d = c.start_pdsim("decode", {"--kv-mode", "lmcache"});
     Server& router =
         c.start_router({p.address()}, {d.address()},
@@ -462,7 +446,7 @@ TEST_F(LmcacheFlowTest, DecodeWithoutReceiverPortsIsNeverChosen) {
 // id is the host of its PULL socket: 127.0.0.1 and ::1, one port, as a Service's pods share it.
 TEST_F(LmcacheFlowTest, TwoReplicasForwardNotificationsToTheReplicaThatIssuedTheRequest) {
     Cluster& c = new_cluster();
-    const std::string port = std::to_string(free_port());
+    const std::string port = std::to_string(pick_loopback_port());
     const std::string a_pull = "tcp://127.0.0.1:" + port;
     const std::string b_pull = "tcp://[::1]:" + port;
     Server& p1 = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect", a_pull});

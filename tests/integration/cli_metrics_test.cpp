@@ -167,6 +167,18 @@ std::thread stream_while_decoding(PdCluster& pd, const json& body, int token_del
     });
 }
 
+// Once the router has the decode's first event, the stream has begun at the client (its held
+// head goes out with that event): a cut from then on is an SSE error event. Before it, the
+// client gets a 503 answer instead, which is also right, but not what the cut tests check.
+bool stream_begun(const PdCluster& pd) {
+    return wait_until(
+        [&] {
+            return metric(metrics_text(*pd.router), "pdrouter_time_to_first_byte_seconds_count")
+                       .value_or(0) >= 1;
+        },
+        Ms{5000});
+}
+
 // Whether `pid`'s /proc status shows `sig` blocked (SigBlk).
 bool signal_blocked(pid_t pid, int sig) {
     std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -241,6 +253,7 @@ TEST_F(CliTest, ShutdownGraceEndCutsAStreamWithAnErrorEvent) {
     std::thread client = stream_while_decoding(pd, body, 200, t);
     ASSERT_TRUE(
         wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; }, Ms{3000}));
+    ASSERT_TRUE(stream_begun(pd));
     const auto t0 = Clock::now();
     pd.router->proc.signal(SIGTERM);
     auto st = pd.router->proc.wait(Ms{5000});
@@ -273,6 +286,7 @@ TEST_F(CliTest, SecondSignalEndsTheGraceAtOnce) {
     std::thread client = stream_while_decoding(pd, body, 200, t);
     ASSERT_TRUE(
         wait_until([&] { return counter(sim_state(*pd.decode[0]), "in_flight") == 1; }, Ms{3000}));
+    ASSERT_TRUE(stream_begun(pd));
     pd.router->proc.signal(SIGTERM);
     ASSERT_TRUE(wait_until(
         [&] { return pd.router->proc.log().find("draining") != std::string::npos; }, Ms{3000}));

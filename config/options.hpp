@@ -39,6 +39,7 @@ enum class Kind {
     CheckConfig,
     Policy,     // --prefill-policy / --decode-policy (`role`)
     DnsTarget,  // --prefill-dns / --decode-dns NAME:PORT (`role`)
+    AllowList,  // --instance-allow CIDR|ADDR|NAME ... (`texts`)
 };
 
 using ::pdr::Role;
@@ -71,7 +72,8 @@ const Option* find_option(std::string_view name);
 inline bool is_list(Kind k) {
     return k == Kind::Instances || k == Kind::AliasHosts || k == Kind::AliasPorts ||
            k == Kind::LmcachePorts || k == Kind::LmcacheHosts || k == Kind::KvReadyCounts ||
-           k == Kind::EngineIds || k == Kind::KvHosts || k == Kind::SideChannelPorts;
+           k == Kind::EngineIds || k == Kind::KvHosts || k == Kind::SideChannelPorts ||
+           k == Kind::AllowList;
 }
 // True for kinds that take no value on the command line.
 inline bool is_switch(Kind k) {

@@ -130,18 +130,32 @@ void Connection::close() noexcept {
 }
 
 awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
-                               net::cancellation_signal& cancel) {
+                               net::cancellation_signal& cancel, bool probe_only) {
     Connection conn(*state, std::move(sock));
+    conn.probe_only = probe_only;
     state->connections.push_front(&conn);
     conn.pos = state->connections.begin();
+    state->probe_connections += probe_only ? 1 : 0;
+    const bool per_source = state->limits.max_connections_per_source > 0;
+    if (per_source) {
+        ++state->per_source[conn.remote.address()];
+    }
     struct Guard {
         ServerState& s;
         Connection& c;
+        bool per_source;
         ~Guard() {
             s.connections.erase(c.pos);
+            s.probe_connections -= c.probe_only ? 1 : 0;
+            if (per_source) {
+                const auto it = s.per_source.find(c.remote.address());
+                if (it != s.per_source.end() && --it->second == 0) {
+                    s.per_source.erase(it);
+                }
+            }
             s.connection_ended();
         }
-    } guard{*state, conn};
+    } guard{*state, conn, per_source};
 
     const Limits& limits = state->limits;
     bool first = true;
@@ -168,6 +182,16 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         if (!req) {
             break;
         }
+        if (conn.probe_only) {
+            // A reserved slot: one probe request, answered with `Connection: close`.
+            if (!limits.is_probe(*req)) {
+                co_await refuse(conn, Errc::TooManyConnections,
+                                "too many client connections (only probe routes are served)",
+                                req->version(), &*req);
+                break;
+            }
+            req->keep_alive(false);
+        }
 
         conn.phase = Connection::Phase::Busy;
         ExchangeImpl ex(conn, std::move(*req));
@@ -190,11 +214,12 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
     conn.close();
 }
 
-awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock) {
+awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
+                                  std::string why) {
     Connection conn(*state, std::move(sock));
     conn.pos = state->connections.end();
     ++state->pending_rejects;
-    co_await refuse(conn, Errc::TooManyConnections, "too many client connections", 11);
+    co_await refuse(conn, Errc::TooManyConnections, why, 11);
     conn.close();
     --state->pending_rejects;
 }

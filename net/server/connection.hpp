@@ -5,6 +5,7 @@
 #include "net/server/http_server.hpp"
 
 #include <list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,8 @@ struct Connection {
     beast::flat_buffer buffer;
     tcp::endpoint remote;
     Phase phase = Phase::Idle;
-    std::string head_buf;  // scratch for serialized response heads (reused per response)
+    bool probe_only = false;  // a reserved probe slot: serves one probe request, nothing else
+    std::string head_buf;     // scratch for serialized response heads (reused per response)
     std::list<Connection*>::iterator pos;  // in ServerState::connections
     std::shared_ptr<Watch> watch = std::make_shared<Watch>();
     Timer watch_done;  // see Watch::done
@@ -64,7 +66,9 @@ struct ServerState {
     bool draining = false;
     bool grace_over = false;  // end_grace() was called during a drain
     std::list<Connection*> connections;
-    std::size_t pending_rejects = 0;      // over-limit connections being answered 503
+    std::size_t pending_rejects = 0;    // over-limit connections being answered 503
+    std::size_t probe_connections = 0;  // of `connections`, those on reserved probe slots
+    std::map<net::ip::address, std::size_t> per_source;  // open connections per client address
     Timer drain_event;                    // cancelled when the last connection ends while draining
     std::function<void(Errc)> on_reject;  // see HttpServer::on_reject
 
@@ -73,8 +77,10 @@ struct ServerState {
 
 // `cancel` is the signal bound to this coroutine's cancellation slot.
 awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
-                               net::cancellation_signal& cancel);
-awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
+                               net::cancellation_signal& cancel, bool probe_only);
+// Answers 503 too_many_connections with `why` and closes.
+awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
+                                  std::string why);
 
 // The shutdown grace ended while `conn` runs a handler: tells its client (503, or an SSE error
 // event) when its socket takes the bytes at once, closes the connection and cancels the

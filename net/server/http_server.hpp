@@ -28,6 +28,11 @@ struct Limits {
     Duration idle_timeout{75'000};   // keep-alive wait for the next request
     Duration write_timeout{30'000};  // one write to a slow client
     std::size_t max_connections = 10'000;
+    // Past max_connections, this many more connections are taken for probe requests only
+    // (`is_probe`); any other request on them gets 503 too_many_connections.
+    std::size_t reserved_probe_connections = 0;
+    std::function<bool(const http::request_header<>&)> is_probe;
+    std::size_t max_connections_per_source = 0;  // per client address; 0: no limit
     // Not a limit: how the error answers and events of a shutdown name this server ("the
     // router shut down before ...").
     std::string name = "router";

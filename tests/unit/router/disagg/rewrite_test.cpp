@@ -209,7 +209,7 @@ TEST(LegHeaders, ClientAuthorizationForwardedWhenNoUpstreamKey) {
 }
 
 TEST(LegRequest, CarriesTheDocumentedHeadersOnly) {
-    LegHeaders h{"Bearer k", "00-trace", ""};
+    LegHeaders h{"Bearer k", "00-trace", "", "", false};
     upstream::Request r =
         make_leg_request(http::verb::post, "/v1/chat/completions", "rid-1", h, "{\"a\":1}");
     EXPECT_EQ(r.method(), http::verb::post);

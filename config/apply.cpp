@@ -450,7 +450,21 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                     bad_value(src, s, value,
                               error.empty() ? std::string("expected NAME:PORT") : error);
                 }
-                (o.role == detail::Role::Decode ? cfg.decode_dns : cfg.prefill_dns) = a;
+                cfg.*o.address = a;
+                break;
+            }
+            case Kind::PeerRouters: {
+                cfg.peer_routers.clear();
+                for (const auto& item : split_items(src, s)) {
+                    InstanceAddress a;
+                    std::string error;
+                    if (item.find("://") != std::string::npos ||
+                        !parse_instance_address(item, a, error)) {
+                        bad_value(src, s, item,
+                                  error.empty() ? std::string("expected HOST:PORT") : error);
+                    }
+                    cfg.peer_routers.push_back(std::move(a));
+                }
                 break;
             }
             case Kind::ConfigFile:

@@ -164,6 +164,16 @@ struct Config {
     InstanceAddress prefill_dns, decode_dns;   // NAME:PORT resolved to all A/AAAA (port 0: off)
     Duration dns_refresh{5000};                // re-resolve period
     std::string dns_hosts_file;                // test resolver: "NAME ADDR..." lines (not DNS)
+    // Router replicas in lmcache mode: the KV-ready req_ids this replica issues end in
+    // "@<replica_id>", and a notification for another replica's id is forwarded to that replica's
+    // PULL socket. A peer's replica id is the host it is reached at (its address in
+    // peer_routers, or each address peer_routers_dns resolves to). Empty replica_id and no peers:
+    // one replica, req_ids are the request ids unchanged.
+    static constexpr std::size_t kMaxReplicaIdBytes = 64;
+    std::string replica_id;
+    std::vector<InstanceAddress> peer_routers;  // the other replicas' PULL addresses
+    InstanceAddress peer_routers_dns;           // NAME:PORT of all replicas' PULL sockets
+    int kv_ready_forward_hwm = 1000;            // ZMQ_SNDHWM of each peer's PUSH socket
 };
 
 struct ParseOutcome {

@@ -220,10 +220,10 @@ const std::array kOptions = {
            .flag = &Config::fallback_direct},
     Option{.name = "prefill-dns", .kind = Kind::DnsTarget, .meta = "NAME:PORT",
            .help = "discover prefill instances: every A/AAAA record of NAME (default: none)",
-           .role = Role::Prefill},
+           .address = &Config::prefill_dns, .role = Role::Prefill},
     Option{.name = "decode-dns", .kind = Kind::DnsTarget, .meta = "NAME:PORT",
            .help = "discover decode instances: every A/AAAA record of NAME (default: none)",
-           .role = Role::Decode},
+           .address = &Config::decode_dns, .role = Role::Decode},
     Option{.name = "dns-refresh-ms", .kind = Kind::Number, .meta = "MS",
            .help = "re-resolve the --prefill-dns/--decode-dns names this often (default 5000)",
            .millis = &Config::dns_refresh, .min = 100, .max = kMaxMillis},
@@ -231,6 +231,20 @@ const std::array kOptions = {
            .help = "resolve the discovery names from PATH (lines 'NAME ADDR [ADDR ...]', re-read "
                    "at each refresh) instead of DNS; for tests (default: DNS)",
            .text = &Config::dns_hosts_file},
+    Option{.name = "replica-id", .kind = Kind::Text, .meta = "ID",
+           .help = "lmcache, several replicas: this replica's id, the host its peers reach its "
+                   "PULL socket at (e.g. the pod IP; default: --kv-ready-bind's host)",
+           .text = &Config::replica_id},
+    Option{.name = "peer-routers", .kind = Kind::PeerRouters, .meta = "HOST:PORT [HOST:PORT ...]",
+           .help = "lmcache: the other replicas' KV-ready PULL addresses; notifications for their "
+                   "requests are forwarded there (default: none)"},
+    Option{.name = "peer-routers-dns", .kind = Kind::DnsTarget, .meta = "NAME:PORT",
+           .help = "lmcache: discover the replicas' PULL addresses: every A/AAAA record of NAME, "
+                   "e.g. a headless Service (default: none)",
+           .address = &Config::peer_routers_dns},
+    Option{.name = "kv-ready-forward-hwm", .kind = Kind::Number, .meta = "N",
+           .help = "lmcache: notifications queued for one peer replica, at most (default 1000)",
+           .count = &Config::kv_ready_forward_hwm, .min = 1, .max = 1000000},
     Option{.name = "log-level", .kind = Kind::LogLevel, .meta = "debug|info|warn|error",
            .help = "log threshold (default info)", .group = "Logging"},
     Option{.name = "log-format", .kind = Kind::LogFormat, .meta = "text|json",

@@ -37,9 +37,10 @@ enum class Kind {
     Version,           // command line only
     // command line only: check everything, print "configuration OK", exit 0
     CheckConfig,
-    Policy,     // --prefill-policy / --decode-policy (`role`)
-    DnsTarget,  // --prefill-dns / --decode-dns NAME:PORT (`role`)
-    AllowList,  // --instance-allow CIDR|ADDR|NAME ... (`texts`)
+    Policy,       // --prefill-policy / --decode-policy (`role`)
+    DnsTarget,    // --prefill-dns / --decode-dns / --peer-routers-dns NAME:PORT (`address`)
+    PeerRouters,  // --peer-routers: list of HOST:PORT
+    AllowList,    // --instance-allow CIDR|ADDR|NAME ... (`texts`)
 };
 
 using ::pdr::Role;
@@ -56,6 +57,7 @@ struct Option {
     std::size_t Config::*size = nullptr;
     int Config::*count = nullptr;
     bool Config::*flag = nullptr;
+    InstanceAddress Config::*address = nullptr;
     std::uint64_t min = 0;
     std::uint64_t max = 0;
     Role role = Role::Prefill;
@@ -73,7 +75,7 @@ inline bool is_list(Kind k) {
     return k == Kind::Instances || k == Kind::AliasHosts || k == Kind::AliasPorts ||
            k == Kind::LmcachePorts || k == Kind::LmcacheHosts || k == Kind::KvReadyCounts ||
            k == Kind::EngineIds || k == Kind::KvHosts || k == Kind::SideChannelPorts ||
-           k == Kind::AllowList;
+           k == Kind::PeerRouters || k == Kind::AllowList;
 }
 // True for kinds that take no value on the command line.
 inline bool is_switch(Kind k) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "config/apply.hpp"
+#include "config/ascii.hpp"
 
 namespace pdr::config {
 
@@ -95,6 +96,66 @@ void check_lmcache(Config& cfg) {
 
 // The push-mode settings: engine ids for every static prefill in that mode, none of the
 // per-prefill lists in the others.
+// A replica id goes into KV-ready req_ids after an '@': letters, digits, '.', ':', '-', '_'.
+bool valid_replica_id(std::string_view id) {
+    if (id.empty() || id.size() > Config::kMaxReplicaIdBytes) {
+        return false;
+    }
+    for (char c : id) {
+        const bool alnum =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && c != '.' && c != ':' && c != '-' && c != '_') {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::string bare_host(std::string_view host) {
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+    }
+    return ascii::lower(host);
+}
+
+// Router replicas (lmcache): the replica id (given, or --kv-ready-bind's host) and the peers.
+void check_replicas(Config& cfg) {
+    const bool peers = !cfg.peer_routers.empty() || cfg.peer_routers_dns.port != 0;
+    if (cfg.replica_id.empty() && !peers) {
+        return;
+    }
+    if (cfg.kv_mode != KvMode::Lmcache || cfg.demo) {
+        fail(
+            "pdrouter: --replica-id, --peer-routers and --peer-routers-dns are only used with "
+            "--kv-mode lmcache (and not with --demo)");
+    }
+    if (cfg.replica_id.empty()) {
+        const std::string_view bind = std::string_view(cfg.kv_ready_bind).substr(6);
+        const std::string host = bare_host(bind.substr(0, bind.rfind(':')));
+        if (host == "*" || host == "0.0.0.0" || host == "::" || host.empty()) {
+            fail(
+                "pdrouter: --peer-routers/--peer-routers-dns need --replica-id ID: the host the "
+                "other replicas reach this one's PULL socket at (e.g. the pod IP), since "
+                "--kv-ready-bind " +
+                cfg.kv_ready_bind + " does not name one");
+        }
+        cfg.replica_id = host;
+    }
+    cfg.replica_id = bare_host(cfg.replica_id);
+    if (!valid_replica_id(cfg.replica_id)) {
+        fail("pdrouter: invalid value '" + cfg.replica_id + "' for --replica-id: expected 1 to " +
+             std::to_string(Config::kMaxReplicaIdBytes) + " letters, digits, '.', ':', '-' or '_'");
+    }
+    for (auto& p : cfg.peer_routers) {
+        p.host = bare_host(p.host);
+        if (!valid_replica_id(p.host)) {
+            fail("pdrouter: invalid peer router '" + p.text() +
+                 "': its host is its replica id, and must be letters, digits, '.', ':', '-' or "
+                 "'_'");
+        }
+    }
+}
+
 void check_push(Config& cfg) {
     const bool push = cfg.kv_mode == KvMode::Push;
     if (!push) {
@@ -271,6 +332,7 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
                 "--decode (and --prefiller-*/--decoder-*), or drop --demo");
         }
         check_lmcache(cfg);
+        check_replicas(cfg);
         check_push(cfg);
     } catch (const Failure& f) {
         outcome.action = ParseOutcome::Action::Exit;

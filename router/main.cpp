@@ -5,9 +5,18 @@
 #include "router/api/run.hpp"
 #include "router/demo/demo.hpp"
 
+#include <csignal>
 #include <iostream>
 
 int main(int argc, char** argv) {
+    // SIGTERM/SIGINT wait, blocked, until run() has its handler: one that comes while the
+    // configuration is read or the --demo engines start is then a drain like any other (exit 0),
+    // not the default action's kill. Threads started meanwhile inherit the mask.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     pdr::config::ParseOutcome outcome = pdr::config::parse_command_line(argc, argv);
     if (outcome.action == pdr::config::ParseOutcome::Action::Exit) {
         std::ostream& os = outcome.exit_code == 0 ? std::cout : std::cerr;

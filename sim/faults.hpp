@@ -51,6 +51,9 @@ struct Fault {
     int kv_register_delay_ms = 0;   // push, decode: wait this long before registering with P
     bool kv_corrupt_block = false;  // prefill: one byte of one held block is wrong
     bool kv_answer_pull = false;    // push, prefill: answer a pull handle (transfer_mode "pull")
+    // push, prefill: the write fails without being made, and its Failed reaches only the
+    // router's control peer (the decode's copy is lost): only the router can end D's wait.
+    bool kv_failed_to_router_only = false;
 };
 
 class FaultPlan {

@@ -54,7 +54,7 @@ KvAgent::KvAgent(const net::any_io_executor& ex, const KvAgentConfig& cfg) : ex_
     descriptor_ = agent_->descriptor();
     agent_->set_peer_handler([this](const pdx::PeerEvent& e) {
         std::erase_if(by_address_, [&](const auto& kv) { return kv.second.handle == e.peer; });
-        std::erase_if(controls_, [&](const auto& kv) { return kv.second == e.peer; });
+        std::erase_if(by_descriptor_, [&](const auto& kv) { return kv.second == e.peer; });
         if (peer_gone_) {
             peer_gone_(e);
         }
@@ -122,11 +122,8 @@ awaitable<PeerRef> KvAgent::peer_at(upstream::Client& client, const std::string&
 }
 
 pdx::Result<pdx::PeerHandle> KvAgent::control_peer(const std::string& base64) {
-    if (auto it = controls_.find(base64); it != controls_.end() && alive(*agent_, it->second)) {
-        return it->second;
-    }
     namespace b64 = boost::beast::detail::base64;
-    std::vector<std::byte> blob(b64::decoded_size(base64.size()));
+    std::string blob(b64::decoded_size(base64.size()), '\0');
     const auto [written, read] = b64::decode(blob.data(), base64.data(), base64.size());
     // Decoding stops at the padding: up to two '=' may follow, nothing else.
     const std::size_t padding = base64.size() - std::min(base64.size(), read);
@@ -135,11 +132,19 @@ pdx::Result<pdx::PeerHandle> KvAgent::control_peer(const std::string& base64) {
         return {pdx::Status::Invalid, "pdx_control is not base64"};
     }
     blob.resize(written);
-    auto added = agent_->add_peer(blob);
+    return peer_from(blob);
+}
+
+pdx::Result<pdx::PeerHandle> KvAgent::peer_from(const std::string& descriptor) {
+    if (auto it = by_descriptor_.find(descriptor);
+        it != by_descriptor_.end() && alive(*agent_, it->second)) {
+        return it->second;
+    }
+    auto added = agent_->add_peer(std::as_bytes(std::span(descriptor.data(), descriptor.size())));
     if (!added) {
         return added;
     }
-    controls_[base64] = *added;
+    by_descriptor_[descriptor] = *added;
     return *added;
 }
 

@@ -57,6 +57,8 @@ public:
                                unsigned short port, bool refresh = false);
     // A control peer from its base64 descriptor (cached by value while alive).
     pdx::Result<pdx::PeerHandle> control_peer(const std::string& base64);
+    // A peer from its descriptor's bytes (cached by value while alive).
+    pdx::Result<pdx::PeerHandle> peer_from(const std::string& descriptor);
 
     // Posts `req` (a write or a read) and waits for its terminal state, whatever happens to the
     // awaiting coroutine meanwhile (the request's deadline bounds it): local blocks are safe to
@@ -76,7 +78,7 @@ private:
     pdx::LayoutId layout_ = 0;
     std::vector<std::byte> descriptor_;
     std::map<std::string, PeerRef> by_address_;
-    std::map<std::string, pdx::PeerHandle> controls_;
+    std::map<std::string, pdx::PeerHandle> by_descriptor_;
     pdx::PeerEventFn peer_gone_;
     std::uint64_t fetches_ = 0;
 };

@@ -126,14 +126,19 @@ awaitable<KvOutcome> SimServer::Impl::pull_pdx(const KvHandle& h, TakenBlocks& t
             v = verify_blocks(h.request_id, taken, from);
         }
         // P frees the blocks: read (Done, freed_by_read) or useless (Abort, freed_by_abort).
-        // If the note is lost, its lease does.
-        if (v.ok()) {
-            send_note(peer.handle, pdx::NotifyKind::Done, pdx_id(h.request_id),
-                      json{{"request_id", h.request_id}});
-        } else {
+        const pdx::NotifyKind kind = v.ok() ? pdx::NotifyKind::Done : pdx::NotifyKind::Abort;
+        if (!v.ok()) {
             ++state.counters.kv_aborts_sent;
-            send_note(peer.handle, pdx::NotifyKind::Abort, pdx_id(h.request_id),
-                      json{{"request_id", h.request_id}});
+        }
+        const json note{{"request_id", h.request_id}};
+        if (!send_note(peer.handle, kind, pdx_id(h.request_id), note)) {
+            // P never adds a pulling D back, so D's handle is declared gone peer_timeout after
+            // its add_peer, possibly between the read and this note: once more on a fresh
+            // handle to the same agent instance. If that fails too, P's lease frees the blocks.
+            PeerRef again = co_await agent->peer_at(client, h.host, h.port, true);
+            if (again.handle != pdx::kNoPeer && again.instance == peer.instance) {
+                send_note(again.handle, kind, pdx_id(h.request_id), note);
+            }
         }
         co_return v;
     }

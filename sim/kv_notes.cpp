@@ -27,7 +27,7 @@ std::string str(const json& j, const char* key) {
 }  // namespace
 
 void SimServer::Impl::kv_start() {
-    if (cfg.kv_transfer != KvTransfer::Pdx || cfg.kv_mode == KvMode::Lmcache) {
+    if (cfg.kv_transfer != KvTransfer::Pdx) {
         return;
     }
     KvAgentConfig c;

@@ -95,6 +95,7 @@ json SimServer::Impl::prefill_hold(const std::string& rid, int prompt_tokens,
     PushEntry& e = it->second;
     e.control = control;
     e.write_delay_ms = f ? f->kv_write_delay_ms : 0;
+    e.failed_to_router_only = f && f->kv_failed_to_router_only;
     if (fresh) {
         e.stage = PushEntry::Stage::Prefilled;
         e.request_id = rid;
@@ -237,9 +238,13 @@ awaitable<void> SimServer::Impl::push_write(std::string tid) {
     const std::string rid = it->second.request_id;
     const PushRegistration reg = *it->second.reg;
     const pdx::PeerHandle control = it->second.control;
+    const bool router_only = it->second.failed_to_router_only;
     const auto* held = store.blocks_of(rid);
     pdx::TransferResult r;
-    if (!held || held->size() != reg.blocks.size()) {
+    if (router_only) {
+        r.status = pdx::Status::Failed;
+        r.message = "fault kv_failed_to_router_only: the write was not made";
+    } else if (!held || held->size() != reg.blocks.size()) {
         r.status = pdx::Status::Invalid;
         r.message = held ? "the decode registered " + std::to_string(reg.blocks.size()) +
                                " blocks for " + std::to_string(held->size())
@@ -277,7 +282,8 @@ awaitable<void> SimServer::Impl::push_write(std::string tid) {
         PDR_WARN("pdsim",
                  "push write " + tid + " ended " + pdx::to_string(r.status) + ": " + r.message,
                  rid);
-        if (r.handle == pdx::kNoTransfer) {  // never posted: the core sends D nothing
+        if (r.handle == pdx::kNoTransfer &&
+            !router_only) {  // never posted: the core sends D nothing
             send_note(reg.peer, pdx::NotifyKind::Failed, pdx_id(tid),
                       json{{"transfer_id", tid}, {"request_id", rid}, {"error", r.message}});
         }
@@ -291,6 +297,13 @@ awaitable<void> SimServer::Impl::push_write(std::string tid) {
                       copy)) {
             ++state.counters.kv_control_copies;
         }
+    }
+    if (auto kept = pushes.find(tid); router_only && kept != pushes.end()) {
+        // Kept as aborted: D's Abort (its leg ended by the router) is answered with Failed, so
+        // its blocks come back at once.
+        kept->second.stage = PushEntry::Stage::Aborted;
+        kept->second.expires = Clock::now() + cfg.kv_wait_timeout;
+        co_return;
     }
     pushes.erase(tid);
 }

@@ -14,6 +14,7 @@ struct KvReadyNotifier::Impl {
 
 KvReadyNotifier::KvReadyNotifier(const std::string& endpoint) : impl_(std::make_unique<Impl>()) {
     impl_->socket.set(zmq::sockopt::linger, 0);
+    impl_->socket.set(zmq::sockopt::ipv6, true);  // tcp://[v6]:PORT endpoints too
     try {
         impl_->socket.connect(endpoint);
     } catch (const zmq::error_t& e) {

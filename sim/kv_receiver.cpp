@@ -26,6 +26,7 @@ struct KvReceiver::State {
     LmcacheInbox inbox;
     std::vector<std::unique_ptr<Acceptor>> acceptors;
     ReceiverCounters counters;
+    PdxFrameFn pdx_frame;
 };
 
 namespace {
@@ -82,6 +83,9 @@ awaitable<void> serve_alloc(StatePtr s, Socket sock, int rank) {
         std::size_t id_len = 0;
         auto bad = decode_kv_fixed(fixed, static_cast<std::uint32_t>(kMaxModelLen), h, id_len);
         KvStatus status = KvStatus::Ok;
+        if (!bad && h.pdx && !s->pdx_frame) {
+            bad = "a transfer-core frame, and this decode runs without the transfer core";
+        }
         if (bad) {
             status = KvStatus::BadFrame;
         } else if (h.rank != rank) {
@@ -102,6 +106,13 @@ awaitable<void> serve_alloc(StatePtr s, Socket sock, int rank) {
         h.req_id.resize(id_len);
         ec = co_await link.read(
             std::span(reinterpret_cast<unsigned char*>(h.req_id.data()), h.req_id.size()));
+        if (!ec && h.pdx) {
+            auto served = s->pdx_frame(link, h);
+            if (!co_await std::move(served)) {
+                co_return;
+            }
+            continue;
+        }
         bool corrupt = false;
         bool whole = false;
         if (!ec) {
@@ -186,6 +197,10 @@ void KvReceiver::listen(const std::string& host, std::vector<unsigned short>& in
     for (std::size_t i = 0; i < s.acceptors.size(); ++i) {
         s.tasks.spawn(accept_loop(state_, *s.acceptors[i], static_cast<int>(i / 2), i % 2 == 0));
     }
+}
+
+void KvReceiver::set_pdx_handler(PdxFrameFn fn) {
+    state_->pdx_frame = std::move(fn);
 }
 
 void KvReceiver::stop() {

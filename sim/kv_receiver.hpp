@@ -6,6 +6,7 @@
 #include "sim/lmcache_inbox.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,8 +19,15 @@ struct ReceiverCounters {
     std::uint64_t frames_rejected = 0;  // bad header, wrong rank, too large, cut short
 };
 
+class KvLink;
+struct KvHeader;
+
 class KvReceiver {
 public:
+    // Serves one payload-less (pdx) KV frame whose header and req_id were read: answers on the
+    // link and records the copy in the inbox. Returns false to close the connection.
+    using PdxFrameFn = std::function<awaitable<bool>(KvLink& link, const KvHeader& header)>;
+
     KvReceiver(net::any_io_executor ex, Duration ttl, std::uint64_t max_bytes);
     ~KvReceiver();  // stop()
     KvReceiver(const KvReceiver&) = delete;
@@ -29,6 +37,8 @@ public:
     // port; the bound ports are written back) and starts accepting. Throws std::system_error.
     void listen(const std::string& host, std::vector<unsigned short>& init_ports,
                 std::vector<unsigned short>& alloc_ports);
+    // pdx frames go to `fn`; without one they are refused as bad frames.
+    void set_pdx_handler(PdxFrameFn fn);
     // Closes the listeners and every connection.
     void stop();
 

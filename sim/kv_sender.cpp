@@ -14,10 +14,16 @@ namespace {
 constexpr std::size_t kChunkBytes = 64 * 1024;
 
 std::string where(const KvTarget& t, unsigned short port) {
+    return kv_target_where(t, port);
+}
+
+}  // namespace
+
+std::string kv_target_where(const KvTarget& t, unsigned short port) {
     return "rank " + std::to_string(t.rank) + " (" + t.host + ":" + std::to_string(port) + ")";
 }
 
-awaitable<std::string> handshake(const KvTarget& t, Duration timeout) {
+awaitable<std::string> kv_handshake(const KvTarget& t, Duration timeout) {
     const auto ex = co_await net::this_coro::executor;
     KvLink link(Socket(ex), timeout);
     const std::string err = co_await KvLink::connect(link, t.host, t.init_port);
@@ -45,10 +51,38 @@ awaitable<std::string> handshake(const KvTarget& t, Duration timeout) {
     co_return std::string();
 }
 
-}  // namespace
+std::string kv_ack_error(const KvTarget& t, const error_code& ec, const std::string& why,
+                         std::span<const unsigned char, 8> ack_bytes, bool corrupt) {
+    if (ec) {
+        return "KV transfer to " + where(t, t.alloc_port) + " failed: " + why;
+    }
+    const auto ack = decode_ack(ack_bytes);
+    if (!ack) {
+        return "KV receiver " + where(t, t.alloc_port) + " sent an invalid ack";
+    }
+    // The corrupting fault emulates a P that does not notice: D's refusal is what it expects.
+    if (ack->status != KvStatus::Ok && !(corrupt && ack->status == KvStatus::Corrupt)) {
+        return "KV receiver " + where(t, t.alloc_port) +
+               " refused the KV: " + std::string(to_string(ack->status));
+    }
+    return std::string();
+}
+
+KvHeader kv_frame_header(const KvTarget& t, const KvShipment& kv, bool pdx) {
+    KvHeader h;
+    h.rank = t.rank;
+    h.key = kv.key;
+    h.tokens = kv.tokens;
+    h.block_tokens = kv.block_tokens;
+    h.bytes_per_token = kv.bytes_per_token;
+    h.bytes = std::uint64_t{kv.tokens} * kv.bytes_per_token;
+    h.req_id = kv.req_id.substr(0, kMaxReqIdBytes);
+    h.pdx = pdx;
+    return h;
+}
 
 awaitable<std::string> send_kv(KvTarget t, KvShipment kv, Duration timeout) {
-    const std::string refused = co_await handshake(t, timeout);
+    const std::string refused = co_await kv_handshake(t, timeout);
     if (!refused.empty()) {
         co_return refused;
     }
@@ -58,14 +92,7 @@ awaitable<std::string> send_kv(KvTarget t, KvShipment kv, Duration timeout) {
     if (!err.empty()) {
         co_return "KV receiver " + where(t, t.alloc_port) + ": " + err;
     }
-    KvHeader h;
-    h.rank = t.rank;
-    h.key = kv.key;
-    h.tokens = kv.tokens;
-    h.block_tokens = kv.block_tokens;
-    h.bytes_per_token = kv.bytes_per_token;
-    h.bytes = std::uint64_t{kv.tokens} * kv.bytes_per_token;
-    h.req_id = kv.req_id.substr(0, kMaxReqIdBytes);
+    const KvHeader h = kv_frame_header(t, kv, false);
     const std::string head = encode_kv_header(h);
     auto ec = co_await link.write(
         std::span(reinterpret_cast<const unsigned char*>(head.data()), head.size()));
@@ -88,19 +115,7 @@ awaitable<std::string> send_kv(KvTarget t, KvShipment kv, Duration timeout) {
         ec = co_await link.read(ack_bytes);
     }
     link.close();
-    if (ec) {
-        co_return "KV transfer to " + where(t, t.alloc_port) + " failed: " + link.describe(ec);
-    }
-    const auto ack = decode_ack(ack_bytes);
-    if (!ack) {
-        co_return "KV receiver " + where(t, t.alloc_port) + " sent an invalid ack";
-    }
-    // The corrupting fault emulates a P that does not notice: D's refusal is what it expects.
-    if (ack->status != KvStatus::Ok && !(kv.corrupt && ack->status == KvStatus::Corrupt)) {
-        co_return "KV receiver " + where(t, t.alloc_port) +
-            " refused the KV: " + std::string(to_string(ack->status));
-    }
-    co_return std::string();
+    co_return kv_ack_error(t, ec, link.describe(ec), ack_bytes, kv.corrupt);
 }
 
 }  // namespace pdr::sim

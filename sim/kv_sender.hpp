@@ -2,8 +2,10 @@
 // A prefill's side of the LMCache-mode KV transport (sim/lmcache_wire.hpp): moves one D rank's
 // KV for one request.
 #include "net/common/io.hpp"
+#include "sim/lmcache_wire.hpp"
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace pdr::sim {
@@ -23,6 +25,19 @@ struct KvShipment {
     std::string req_id;
     bool corrupt = false;  // fault: one byte of the payload is wrong
 };
+
+// The head of the one KV frame for `kv` to rank `t` (bytes: tokens × bytes_per_token); `pdx`:
+// the bytes go through the transfer core, not in the frame.
+KvHeader kv_frame_header(const KvTarget& t, const KvShipment& kv, bool pdx);
+// "rank 1 (host:port)", for messages.
+std::string kv_target_where(const KvTarget& t, unsigned short port);
+// The Hello exchange on the target's init port. Returns an error message, empty when D is the
+// rank it should be.
+awaitable<std::string> kv_handshake(const KvTarget& t, Duration timeout);
+// Judges D's ack of one frame (read with `ec`): an error message, empty when acknowledged (or,
+// for a copy `corrupt` on purpose, refused as corrupt).
+std::string kv_ack_error(const KvTarget& t, const error_code& ec, const std::string& why,
+                         std::span<const unsigned char, 8> ack_bytes, bool corrupt);
 
 // Handshake on the init port, then one KV frame on the alloc port and D's ack. Returns an error
 // message, empty when D acknowledged the KV. Each network operation is bounded by `timeout`.

@@ -80,6 +80,10 @@ awaitable<std::vector<std::string>> send_all(net::any_io_executor ex,
     co_return results;
 }
 
+awaitable<bool> refuse_frame() {
+    co_return false;
+}
+
 }  // namespace
 
 void SimServer::Impl::lmcache_start() {
@@ -102,6 +106,15 @@ void SimServer::Impl::lmcache_start() {
         std::chrono::duration_cast<Duration>(std::chrono::duration<double>(l.kv_ttl_seconds));
     receiver.emplace(ex, ttl, l.max_kv_bytes);
     receiver->listen(cfg.host, l.init_ports, l.alloc_ports);
+    if (agent) {
+        std::weak_ptr<Impl> weak = shared_from_this();
+        receiver->set_pdx_handler([weak](KvLink& link, const KvHeader& h) -> awaitable<bool> {
+            if (auto self = weak.lock()) {
+                return self->lmcache_accept(link, h);
+            }
+            return refuse_frame();
+        });
+    }
 }
 
 void SimServer::Impl::lmcache_stop() {
@@ -143,9 +156,12 @@ awaitable<std::string> SimServer::Impl::lmcache_handover(const LmcacheParams& p,
         }
         KvShipment copy = kv;
         copy.corrupt = listed(f.corrupt_kv_ranks, rank);
-        sends.push_back(
-            send_kv(KvTarget{spec.receiver_host, spec.init_ports[r], spec.alloc_ports[r], rank},
-                    std::move(copy), kTransferTimeout));
+        KvTarget target{spec.receiver_host, spec.init_ports[r], spec.alloc_ports[r], rank};
+        if (agent) {  // through the transfer core
+            sends.push_back(lmcache_write(std::move(target), std::move(copy), kTransferTimeout));
+        } else {
+            sends.push_back(send_kv(std::move(target), std::move(copy), kTransferTimeout));
+        }
     }
     std::vector<std::string> results;
     const auto started = Clock::now();
@@ -158,7 +174,7 @@ awaitable<std::string> SimServer::Impl::lmcache_handover(const LmcacheParams& p,
             sent_bytes += std::uint64_t{kv.tokens} * kv.bytes_per_token;
         }
     }
-    if (sent_bytes > 0) {
+    if (sent_bytes > 0 && !agent) {  // through the agent, lmcache_write counts each write
         count_transfer(state.counters, sent_bytes, started);
     }
     std::string first_error;

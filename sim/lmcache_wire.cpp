@@ -111,7 +111,7 @@ std::string encode_kv_header(const KvHeader& h) {
     auto* p = reinterpret_cast<unsigned char*>(out.data());
     std::memcpy(p, "PDKV", 4);
     p += 4;
-    put(p, kWireVersion, 1);
+    put(p, h.pdx ? kWirePdxVersion : kWireVersion, 1);
     put(p, 0, 1);
     put(p, static_cast<std::uint64_t>(h.rank), 2);
     put(p, h.key, 8);
@@ -132,9 +132,11 @@ std::optional<std::string> decode_kv_fixed(std::span<const unsigned char, kKvFix
         return "not a KV frame (bad magic)";
     }
     p += 4;
-    if (const auto v = get(p, 1); v != kWireVersion) {
+    const auto v = get(p, 1);
+    if (v != kWireVersion && v != kWirePdxVersion) {
         return "unsupported KV frame version " + std::to_string(v);
     }
+    out.pdx = v == kWirePdxVersion;
     p += 1;
     out.rank = static_cast<int>(get(p, 2));
     out.key = get(p, 8);
@@ -170,6 +172,10 @@ std::string_view to_string(KvStatus s) noexcept {
             return "KV bytes failed verification";
         case KvStatus::TooLarge:
             return "too large";
+        case KvStatus::NoBlocks:
+            return "no free KV blocks";
+        case KvStatus::WriteFailed:
+            return "the write through the transfer core failed or its Done did not come";
     }
     return "?";
 }
@@ -179,7 +185,74 @@ std::array<unsigned char, kAckSize> encode_ack(const KvAck& a) {
 }
 
 std::optional<KvAck> decode_ack(std::span<const unsigned char, kAckSize> bytes) {
-    return decode_small(bytes, "PDKA", KvStatus::TooLarge);
+    return decode_small(bytes, "PDKA", KvStatus::WriteFailed);
+}
+
+std::string encode_kv_alloc(const KvAlloc& a) {
+    std::string out(
+        kAllocFixedSize + 4 * a.blocks.size() + a.transfer_id.size() + a.descriptor.size(), '\0');
+    auto* p = reinterpret_cast<unsigned char*>(out.data());
+    std::memcpy(p, "PDKB", 4);
+    p += 4;
+    put(p, kWirePdxVersion, 1);
+    put(p, static_cast<std::uint8_t>(a.status), 1);
+    put(p, static_cast<std::uint64_t>(a.rank), 2);
+    put(p, a.layout, 4);
+    put(p, a.block_bytes, 4);
+    put(p, a.blocks.size(), 4);
+    put(p, a.transfer_id.size(), 2);
+    put(p, a.descriptor.size(), 4);
+    for (const std::uint32_t b : a.blocks) {
+        put(p, b, 4);
+    }
+    std::memcpy(p, a.transfer_id.data(), a.transfer_id.size());
+    p += a.transfer_id.size();
+    std::memcpy(p, a.descriptor.data(), a.descriptor.size());
+    return out;
+}
+
+std::optional<std::string> decode_kv_alloc_fixed(std::span<const unsigned char, kAllocFixedSize> in,
+                                                 KvAlloc& out, std::size_t& tail) {
+    const unsigned char* p = in.data();
+    if (!magic_is(p, "PDKB")) {
+        return "not a KV allocation (bad magic)";
+    }
+    p += 4;
+    if (const auto v = get(p, 1); v != kWirePdxVersion) {
+        return "unsupported KV allocation version " + std::to_string(v);
+    }
+    const auto status = get(p, 1);
+    if (status > static_cast<std::uint8_t>(KvStatus::WriteFailed)) {
+        return "unknown KV allocation status " + std::to_string(status);
+    }
+    out.status = static_cast<KvStatus>(status);
+    out.rank = static_cast<int>(get(p, 2));
+    out.layout = static_cast<std::uint32_t>(get(p, 4));
+    out.block_bytes = static_cast<std::uint32_t>(get(p, 4));
+    const auto blocks = get(p, 4);
+    const auto id_len = get(p, 2);
+    const auto desc_len = get(p, 4);
+    if (blocks > kMaxAllocBlocks || id_len > kMaxTransferIdBytes ||
+        desc_len > kMaxDescriptorBytes) {
+        return "KV allocation over its bounds (" + std::to_string(blocks) + " blocks, " +
+               std::to_string(id_len) + "-byte id, " + std::to_string(desc_len) +
+               "-byte descriptor)";
+    }
+    out.blocks.assign(static_cast<std::size_t>(blocks), 0);
+    out.transfer_id.assign(static_cast<std::size_t>(id_len), '\0');
+    out.descriptor.assign(static_cast<std::size_t>(desc_len), '\0');
+    tail = static_cast<std::size_t>(4 * blocks + id_len + desc_len);
+    return std::nullopt;
+}
+
+void decode_kv_alloc_tail(std::span<const unsigned char> in, KvAlloc& out) {
+    const unsigned char* p = in.data();
+    for (auto& b : out.blocks) {
+        b = static_cast<std::uint32_t>(get(p, 4));
+    }
+    std::memcpy(out.transfer_id.data(), p, out.transfer_id.size());
+    p += out.transfer_id.size();
+    std::memcpy(out.descriptor.data(), p, out.descriptor.size());
 }
 
 KvPattern::KvPattern(std::uint64_t key, int rank, std::uint32_t tokens, std::uint32_t block_tokens,

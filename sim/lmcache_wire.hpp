@@ -35,6 +35,9 @@ inline constexpr std::size_t kHugeNotifBytes = 8u << 20;
 // ---- KV transport ------------------------------------------------------------------------------
 
 inline constexpr std::uint8_t kWireVersion = 1;
+// A KV frame of this version carries no payload: the KV goes through the transfer core
+// (docs/pdsim.md, "LMCache mode"); D answers a KvAlloc, then, once the bytes are verified, a KvAck.
+inline constexpr std::uint8_t kWirePdxVersion = 2;
 inline constexpr std::size_t kMaxReqIdBytes = 1024;
 
 // The two 8-byte messages, "PDKH" (hello, both ways) and "PDKA" (ack): magic, version, status,
@@ -58,6 +61,7 @@ struct KvHeader {
     std::uint32_t bytes_per_token = 0;
     std::uint64_t bytes = 0;  // payload that follows: tokens * bytes_per_token
     std::string req_id;       // for logs only; KV is keyed by `key`
+    bool pdx = false;         // version kWirePdxVersion: no payload follows
 };
 // "PDKV", version, 0, rank (2), key (8), tokens (4), block_tokens (4), bytes_per_token (4),
 // bytes (8), req_id length (2); then the req_id.
@@ -75,13 +79,40 @@ enum class KvStatus : std::uint8_t {
     BadFrame = 1,
     WrongRank = 2,
     Corrupt = 3,
-    TooLarge = 4
+    TooLarge = 4,
+    NoBlocks = 5,     // pdx: D's KV pool has too few free blocks
+    WriteFailed = 6,  // pdx: P's write failed or its Done did not come in time
 };
 std::string_view to_string(KvStatus s) noexcept;
 using KvAck = RankStatus<KvStatus>;
 inline constexpr std::size_t kAckSize = 8;
 std::array<unsigned char, kAckSize> encode_ack(const KvAck& a);
 std::optional<KvAck> decode_ack(std::span<const unsigned char, kAckSize> bytes);
+
+// pdx: D's answer to a payload-less KV frame, the blocks P writes into through the transfer
+// core. "PDKB", version 2, status (1), rank (2), layout (4), block_bytes (4), block count (4),
+// transfer_id length (2), descriptor length (4); then the block ids (4 each), the transfer_id and
+// D's agent descriptor. A status other than Ok has no blocks, id or descriptor.
+struct KvAlloc {
+    int rank = 0;
+    KvStatus status = KvStatus::Ok;
+    std::uint32_t layout = 0;
+    std::uint32_t block_bytes = 0;
+    std::vector<std::uint32_t> blocks;
+    std::string transfer_id;
+    std::string descriptor;
+};
+inline constexpr std::size_t kAllocFixedSize = 26;
+inline constexpr std::size_t kMaxAllocBlocks = 1 << 20;
+inline constexpr std::size_t kMaxTransferIdBytes = 256;
+inline constexpr std::size_t kMaxDescriptorBytes = 1 << 20;
+std::string encode_kv_alloc(const KvAlloc& a);
+// Decodes the fixed part into `out` and sets `tail` to the bytes that follow; an error when the
+// magic, version or status is wrong or a length is over its bound.
+std::optional<std::string> decode_kv_alloc_fixed(std::span<const unsigned char, kAllocFixedSize> in,
+                                                 KvAlloc& out, std::size_t& tail);
+// Fills the block ids, transfer_id and descriptor from the tail (its size as given by `tail`).
+void decode_kv_alloc_tail(std::span<const unsigned char> in, KvAlloc& out);
 
 // The deterministic KV bytes of one rank for one id sequence.
 class KvPattern {

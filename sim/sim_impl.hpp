@@ -10,7 +10,9 @@
 #include "sim/kv_handle.hpp"
 #include "sim/kv_ready_notifier.hpp"
 #include "sim/kv_receiver.hpp"
+#include "sim/kv_sender.hpp"
 #include "sim/kv_signal.hpp"
+#include "sim/lmcache_wire.hpp"
 #include "sim/openai.hpp"
 #include "sim/sim_server.hpp"
 #include "sim/state.hpp"
@@ -69,6 +71,7 @@ struct PushEntry {
     pdx::PeerHandle control = pdx::kNoPeer;  // the router's agent, when the leg named one
     Clock::time_point expires{};             // Registered / Aborted
     int write_delay_ms = 0;                  // fault
+    bool failed_to_router_only = false;      // fault: the write fails, D is told nothing
 };
 
 // Push mode, decode side: a request waiting for P's Done or Failed.
@@ -112,7 +115,8 @@ struct SimServer::Impl : std::enable_shared_from_this<Impl> {
         Clock::time_point until;
     };
     std::unordered_map<std::uint64_t, Quarantined> quarantine;  // by pdx_id(transfer_id)
-    std::int64_t created = 0;  // start time (seconds), for /v1/models
+    std::uint64_t lmcache_transfers = 0;  // decode: names LMCache writes through the agent
+    std::int64_t created = 0;             // start time (seconds), for /v1/models
     bool stopping = false;
 
     // Routing and the small endpoints (sim_server.cpp).
@@ -131,6 +135,10 @@ struct SimServer::Impl : std::enable_shared_from_this<Impl> {
                                             LmcacheFault f);
     // Decode: claims every rank's KV for ids[0 .. n-1). Returns the error to answer with.
     std::optional<std::string> lmcache_claim(const std::vector<TokenId>& ids);
+    // With the transfer agent (lmcache_pdx.cpp): P's copy of one rank's KV, written into the
+    // blocks D allocates; D's side of one such frame (KvReceiver::PdxFrameFn).
+    awaitable<std::string> lmcache_write(KvTarget target, KvShipment kv, Duration timeout);
+    awaitable<bool> lmcache_accept(KvLink& link, KvHeader header);
     nlohmann::json lmcache_state_json() const;
     void lmcache_reset();
 

@@ -378,8 +378,8 @@ unsigned short SimServer::start() {
             std::string("pdsim-") + role_name(im.cfg.role) + "-" + std::to_string(port);
     }
     im.store.set_engine_id(im.cfg.engine_id);
+    im.kv_start();  // before the LMCache receivers, which hand pdx frames to the agent
     im.lmcache_start();
-    im.kv_start();
     im.identity = Identity{role_name(im.cfg.role), im.cfg.engine_id, im.cfg.model, port};
     im.created = now_seconds();
     im.server->start();

@@ -4,9 +4,6 @@
 #include "bench/router/process.hpp"
 #include "net/common/io.hpp"
 
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -48,24 +45,9 @@ std::string stream_body(const KvModesOptions& o) {
            std::to_string(o.max_tokens) + R"(,"stream":true})";
 }
 
-// A number field of pdsim's /debug/state (0 when absent), by a blocking GET.
+// A number field of pdsim's /debug/state (0 when absent).
 std::uint64_t state_field(unsigned short port, const std::string& field) {
-    net::io_context io;
-    tcp::socket s(io);
-    s.connect({net::ip::make_address("127.0.0.1"), port});
-    http::request<http::empty_body> req{http::verb::get, "/debug/state", 11};
-    req.set(http::field::host, "127.0.0.1");
-    http::write(s, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(s, buf, res);
-    const std::string& body = res.body();
-    const std::string key = "\"" + field + "\":";
-    const auto at = body.find(key);
-    if (at == std::string::npos) {
-        return 0;
-    }
-    return std::stoull(body.substr(at + key.size()));
+    return json_number(http_call(port, "GET", "/debug/state").body, field);
 }
 
 // One mode's pdsim pair and its router.
@@ -104,6 +86,18 @@ Pair start_pair(const KvModesOptions& o, const std::string& mode, const Transpor
                                std::to_string(o.token_delay_ms),
                                "--kv-mode",
                                mode};
+    // Every mode moves its KV through the transfer core. One block per prompt token; the pool
+    // holds the requests in flight and a margin.
+    const std::string blocks =
+        std::to_string(static_cast<std::size_t>(o.prompt_tokens) * (o.concurrency + 2));
+    std::vector<std::string> kv{"--kv-transfer",       "pdx",     "--kv-transports", t.tls,
+                                "--kv-block-bytes",    per_token, "--kv-blocks",     blocks,
+                                "--block-size-tokens", "1"};
+    if (!t.devices.empty()) {
+        kv.insert(kv.end(), {"--kv-net-devices", t.devices});
+    }
+    p.insert(p.end(), kv.begin(), kv.end());
+    d.insert(d.end(), kv.begin(), kv.end());
     Pair pair;
     pair.mode = mode;
     if (mode == "lmcache") {
@@ -123,17 +117,6 @@ Pair start_pair(const KvModesOptions& o, const std::string& mode, const Transpor
             log + "-router.log");
         return pair;
     }
-    // One block per prompt token; the pool holds the requests in flight and a margin.
-    const std::string blocks =
-        std::to_string(static_cast<std::size_t>(o.prompt_tokens) * (o.concurrency + 2));
-    std::vector<std::string> kv{"--kv-transfer",       "pdx",     "--kv-transports", t.tls,
-                                "--kv-block-bytes",    per_token, "--kv-blocks",     blocks,
-                                "--block-size-tokens", "1"};
-    if (!t.devices.empty()) {
-        kv.insert(kv.end(), {"--kv-net-devices", t.devices});
-    }
-    p.insert(p.end(), kv.begin(), kv.end());
-    d.insert(d.end(), kv.begin(), kv.end());
     d.insert(d.end(), {"--decode-setup-delay-ms", std::to_string(o.decode_setup_ms)});
     const std::string engine_id = "bench-" + mode + "-prefill";
     p.insert(p.end(), {"--engine-id", engine_id});
@@ -211,9 +194,6 @@ int run_kv_modes(const KvModesOptions& o) {
         for (int size : o.sizes_mib) {
             std::vector<Pair> pairs;
             for (const auto& mode : o.modes) {
-                if (mode == "lmcache" && t.name != "tcp") {
-                    continue;  // pdsim's LMCache pair moves its KV over TCP only
-                }
                 pairs.push_back(start_pair(o, mode, t, size));
             }
             std::map<std::string, Stats> stats;

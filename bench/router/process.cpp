@@ -1,5 +1,11 @@
 #include "bench/router/process.hpp"
 
+#include "net/common/io.hpp"
+#include "net/common/loopback_port.hpp"
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -9,6 +15,7 @@
 #include <unistd.h>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -127,6 +134,33 @@ double Child::cpu_seconds() const {
     return total_ns / 1e9;
 }
 
+double Child::rss_mib() const {
+    std::istringstream in(read_file("/proc/" + std::to_string(pid_) + "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) {
+            return std::stod(line.substr(6)) / 1024.0;
+        }
+    }
+    return 0;
+}
+
+std::size_t Child::open_fds() const {
+    std::size_t n = 0;
+    if (DIR* dir = ::opendir(("/proc/" + std::to_string(pid_) + "/fd").c_str())) {
+        while (dirent* e = ::readdir(dir)) {
+            n += e->d_name[0] != '.';
+        }
+        ::closedir(dir);
+    }
+    return n;
+}
+
+bool Child::running() const {
+    int status = 0;
+    return pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == 0;
+}
+
 double Child::peak_rss_mib() const {
     std::istringstream in(read_file("/proc/" + std::to_string(pid_) + "/status"));
     std::string line;
@@ -158,21 +192,51 @@ void Child::stop() {
 }
 
 unsigned short free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) {
-        throw std::runtime_error("socket() failed");
+    return pick_loopback_port();
+}
+
+HttpAnswer http_call(unsigned short port, const std::string& method, const std::string& target,
+                     const std::string& body) {
+    net::io_context io;
+    beast::tcp_stream stream(io);
+    http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    if (!body.empty()) {
+        req.set(http::field::content_type, "application/json");
+        req.body() = body;
     }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-        ::close(fd);
-        throw std::runtime_error("could not pick a free port");
+    req.prepare_payload();
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    HttpAnswer out;
+    stream.expires_after(std::chrono::seconds(5));
+    stream.async_connect({net::ip::make_address("127.0.0.1"), port}, [&](error_code ec) {
+        if (ec) {
+            return;
+        }
+        http::async_write(stream, req, [&](error_code wrote, std::size_t) {
+            if (wrote) {
+                return;
+            }
+            http::async_read(stream, buf, res, [&](error_code read, std::size_t) {
+                if (!read) {
+                    out.status = static_cast<int>(res.result_int());
+                    out.body = std::move(res.body());
+                }
+            });
+        });
+    });
+    io.run();
+    return out;
+}
+
+std::uint64_t json_number(const std::string& body, const std::string& field) {
+    const std::string key = "\"" + field + "\":";
+    const auto at = body.find(key);
+    if (at == std::string::npos) {
+        return 0;
     }
-    ::close(fd);
-    return ntohs(addr.sin_port);
+    return std::strtoull(body.c_str() + at + key.size(), nullptr, 10);
 }
 
 }  // namespace pdr::bench

@@ -2,6 +2,8 @@
 // Child processes for the benchmark: spawn with a port file, wait for the port, read CPU time
 // and peak RSS from /proc, stop with SIGTERM.
 #include <sys/types.h>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,8 +25,11 @@ public:
     unsigned short port() const { return port_; }
     pid_t pid() const { return pid_; }
 
-    double cpu_seconds() const;   // CPU time of all its threads so far (schedstat, ns)
-    double peak_rss_mib() const;  // VmHWM
+    double cpu_seconds() const;    // CPU time of all its threads so far (schedstat, ns)
+    double peak_rss_mib() const;   // VmHWM
+    double rss_mib() const;        // VmRSS now
+    std::size_t open_fds() const;  // entries in /proc/<pid>/fd
+    bool running() const;          // not exited (reaps it when it has)
     void stop();
 
 private:
@@ -38,7 +43,19 @@ private:
     std::string port_file_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+// A loopback port for a process that must be told its port (net/common/loopback_port.hpp).
 unsigned short free_port();
+
+// One blocking HTTP/1.1 exchange with 127.0.0.1:`port` (the debug APIs of the processes under
+// test), bounded by 5 s. status 0: no answer (refused, closed, timed out).
+struct HttpAnswer {
+    int status = 0;
+    std::string body;
+};
+HttpAnswer http_call(unsigned short port, const std::string& method, const std::string& target,
+                     const std::string& body = {});
+
+// A number field of a flat JSON object's text, such as pdsim's /debug/state (0 when absent).
+std::uint64_t json_number(const std::string& body, const std::string& field);
 
 }  // namespace pdr::bench

@@ -134,6 +134,17 @@ awaitable<Acquired> acquire(Client::Impl& impl, const Endpoint& ep, const std::s
     co_return a;
 }
 
+// Whether an answer may be waiting after the request's write failed: an upstream that answers
+// before it has read the whole request (a 413 to a body over its limit) and closes makes the
+// write fail (reset, broken pipe) with its answer already in our receive buffer. That answer is
+// read and relayed instead of a write error. Not on a reused connection whose write found it
+// closed (the upstream closed it while idle: nothing was answered), nor after a timeout or a
+// cancel.
+bool answer_may_wait(const Acquired& a, const error_code& wec) {
+    return detail::classify_write(wec) == Failure::Write &&
+           !(a.reused && detail::is_stale_error(wec));
+}
+
 }  // namespace
 
 Client::Client(net::any_io_executor executor, PoolLimits limits)
@@ -159,7 +170,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             detail::Conn& c = *a.conn;
             c.deadline.expires_after(t.response);  // the whole exchange
             const error_code wec = co_await write_request(c, req, t.response);
-            if (wec) {
+            if (wec && !answer_may_wait(a, wec)) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;
                 }
@@ -178,6 +189,11 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 read_ec = co_await wire::parse_some(c.stream.socket(), c.buffer, parser);
             }
             const error_code rec = detail::io_error(c, read_ec);
+            if (rec && wec) {  // no early answer either: the write's failure is the story
+                r.failure = detail::classify_write(wec);
+                r.ec = wec;
+                co_return r;
+            }
             if (rec) {
                 if (a.reused && may_resend(req) && !parser.got_some() &&
                     detail::is_stale_error(rec)) {
@@ -198,7 +214,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 co_return r;  // the connection is dropped with `a`
             }
             r.response = parser.release();
-            if (r.response.keep_alive() && req.keep_alive()) {
+            if (!wec && r.response.keep_alive() && req.keep_alive()) {
                 impl->give_back(key, std::move(a.conn));
             }
             co_return r;
@@ -226,7 +242,7 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
             }
             a.conn->deadline.expires_after(t.response);  // the write, then read_head
             const error_code wec = co_await write_request(*a.conn, req, t.response);
-            if (wec) {
+            if (wec && !answer_may_wait(a, wec)) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;
                 }
@@ -234,10 +250,17 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 o.ec = wec;
                 co_return o;
             }
+            // After a failed write the connection is never reused, whatever the answer says.
+            const bool keep_alive = req.keep_alive() && !wec;
             auto s = std::make_unique<detail::StreamImpl>(
-                impl, key, std::move(a.conn), t, req.keep_alive(), req.method() == http::verb::head,
+                impl, key, std::move(a.conn), t, keep_alive, req.method() == http::verb::head,
                 impl->limits.max_response_body);
             auto [f, ec] = co_await s->read_head();
+            if (f != Failure::None && wec) {  // no early answer either
+                o.failure = detail::classify_write(wec);
+                o.ec = wec;
+                co_return o;
+            }
             if (f != Failure::None) {
                 if (a.reused && may_resend(req) && !s->got_some() && detail::is_stale_error(ec)) {
                     continue;

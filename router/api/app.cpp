@@ -4,6 +4,7 @@
 #include "net/common/uuid.hpp"
 #include "router/api/admin.hpp"
 #include "router/kv/control_agent.hpp"
+#include "router/kv/kv_ready_forwarder.hpp"
 #include "router/kv/kv_ready_listener.hpp"
 
 namespace pdr::api {
@@ -49,12 +50,18 @@ App::App(net::any_io_executor executor, config::Config cfg)
                          : nullptr),
       discovery_(executor_, registry_, cfg_, instances::make_resolver(executor_, cfg_)),
       lease_keeper_(executor_, client_, router_metrics_, cfg_),
+      kv_forwarder_(cfg_.kv_mode == config::KvMode::Lmcache && !cfg_.replica_id.empty()
+                        ? std::make_unique<kv::KvReadyForwarder>(
+                              cfg_.replica_id, cfg_.kv_ready_forward_hwm, router_metrics_)
+                        : nullptr),
       kv_ready_(cfg_.kv_mode == config::KvMode::Lmcache
                     ? std::make_unique<kv::KvReadyListener>(
                           executor_,
                           kv::KvReadyOptions{.bind = cfg_.kv_ready_bind,
                                              .ttl = cfg_.kv_ready_ttl,
-                                             .max_pending = cfg_.kv_ready_max_pending},
+                                             .max_pending = cfg_.kv_ready_max_pending,
+                                             .replica_id = cfg_.replica_id,
+                                             .forwarder = kv_forwarder_.get()},
                           router_metrics_)
                     : nullptr),
       deps_{registry_, client_,         lease_keeper_,       router_metrics_,
@@ -75,6 +82,12 @@ App::App(net::any_io_executor executor, config::Config cfg)
             kv.lmcache = cfg_.lmcache_receivers[i];
         }
         registry_.add_configured(instances::Role::Decode, cfg_.decode[i], std::move(kv));
+    }
+    if (kv_forwarder_) {
+        kv_forwarder_->set_static(cfg_.peer_routers);
+        discovery_.on_peers([this](std::vector<config::InstanceAddress> peers) {
+            kv_forwarder_->set_discovered(peers);
+        });
     }
     server_ = std::make_unique<server::HttpServer>(
         executor_, limits_from(cfg_), [this](server::Exchange& ex) { return handle(ex); });
@@ -99,6 +112,10 @@ bool App::bind_kv_ready(std::string& error) {
     }
     PDR_INFO(kLog, "waiting for LMCache KV-ready notifications on " + kv_ready_->endpoint() +
                        " (point LMCache's pd_proxy_host/pd_proxy_port here)");
+    if (kv_forwarder_) {
+        PDR_INFO(kLog, "replica id " + cfg_.replica_id + ": KV-ready req_ids end in '@" +
+                           cfg_.replica_id + "'; other replicas' notifications are forwarded");
+    }
     for (const auto& d : registry_.list(instances::Role::Decode)) {
         if (d->kv.lmcache.empty()) {
             PDR_WARN(kLog, "decode instance " + d->name +

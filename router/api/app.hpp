@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 namespace pdr::kv {
+class KvReadyForwarder;
 class KvReadyListener;
 class ControlAgent;
 }  // namespace pdr::kv
@@ -88,7 +89,8 @@ private:
     std::unique_ptr<kv::ControlAgent> control_agent_;  // --transfer-agent only
     instances::Discovery discovery_;                   // --prefill-dns / --decode-dns
     kv::LeaseKeeper lease_keeper_;
-    std::unique_ptr<kv::KvReadyListener> kv_ready_;  // lmcache mode only
+    std::unique_ptr<kv::KvReadyForwarder> kv_forwarder_;  // lmcache with a replica id only
+    std::unique_ptr<kv::KvReadyListener> kv_ready_;       // lmcache mode only
     disagg::FlowDeps deps_;
     std::unique_ptr<server::HttpServer> server_;
     std::size_t generations_in_flight_ = 0;

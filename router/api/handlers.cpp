@@ -8,6 +8,7 @@
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/run_flow.hpp"
 #include "router/kv/control_agent.hpp"
+#include "router/kv/kv_ready_forwarder.hpp"
 #include "router/kv/kv_ready_listener.hpp"
 
 #include <algorithm>
@@ -17,7 +18,6 @@ namespace pdr::api {
 namespace {
 
 constexpr std::string_view kLog = "api";
-constexpr std::size_t kMaxLeaseRefreshIds = 10'000;  // per POST /internal/nixl/lease_refresh
 
 // Anyone can send bad requests: one line per second per error code, with the client's address.
 void log_bad_request(const TrackedExchange& ex, const ValidationError& err) {
@@ -264,6 +264,10 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
         // lmcache mode: where notifications go, and the decode instances it cannot use.
         body["kv_ready_endpoint"] = kv_ready_->endpoint();
         body["kv_ready_pending"] = kv_ready_->table().size();
+        if (kv_forwarder_) {
+            body["replica_id"] = kv_forwarder_->self_id();
+            body["peer_routers"] = kv_forwarder_->peers();
+        }
         disagg::Json unusable = disagg::Json::array();
         for (const auto& d : registry_.list(Role::Decode)) {
             if (d->kv.lmcache.empty()) {
@@ -292,31 +296,8 @@ awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
     if (!admitted) {
         co_return;
     }
-    disagg::Json body;
-    ValidationError err = parse_object(ex.request().body(), body);
     std::vector<std::string> ids;
-    if (err.ok()) {
-        auto it = body.find("request_ids");
-        if (it == body.end() || !it->is_array()) {
-            err = {it == body.end() ? Errc::MissingField : Errc::InvalidField,
-                   "request_ids must be an array of strings", "request_ids"};
-        } else if (it->size() > kMaxLeaseRefreshIds) {
-            err = {Errc::InvalidField,
-                   "request_ids holds more than " + std::to_string(kMaxLeaseRefreshIds) +
-                       " ids; send them in several requests",
-                   "request_ids"};
-        } else {
-            ids.reserve(it->size());
-            for (const auto& v : *it) {
-                if (!v.is_string()) {
-                    err = {Errc::InvalidField, "request_ids must be an array of strings",
-                           "request_ids"};
-                    break;
-                }
-                ids.push_back(v.get<std::string>());
-            }
-        }
-    }
+    const ValidationError err = parse_lease_refresh(ex.request().body(), ids);
     if (!err.ok()) {
         router_metrics_.bad_request(error_info(err.errc).code);
         log_bad_request(ex, err);

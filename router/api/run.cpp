@@ -130,6 +130,12 @@ int run(config::Config cfg, const RunHooks& hooks) {
     net::io_context ioc(1);
     App app(ioc.get_executor(), std::move(cfg));
     RunState state{ioc, app, hooks, net::signal_set(ioc, SIGINT, SIGTERM)};
+    // main() blocked them until this handler existed; one that came meanwhile is delivered now.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
     net::co_spawn(ioc, run_main(state), [&state](std::exception_ptr e) {
         if (!e) {
             return;

@@ -101,6 +101,35 @@ ValidationError parse_object(std::string_view body, disagg::Json& out) {
     return {};
 }
 
+ValidationError parse_lease_refresh(std::string_view body, std::vector<std::string>& ids) {
+    ids.clear();
+    disagg::Json j;
+    if (ValidationError err = parse_object(body, j); !err.ok()) {
+        return err;
+    }
+    auto it = j.find("request_ids");
+    if (it == j.end() || !it->is_array()) {
+        return fail(it == j.end() ? Errc::MissingField : Errc::InvalidField,
+                    "request_ids must be an array of strings", "request_ids");
+    }
+    if (it->size() > kMaxLeaseRefreshIds) {
+        return fail(Errc::InvalidField,
+                    "request_ids holds more than " + std::to_string(kMaxLeaseRefreshIds) +
+                        " ids; send them in several requests",
+                    "request_ids");
+    }
+    ids.reserve(it->size());
+    for (const auto& v : *it) {
+        if (!v.is_string()) {
+            ids.clear();
+            return fail(Errc::InvalidField, "request_ids must be an array of strings",
+                        "request_ids");
+        }
+        ids.push_back(v.get<std::string>());
+    }
+    return {};
+}
+
 ValidationError validate_generation(GenerationKind kind, std::string_view content_type,
                                     std::string_view body, ParsedGeneration& out) {
     if (!disagg::is_json_content_type(content_type)) {

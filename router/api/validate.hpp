@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pdr::api {
 
@@ -29,5 +30,10 @@ ValidationError validate_generation(GenerationKind kind, std::string_view conten
 
 // Parses a JSON object body for the admin/internal routes: 400 when not JSON or not an object.
 ValidationError parse_object(std::string_view body, disagg::Json& out);
+
+// The body of POST /internal/nixl/lease_refresh: {"request_ids": [<string>...]}, at most
+// kMaxLeaseRefreshIds ids (more: 400, to be sent in several requests).
+inline constexpr std::size_t kMaxLeaseRefreshIds = 10'000;
+ValidationError parse_lease_refresh(std::string_view body, std::vector<std::string>& ids);
 
 }  // namespace pdr::api

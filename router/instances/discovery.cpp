@@ -92,8 +92,10 @@ std::unique_ptr<NameResolver> make_resolver(net::any_io_executor ex, const confi
 Discovery::Discovery(net::any_io_executor ex, Registry& registry, const config::Config& cfg,
                      std::unique_ptr<NameResolver> resolver)
     : registry_(registry), cfg_(cfg), resolver_(std::move(resolver)), timer_(ex), tasks_(ex) {
-    for (auto [role, name] :
-         {std::pair{Role::Prefill, cfg.prefill_dns}, std::pair{Role::Decode, cfg.decode_dns}}) {
+    using metrics::DiscoveryRole;
+    for (auto [role, name] : {std::pair{DiscoveryRole::Prefill, cfg.prefill_dns},
+                              std::pair{DiscoveryRole::Decode, cfg.decode_dns},
+                              std::pair{DiscoveryRole::Router, cfg.peer_routers_dns}}) {
         if (name.port != 0) {
             targets_.push_back(Target{role, name, "dns:" + name.text(), {}});
         }
@@ -148,15 +150,47 @@ awaitable<void> Discovery::refresh_target(Target& t) {
     if (!alive) {
         co_return;
     }
+    metrics::RouterMetrics& m = registry_.metrics();
     if (!r.ok) {
+        m.discovery_resolution(t.role, metrics::DiscoveryResult::Failed, 0);
         if (r.error != t.last_error) {
             PDR_WARN(kLog, "cannot resolve " + t.name.host + " (" + t.source +
-                               "; its instances are kept as they are): " + r.error);
+                               "; what it gave is kept as it is): " + r.error);
         }
         t.last_error = r.error;
         co_return;
     }
     t.last_error.clear();
+    std::vector<config::InstanceAddress> found = addresses_of(t, r);
+    m.discovery_resolution(
+        t.role, found.empty() ? metrics::DiscoveryResult::Empty : metrics::DiscoveryResult::Ok,
+        found.size());
+    if (t.role == metrics::DiscoveryRole::Router) {
+        if (on_peers_) {
+            on_peers_(std::move(found));
+        }
+        co_return;
+    }
+    const Role role = t.role == metrics::DiscoveryRole::Prefill ? Role::Prefill : Role::Decode;
+    std::set<std::string> names;
+    for (const auto& addr : found) {
+        names.insert(addr.text());
+    }
+    for (const auto& inst : registry_.list(role)) {
+        if (inst->source == t.source && !names.contains(inst->name)) {
+            registry_.drain(role, inst->name);
+        }
+    }
+    for (auto& addr : found) {
+        std::string source = t.source;
+        co_await registry_.add_discovered(role, std::move(addr), std::move(source));
+        if (!alive) {
+            co_return;
+        }
+    }
+}
+
+std::vector<config::InstanceAddress> Discovery::addresses_of(const Target& t, const Resolved& r) {
     std::vector<config::InstanceAddress> found;
     std::set<std::string> names;
     for (const auto& a : r.addresses) {
@@ -172,18 +206,7 @@ awaitable<void> Discovery::refresh_target(Target& t) {
             found.push_back(std::move(addr));
         }
     }
-    for (const auto& inst : registry_.list(t.role)) {
-        if (inst->source == t.source && !names.contains(inst->name)) {
-            registry_.drain(t.role, inst->name);
-        }
-    }
-    for (auto& addr : found) {
-        std::string source = t.source;
-        co_await registry_.add_discovered(t.role, std::move(addr), std::move(source));
-        if (!alive) {
-            co_return;
-        }
-    }
+    return found;
 }
 
 }  // namespace pdr::instances

@@ -9,8 +9,14 @@
 // (a timeout, a server failure) changes nothing. Static and admin instances are never touched,
 // and an address already listed by them is not added twice.
 //
+// --peer-routers-dns NAME:PORT (lmcache mode, several router replicas) is resolved on the same
+// loop: each successful lookup hands the addresses (as HOST:PORT) to the peer handler, which
+// replaces the forwarder's discovered peers; a failed lookup keeps them. Every lookup is counted
+// in pdrouter_discovery_resolutions_total{role,result} and pdrouter_discovery_addresses{role}.
+//
 // The resolver is a seam: DNS through Asio (getaddrinfo), or a hosts file re-read at each refresh
 // (--dns-hosts-file; tests rewrite it). Single-threaded, on the registry's executor.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +55,10 @@ public:
     Discovery(const Discovery&) = delete;
     Discovery& operator=(const Discovery&) = delete;
 
+    // Receives what --peer-routers-dns resolves to, at each successful lookup.
+    using PeerHandler = std::function<void(std::vector<config::InstanceAddress>)>;
+    void on_peers(PeerHandler h) { on_peers_ = std::move(h); }
+
     bool enabled() const noexcept { return !targets_.empty(); }
     void start();  // first refresh now, then every cfg.dns_refresh
     void stop();
@@ -57,18 +67,21 @@ public:
 
 private:
     struct Target {
-        Role role;
+        metrics::DiscoveryRole role;
         config::InstanceAddress name;  // host = the DNS name
         std::string source;            // "dns:NAME:PORT"
         std::string last_error;        // logged once per change
     };
     awaitable<void> refresh_target(Target& t);
+    // The resolved addresses as HOST:PORT (bad ones logged and left out).
+    static std::vector<config::InstanceAddress> addresses_of(const Target& t, const Resolved& r);
     awaitable<void> loop();
 
     Registry& registry_;
     const config::Config& cfg_;
     std::unique_ptr<NameResolver> resolver_;
     std::vector<Target> targets_;
+    PeerHandler on_peers_;
     Timer timer_;
     bool stopped_ = false;
     TaskGroup tasks_;  // last: destroyed first

@@ -171,10 +171,11 @@ awaitable<void> Registry::run_probe(InstancePtr inst) {
     }
     const auto now = Clock::now();
     if (outcome.ok) {
-        // Brings a down instance back. An up one keeps its error count: an engine that answers
-        // GET /health but fails every request must still reach 3 errors in a row.
+        // A down instance comes back on trial (half-open): one request at a time until one
+        // succeeds; one failure takes it down again. An up one keeps its error count: an engine
+        // that answers GET /health but fails every request must still reach 3 errors in a row.
         if (!inst->up) {
-            report_success(*inst);
+            start_trial(*inst);
         }
         inst->next_probe = now + cfg_.health_interval;
     } else if (inst->up) {

@@ -43,7 +43,10 @@ struct Instance {
     std::string name;  // canonical "host:port" / "[v6]:port"
     upstream::Endpoint endpoint;
     InstanceKv kv;
-    bool up = true;        // false after a failure, until a probe succeeds
+    bool up = true;  // false after a failure, until a probe succeeds
+    // Half-open: up again after a probe, until its first request ends well. Meanwhile it takes
+    // one request at a time, and one failure takes it down again.
+    bool on_trial = false;
     bool removed = false;  // removed via admin API: no new picks, in-flight finish
     // Set on removal: called when the last request in flight on a removed instance ends, so the
     // registry drops it (and its metric series) then, not at its next health tick.

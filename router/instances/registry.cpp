@@ -175,7 +175,7 @@ InstancePtr Registry::pick(Role role, const Instance* exclude, bool (*usable)(co
     for (std::size_t at = 0; at < v.size(); ++at) {
         const auto& inst = v[at];
         if (inst->up && !inst->removed && inst.get() != exclude &&
-            (usable == nullptr || usable(*inst))) {
+            !(inst->on_trial && inst->in_flight > 0) && (usable == nullptr || usable(*inst))) {
             candidates.push_back(at);
         }
     }
@@ -194,6 +194,7 @@ void Registry::set_policy(Role role, std::unique_ptr<Policy> policy) {
 
 void Registry::mark_down(Instance& inst, std::string_view reason) {
     inst.up = false;
+    inst.on_trial = false;
     inst.down_reason = std::string(reason);
     inst.backoff = std::clamp<Duration>(cfg_.health_backoff_max, Duration{10}, Duration{1000});
     inst.next_probe = Clock::now() + inst.backoff;
@@ -210,16 +211,38 @@ void Registry::report_failure(Instance& inst, std::string_view reason) {
     ++inst.failures;
     inst.last_error = std::string(reason);
     if (inst.up && !inst.removed) {
-        mark_down(inst, reason);
+        mark_down(inst, trial_reason(inst, reason));
     }
 }
 
 void Registry::report_error(Instance& inst, std::string_view reason) {
     ++inst.failures;
     inst.last_error = std::string(reason);
-    if (++inst.consecutive_errors >= kErrorsToMarkDown && inst.up && !inst.removed) {
-        mark_down(inst, reason);
+    // On trial, the first error is enough: the instance had just failed.
+    if ((++inst.consecutive_errors >= kErrorsToMarkDown || inst.on_trial) && inst.up &&
+        !inst.removed) {
+        mark_down(inst, trial_reason(inst, reason));
     }
+}
+
+std::string Registry::trial_reason(const Instance& inst, std::string_view reason) {
+    return inst.on_trial
+               ? "its trial request after a passed health check failed: " + std::string(reason)
+               : std::string(reason);
+}
+
+void Registry::start_trial(Instance& inst) {
+    inst.consecutive_errors = 0;
+    inst.up = true;
+    inst.on_trial = true;
+    inst.next_probe = Clock::now() + cfg_.health_interval;
+    if (inst.up_gauge != nullptr) {
+        inst.up_gauge->Set(1);
+    }
+    PDR_INFO(kLog, std::string(to_string(inst.role)) + " instance " + inst.name +
+                       " passed its health check: on trial, one request at a time until one "
+                       "succeeds");
+    update_counts(inst.role);
 }
 
 void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason) {
@@ -234,6 +257,13 @@ void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::stri
 
 void Registry::report_success(Instance& inst) {
     inst.consecutive_errors = 0;
+    if (inst.on_trial) {
+        inst.on_trial = false;
+        inst.backoff = Duration{0};
+        PDR_INFO(kLog, std::string(to_string(inst.role)) + " instance " + inst.name +
+                           " served its trial request: back in full rotation");
+        return;
+    }
     if (inst.up) {
         return;
     }
@@ -287,6 +317,7 @@ nlohmann::json Registry::to_json() const {
             out.push_back({{"role", to_string(inst->role)},
                            {"name", inst->name},
                            {"up", inst->up},
+                           {"on_trial", inst->on_trial},
                            {"removed", inst->removed},
                            {"in_flight", inst->in_flight},
                            {"load", inst->load},

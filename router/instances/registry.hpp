@@ -50,6 +50,7 @@ class Registry {
 public:
     Registry(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
              const config::Config& cfg);
+    metrics::RouterMetrics& metrics() noexcept { return metrics_; }
     ~Registry();
     Registry(const Registry&) = delete;
     Registry& operator=(const Registry&) = delete;
@@ -103,15 +104,16 @@ public:
     // report_error for the rest (answer timeouts included: N in a row mark it down).
     void report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason);
     static constexpr int kErrorsToMarkDown = 3;
-    // A leg succeeded on `inst` (any answer but a 5xx), or a probe of a down one did: marks it
-    // up and resets its error count.
+    // A leg succeeded on `inst` (any answer but a 5xx): resets its error count, and ends its
+    // trial (back in full rotation) when it was on one.
     void report_success(Instance& inst);
 
     std::size_t count(Role role, bool up_only) const;  // not removed (and up, if up_only)
     // Instances that are up, not removed, and that `usable` accepts.
     std::size_t count_usable(Role role, bool (*usable)(const Instance&)) const;
     std::vector<InstancePtr> list(Role role) const;  // not removed, in insertion order
-    // GET /instances: [{role,name,up,removed,in_flight,load,source,requests,failures,last_error}] —
+    // GET /instances: [{role,name,up,on_trial,removed,in_flight,load,source,requests,failures,
+    // last_error}] —
     // also shows removed instances that still have requests in flight.
     nlohmann::json to_json() const;
     // Finds a live (not removed) instance by canonical name.
@@ -141,6 +143,9 @@ private:
     void prune(Role role);
     void update_counts(Role role);
     void mark_down(Instance& inst, std::string_view reason);
+    // A probe of a down instance passed: up again, on trial (Instance::on_trial).
+    void start_trial(Instance& inst);
+    static std::string trial_reason(const Instance& inst, std::string_view reason);
     void retire(const InstancePtr& inst);  // removed: no new picks, pruned once drained
     // Parses an admin body's `type` and `instance`; on failure, the 400 answer for `action`.
     std::optional<AdminResult> parse_admin_target(std::string_view action, const std::string& type,

@@ -8,7 +8,9 @@
 #include <zmq.hpp>
 
 #include "net/common/log.hpp"
+#include "router/kv/kv_ready_forwarder.hpp"
 #include "router/kv/kv_ready_frame.hpp"
+#include "router/kv/kv_ready_owner.hpp"
 
 namespace pdr::kv {
 
@@ -247,10 +249,37 @@ void KvReadyListener::publish() {
     metrics_.kv_ready_pending.Set(static_cast<double>(table_.size()));
 }
 
-void KvReadyListener::on_frame(std::string_view bytes, Clock::time_point now) {
+bool KvReadyListener::is_ours(const std::string& req_id, std::string_view bytes, bool forwarded) {
+    const std::string_view owner = owner_of(req_id);
+    if (opts_.replica_id.empty() || owner.empty() || owner == opts_.replica_id) {
+        if (forwarded) {
+            metrics_.kv_ready_forward(metrics::KvReadyForward::Received);
+        }
+        return true;
+    }
+    metrics::KvReadyForward result = metrics::KvReadyForward::NotOwner;
+    if (!forwarded) {
+        const auto r = opts_.forwarder != nullptr ? opts_.forwarder->forward(owner, bytes)
+                                                  : KvReadyForwarder::Result::UnknownOwner;
+        result = r == KvReadyForwarder::Result::Sent        ? metrics::KvReadyForward::Sent
+                 : r == KvReadyForwarder::Result::QueueFull ? metrics::KvReadyForward::QueueFull
+                                                            : metrics::KvReadyForward::UnknownOwner;
+    }
+    metrics_.kv_ready_forward(result);
+    if (result != metrics::KvReadyForward::Sent) {
+        ++not_forwarded_since_log_;
+    }
+    return false;
+}
+
+void KvReadyListener::on_frame(std::string_view bytes, Clock::time_point now, bool forwarded) {
     KvReadyFrame frame = decode_kv_ready(bytes, opts_.max_frame_bytes);
     if (!frame.ok()) {
         note_malformed(*frame.malformed, now);
+        return;
+    }
+    if (!is_ours(frame.req_id, bytes, forwarded)) {
+        log_problems(now);
         return;
     }
     const KvReadyTable::Arrival a = table_.arrive(frame.req_id, now);
@@ -282,16 +311,22 @@ void KvReadyListener::log_problems(Clock::time_point now) {
                     std::to_string(malformed_since_log_[r]);
         }
     }
-    if (text.empty() && unknown_since_log_ == 0) {
+    if (text.empty() && unknown_since_log_ == 0 && not_forwarded_since_log_ == 0) {
         return;
     }
     std::string line = text.empty() ? "no malformed messages" : "malformed messages (" + text + ")";
-    line += " and " + std::to_string(unknown_since_log_) +
-            " notification(s) for unknown req_ids since the previous warning (one per " +
-            std::to_string(kLogInterval.count() / 1000) + " s at most)";
+    line += ", " + std::to_string(unknown_since_log_) + " notification(s) for unknown req_ids";
+    if (not_forwarded_since_log_ != 0) {
+        line += ", " + std::to_string(not_forwarded_since_log_) +
+                " for another replica's req_ids dropped (no such peer, its queue full, or "
+                "forwarded here by mistake: pdrouter_kv_ready_forwarded_total)";
+    }
+    line += " since the previous warning (one per " + std::to_string(kLogInterval.count() / 1000) +
+            " s at most)";
     PDR_WARN(kLog, line);
     malformed_since_log_ = {};
     unknown_since_log_ = 0;
+    not_forwarded_since_log_ = 0;
     last_log_ = now;
 }
 
@@ -307,12 +342,21 @@ KvReadyListener::Drain KvReadyListener::drain() {
             while (taken < kBatch && sock.recv(msg, zmq::recv_flags::dontwait)) {
                 ++taken;
                 if (!msg.more()) {
-                    on_frame(msg.to_string_view(), now);
+                    on_frame(msg.to_string_view(), now, false);
                     continue;
                 }
+                // [kForwardedMark, frame] from a peer replica; any other multipart is refused.
+                const bool marked = msg.to_string_view() == kForwardedMark;
+                std::size_t parts = 1;
                 while (msg.more() && sock.recv(msg, zmq::recv_flags::dontwait)) {
+                    ++parts;
+                    if (parts == 2 && marked && !msg.more()) {
+                        on_frame(msg.to_string_view(), now, true);
+                    }
                 }
-                note_malformed(metrics::KvReadyMalformed::Multipart, now);
+                if (!marked || parts != 2) {
+                    note_malformed(metrics::KvReadyMalformed::Multipart, now);
+                }
             }
             const bool readable = (sock.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
             if (!readable) {

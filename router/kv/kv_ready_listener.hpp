@@ -28,6 +28,13 @@
 // it had in flight are lost and counted nowhere). Memory: at most max_pending entries of at most
 // KvReadyTable::kMaxIdBytes of id each, plus rcvhwm queued messages.
 //
+// Several replicas (issue 18): with a replica id, a notification whose req_id names another
+// replica (kv_ready_owner.hpp) is not this one's: it goes to the forwarder, unchanged, and is
+// counted in pdrouter_kv_ready_forwarded_total{result} (sent, queue_full, unknown_owner). A
+// two-part message [kForwardedMark, frame] is one a peer forwarded: it is taken when it is ours
+// (received) and dropped otherwise (not_owner), never forwarded again, so nothing loops. The
+// drops are logged with the malformed summary. A req_id without '@' is this replica's.
+//
 // Single-threaded: every member runs on the executor passed in. Lifetime: Registrations must not
 // outlive the listener; call stop() and let the io_context finish before destroying it.
 #include <array>
@@ -44,6 +51,8 @@
 
 namespace pdr::kv {
 
+class KvReadyForwarder;
+
 enum class WaitEnd {
     Ready,      // `expected` notifications arrived
     TimedOut,   // the deadline passed first
@@ -57,7 +66,9 @@ struct KvReadyOptions {
     Duration ttl{30'000};  // how long unclaimed notifications and finished ids are kept
     std::size_t max_pending = 65'536;  // entries in the table, at most
     std::size_t max_frame_bytes = 4096;
-    int rcvhwm = 1000;  // ZMQ_RCVHWM: messages queued in the socket, at most
+    int rcvhwm = 1000;                      // ZMQ_RCVHWM: messages queued in the socket, at most
+    std::string replica_id;                 // "": one replica, every notification is ours
+    KvReadyForwarder* forwarder = nullptr;  // other replicas' notifications go there
 };
 
 class KvReadyListener {
@@ -130,7 +141,9 @@ private:
     enum class Drain { Empty, More, Failed };
 
     Drain drain();
-    void on_frame(std::string_view bytes, Clock::time_point now);
+    void on_frame(std::string_view bytes, Clock::time_point now, bool forwarded);
+    // False when the frame is another replica's (forwarded or dropped, and counted).
+    bool is_ours(const std::string& req_id, std::string_view bytes, bool forwarded);
     void note_malformed(metrics::KvReadyMalformed reason, Clock::time_point now);
     void log_problems(Clock::time_point now);
     void publish();  // table size and new evictions → metrics
@@ -148,6 +161,7 @@ private:
     // Problems since the last warning: malformed by reason, then unknown ids.
     std::array<std::uint64_t, metrics::kKvReadyMalformedCount> malformed_since_log_{};
     std::uint64_t unknown_since_log_ = 0;
+    std::uint64_t not_forwarded_since_log_ = 0;  // queue_full, unknown_owner, not_owner
     Clock::time_point last_log_{};
 
     Timer sweep_timer_;

@@ -105,6 +105,13 @@ static_assert(std::size(kKvReadyOutcomes) == kKvReadyOutcomeCount);
 static_assert(std::size(kKvReadyMalformedReasons) == kKvReadyMalformedCount);
 static_assert(std::size(kKvReadyEvictions) == kKvReadyEvictionCount);
 static_assert(std::size(kKvReadyTimeoutPolicies) == kKvReadyTimeoutPolicyCount);
+constexpr std::string_view kKvReadyForwards[] = {"sent", "received", "queue_full", "unknown_owner",
+                                                 "not_owner"};
+static_assert(std::size(kKvReadyForwards) == kKvReadyForwardCount);
+constexpr std::string_view kDiscoveryRoles[] = {"prefill", "decode", "router"};
+static_assert(std::size(kDiscoveryRoles) == kDiscoveryRoleCount);
+constexpr std::string_view kDiscoveryResults[] = {"ok", "empty", "failed"};
+static_assert(std::size(kDiscoveryResults) == kDiscoveryResultCount);
 
 std::string_view to_string(KvReadyOutcome o) noexcept {
     return kKvReadyOutcomes[static_cast<std::size_t>(o)];
@@ -120,6 +127,18 @@ std::string_view to_string(KvReadyEviction r) noexcept {
 
 std::string_view to_string(KvReadyTimeoutPolicy p) noexcept {
     return kKvReadyTimeoutPolicies[static_cast<std::size_t>(p)];
+}
+
+std::string_view to_string(KvReadyForward f) noexcept {
+    return kKvReadyForwards[static_cast<std::size_t>(f)];
+}
+
+std::string_view to_string(DiscoveryRole r) noexcept {
+    return kDiscoveryRoles[static_cast<std::size_t>(r)];
+}
+
+std::string_view to_string(DiscoveryResult r) noexcept {
+    return kDiscoveryResults[static_cast<std::size_t>(r)];
 }
 
 namespace {
@@ -229,6 +248,10 @@ RouterMetrics::RouterMetrics(Registry& registry)
                      "Time the LMCache flow waited for KV-ready notifications after the "
                      "prefill answer."),
           {})),
+      kv_ready_peers(gauges(registry, "pdrouter_kv_ready_peers",
+                            "Other router replicas whose PULL socket KV-ready notifications "
+                            "for their requests are forwarded to.")
+                         .Add({})),
       registry_(registry),
       bad_requests_(counters(registry, "pdrouter_bad_requests_total",
                              "Client requests rejected, by error code.")),
@@ -347,6 +370,23 @@ RouterMetrics::RouterMetrics(Registry& registry)
                       "LMCache requests whose wait for KV-ready notifications timed out, by what "
                       "the router did then."),
              "policy", kKvReadyTimeoutPolicies);
+    add_each(kv_ready_forwards_,
+             counters(registry, "pdrouter_kv_ready_forwarded_total",
+                      "KV-ready notifications for another router replica's requests, or "
+                      "forwarded here by one, by result."),
+             "result", kKvReadyForwards);
+    auto& resolutions = counters(registry, "pdrouter_discovery_resolutions_total",
+                                 "DNS discovery lookups, by what they discover and result.");
+    auto& discovered = gauges(registry, "pdrouter_discovery_addresses",
+                              "Addresses the last successful DNS discovery lookup gave, by what "
+                              "it discovers.");
+    for (std::size_t r = 0; r < kDiscoveryRoleCount; ++r) {
+        for (std::size_t x = 0; x < kDiscoveryResultCount; ++x) {
+            resolutions_[r][x] = &resolutions.Add(
+                {{"role", s(kDiscoveryRoles[r])}, {"result", s(kDiscoveryResults[x])}});
+        }
+        discovered_[r] = &discovered.Add({{"role", s(kDiscoveryRoles[r])}});
+    }
     auto& instances =
         gauges(registry, "pdrouter_instances", "Configured instances, by role and health.");
     const char* health[2] = {"up", "down"};
@@ -430,6 +470,18 @@ void RouterMetrics::kv_ready_evicted(KvReadyEviction reason, double n) noexcept 
 
 void RouterMetrics::kv_ready_timeout(KvReadyTimeoutPolicy policy) noexcept {
     kv_ready_timeouts_[idx(policy)]->Increment();
+}
+
+void RouterMetrics::kv_ready_forward(KvReadyForward result) noexcept {
+    kv_ready_forwards_[idx(result)]->Increment();
+}
+
+void RouterMetrics::discovery_resolution(DiscoveryRole role, DiscoveryResult result,
+                                         std::size_t addresses) noexcept {
+    resolutions_[idx(role)][idx(result)]->Increment();
+    if (result != DiscoveryResult::Failed) {
+        discovered_[idx(role)]->Set(static_cast<double>(addresses));
+    }
 }
 
 void RouterMetrics::bad_request(std::string_view code) {

@@ -68,6 +68,20 @@ inline constexpr std::size_t kKvReadyEvictionCount = 2;
 enum class KvReadyTimeoutPolicy { Error, Proceed };
 inline constexpr std::size_t kKvReadyTimeoutPolicyCount = 2;
 
+// What became of a KV-ready notification for a request of another router replica (or one a
+// peer forwarded here): sent to its owner, received from a peer (and ours), dropped because the
+// owner's queue was full, dropped because no peer has the owner's id, dropped because a
+// forwarded one was not ours (never forwarded twice).
+enum class KvReadyForward { Sent, Received, QueueFull, UnknownOwner, NotOwner };
+inline constexpr std::size_t kKvReadyForwardCount = 5;
+// What DNS discovery looks up: prefill or decode instances, or the router replicas' PULL
+// addresses (--peer-routers-dns).
+enum class DiscoveryRole { Prefill, Decode, Router };
+inline constexpr std::size_t kDiscoveryRoleCount = 3;
+// How one lookup went: addresses found, no such name (or no records), or the lookup failed.
+enum class DiscoveryResult { Ok, Empty, Failed };
+inline constexpr std::size_t kDiscoveryResultCount = 3;
+
 // Why a request skipped disaggregation (pdrouter_direct_requests_total{reason}).
 enum class DirectReason { ShortPrompt, NoPrefill };
 inline constexpr std::size_t kDirectReasonCount = 2;
@@ -85,6 +99,9 @@ std::string_view to_string(KvReadyOutcome o) noexcept;        // "matched", ...,
 std::string_view to_string(KvReadyMalformed r) noexcept;      // "not_msgpack", ..., "too_large"
 std::string_view to_string(KvReadyEviction r) noexcept;       // "ttl", "capacity"
 std::string_view to_string(KvReadyTimeoutPolicy p) noexcept;  // "error", "proceed"
+std::string_view to_string(KvReadyForward f) noexcept;        // "sent", ..., "not_owner"
+std::string_view to_string(DiscoveryRole r) noexcept;         // "prefill", "decode", "router"
+std::string_view to_string(DiscoveryResult r) noexcept;       // "ok", "empty", "failed"
 // "2xx".."5xx"; statuses below 300 count as 2xx, 600 and above as 5xx.
 std::string_view status_class(int status) noexcept;
 
@@ -136,6 +153,12 @@ public:
     void kv_ready_evicted(KvReadyEviction reason, double n = 1) noexcept;
     // pdrouter_kv_ready_timeouts_total{policy}: the flow's wait for notifications timed out.
     void kv_ready_timeout(KvReadyTimeoutPolicy policy) noexcept;
+    // pdrouter_kv_ready_forwarded_total{result}
+    void kv_ready_forward(KvReadyForward result) noexcept;
+    // pdrouter_discovery_resolutions_total{role,result}; on success also
+    // pdrouter_discovery_addresses{role} (the addresses the lookup gave).
+    void discovery_resolution(DiscoveryRole role, DiscoveryResult result,
+                              std::size_t addresses) noexcept;
     // pdrouter_bad_requests_total{code} (OpenAI error code, e.g. "invalid_request_error");
     // creates the series on first use (takes the family's mutex).
     void bad_request(std::string_view code);
@@ -169,6 +192,7 @@ public:
     Counter& transfer_bytes;           // pdrouter_transfer_bytes_total (push, P's Done copies)
     Gauge& kv_ready_pending;           // pdrouter_kv_ready_pending (entries in the kv-ready table)
     Histogram& kv_ready_wait;          // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
+    Gauge& kv_ready_peers;             // pdrouter_kv_ready_peers (replicas we can forward to)
 
 private:
     Registry& registry_;
@@ -189,6 +213,9 @@ private:
     std::array<Counter*, kKvReadyTimeoutPolicyCount> kv_ready_timeouts_{};
     std::array<std::array<Counter*, kPolicyCount>, kRoleCount> policy_picks_{};
     std::array<Counter*, kDirectReasonCount> direct_requests_{};
+    std::array<Counter*, kKvReadyForwardCount> kv_ready_forwards_{};
+    std::array<std::array<Counter*, kDiscoveryResultCount>, kDiscoveryRoleCount> resolutions_{};
+    std::array<Gauge*, kDiscoveryRoleCount> discovered_{};
     // Families whose series appear on first use.
     prometheus::Family<Counter>& bad_requests_;
     prometheus::Family<Counter>& admin_requests_;

@@ -78,14 +78,34 @@ export async function debug(port, path, body) {
   return res.json();
 }
 
-// A loopback port that was free a moment ago.
-export function freePort() {
-  return new Promise((resolve, reject) => {
+// A loopback port that is free now, for a process that must be told its port before it starts.
+// Chosen outside the kernel's ephemeral range (as net/common/loopback_port.hpp does): a port from
+// that range can be taken by any outgoing connection on the host before the process binds it.
+function ephemeralRange() {
+  try {
+    const [lo, hi] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8')
+      .trim().split(/\s+/).map(Number);
+    if (lo > 0 && hi >= lo) return [lo, hi];
+  } catch { /* not Linux: the default below */ }
+  return [32768, 60999];
+}
+
+function canListen(port) {
+  return new Promise((resolve) => {
     const srv = createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
+}
+
+export async function freePort() {
+  const [lo, hi] = ephemeralRange();
+  let [from, to] = [10000, lo - 1];
+  if (65535 - hi > to - from) [from, to] = [hi + 1, 65535];
+  if (to - from < 100) [from, to] = [1024, 65535];
+  for (let i = 0; i < 500; i++) {
+    const port = from + Math.floor(Math.random() * (to - from + 1));
+    if (await canListen(port)) return port;
+  }
+  throw new Error('freePort: no free loopback port outside the ephemeral range');
 }

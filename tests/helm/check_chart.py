@@ -23,7 +23,8 @@ EXPECT = {
     "default": {"kinds": {"ConfigMap", "Deployment", "Service"}, "kv_mode": "pull",
                 "prefill": 1, "decode": 1, "secrets": set()},
     "lmcache-2d": {"kinds": {"ConfigMap", "Deployment", "Service"}, "kv_mode": "lmcache",
-                   "prefill": 2, "decode": 2, "secrets": set(), "kv_ready_port": 7500},
+                   "prefill": 2, "decode": 2, "secrets": set(), "kv_ready_port": 7500,
+                   "replicas": 2},
     "full": {"kinds": {"ConfigMap", "Deployment", "Service", "ServiceMonitor",
                        "HorizontalPodAutoscaler", "PodDisruptionBudget"},
              "kv_mode": "pull", "prefill": 2, "decode": 2,
@@ -76,14 +77,20 @@ def main():
     text = cm["data"]["router.yaml"]
     cfg = yaml.safe_load(text)
     dep = one(objs, "Deployment")
-    svc = one(objs, "Service")
+    services = [o for o in objs if o["kind"] == "Service" and not o["metadata"]["name"].endswith("-kv-ready")]
+    check(len(services) == 1, f"one router Service, found {len(services)}")
+    svc = services[0]
+    kv_svcs = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"].endswith("-kv-ready")]
     pod = dep["spec"]["template"]
     spec = pod["spec"]
     check(len(spec["containers"]) == 1, "one container")
     c = spec["containers"][0]
 
-    # The container runs pdrouter on the ConfigMap's file.
-    check(c.get("command", []) + c.get("args", []) == ["pdrouter", "--config", "/etc/pdrouter/router.yaml"],
+    # The container runs pdrouter on the ConfigMap's file (lmcache: with its pod IP as replica id).
+    argv = ["pdrouter", "--config", "/etc/pdrouter/router.yaml"]
+    if want["kv_mode"] == "lmcache":
+        argv += ["--replica-id", "$(POD_IP)"]
+    check(c.get("command", []) + c.get("args", []) == argv,
           f"container runs {c.get('command')} {c.get('args')}")
     mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
     vols = {v["name"]: v for v in spec.get("volumes", [])}
@@ -134,7 +141,7 @@ def main():
           f"{len(cfg['prefill'])} prefill, {len(cfg['decode'])} decode")
     for key, value in want.get("config", {}).items():
         check(cfg.get(key) == value, f"{key} {cfg.get(key)!r}, expected {value!r}")
-    check(("dns_refresh_ms" in cfg) == ("prefill_dns" in cfg or "decode_dns" in cfg),
+    check(("dns_refresh_ms" in cfg) == ("prefill_dns" in cfg or "decode_dns" in cfg or "peer_routers_dns" in cfg),
           "dns_refresh_ms only with a DNS name")
     if want["kv_mode"] == "lmcache":
         port = want["kv_ready_port"]
@@ -144,10 +151,28 @@ def main():
               "Service port kv-ready")
         for key in ("lmcache_init_ports", "lmcache_alloc_ports"):
             check(len(cfg.get(key, [])) == want["decode"], f"{key}: one per decode instance")
-        check(dep["spec"].get("replicas") == 1, "lmcache mode runs one replica")
+        check(dep["spec"].get("replicas") == want["replicas"], f"replicas {dep['spec'].get('replicas')}")
+        # Several replicas: each finds the others through a headless Service over the pods' PULL
+        # sockets, and its replica id is its pod IP, what that Service resolves to.
+        check(len(kv_svcs) == 1, f"one kv-ready headless Service, found {len(kv_svcs)}")
+        for kv in kv_svcs:
+            name = kv["metadata"]["name"]
+            check(kv["spec"].get("clusterIP") == "None", f"{name} is headless")
+            check(kv["spec"].get("publishNotReadyAddresses") is True,
+                  f"{name} lists draining pods (they still wait for notifications)")
+            check(kv["spec"]["selector"].items() <= pod["metadata"]["labels"].items(), f"{name} selects the pods")
+            kv_ports = {p["name"]: p for p in kv["spec"]["ports"]}
+            check(kv_ports.get("kv-ready", {}).get("port") == port and kv_ports["kv-ready"].get("targetPort") == "kv-ready",
+                  f"{name} port kv-ready")
+            check(cfg.get("peer_routers_dns") == f"{name}.llm.svc.cluster.local:{port}",
+                  f"peer_routers_dns {cfg.get('peer_routers_dns')!r}, expected the headless Service")
+        check(env.get("POD_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP",
+              f"POD_IP from the downward API: {env.get('POD_IP')}")
+        check("dns_refresh_ms" in cfg, "dns_refresh_ms set for the peers' name")
     else:
         check(not any(k.startswith(("kv_ready", "lmcache")) for k in cfg), "no lmcache key outside lmcache mode")
         check("kv-ready" not in ports and "kv-ready" not in svc_ports, "no kv-ready port outside lmcache mode")
+        check(not kv_svcs and "peer_routers_dns" not in cfg, "no peers outside lmcache mode")
 
     # The optional objects point at the chart's own.
     hpa = next((o for o in objs if o["kind"] == "HorizontalPodAutoscaler"), None)
@@ -177,7 +202,9 @@ def main():
         print(f"check-helm: {value_set}: router.yaml not run through --check-config: this pdrouter "
               "does not accept --kv-mode lmcache yet")
     else:
-        r = subprocess.run([pdrouter, "--config", path, "--check-config"], capture_output=True, text=True,
+        # The container's own arguments, with a sample pod IP for $(POD_IP).
+        args = [a.replace("$(POD_IP)", "10.1.2.3") for a in c.get("args", [])[2:]]
+        r = subprocess.run([pdrouter, "--config", path, *args, "--check-config"], capture_output=True, text=True,
                            timeout=30, env={k: v for k, v in os.environ.items()
                                             if k not in ("ADMIN_API_KEY", "OPENAI_API_KEY")})
         check(r.returncode == 0 and r.stdout == "configuration OK\n",

@@ -3,12 +3,17 @@
 // Long: one fixture and its helpers serve every failure case; split, each file would repeat them.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -832,6 +837,250 @@ TEST_F(FailureTest, UnframedStreamClosedInsideAnEventEndsWithTheErrorEvent) {
     auto whole = send_generation(*pd.router, body, {}, Ms{10000});
     EXPECT_TRUE(answer_ok(whole, body)) << whole.describe();
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+// An engine on raw sockets, for answers pdsim does not give. One connection at a time, one
+// request per connection (answered with `Connection: close`): a GET gets a one-model list (the
+// router's probes); a POST gets the scripted answer.
+class RawEngine {
+public:
+    enum class Script {
+        // One whole event, then 80 KiB of an event with no end, then the connection closes.
+        CutInsideLongEvent,
+        // Whole 1 KiB events as fast as the router takes them, until a write fails (the
+        // router closed the leg), 64 MiB went out, or 20 s passed.
+        Flood,
+        // As soon as the request head is in: 413 with an OpenAI error body, then the connection
+        // closes with the request body unread (a small receive buffer keeps the sender writing).
+        EarlyAnswer413,
+    };
+
+    explicit RawEngine(Script script) : script_(script) {
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof addr;
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+            ::listen(listener_, 16) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+            throw std::runtime_error("RawEngine: listen failed");
+        }
+        port_ = ntohs(addr.sin_port);
+        if (script_ == Script::EarlyAnswer413) {
+            const int small = 4096;  // inherited by accepted sockets
+            ::setsockopt(listener_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        }
+        thread_ = std::thread([this] { serve(); });
+    }
+    ~RawEngine() {
+        stop_ = true;
+        thread_.join();
+        ::close(listener_);
+    }
+    RawEngine(const RawEngine&) = delete;
+    RawEngine& operator=(const RawEngine&) = delete;
+
+    std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+    // Flood: a write failed, so the router closed the decode leg.
+    bool leg_closed() const { return leg_closed_; }
+
+private:
+    void serve() {
+        while (!stop_) {
+            pollfd p{listener_, POLLIN, 0};
+            if (::poll(&p, 1, 50) <= 0) {
+                continue;
+            }
+            const int c = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0) {
+                continue;
+            }
+            timeval tv{1, 0};
+            ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+            const std::string head = read_request(c, script_ != Script::EarlyAnswer413);
+            if (head.rfind("GET ", 0) == 0) {
+                const std::string models = R"({"object":"list","data":[{"id":"pdsim-model"}]})";
+                send_all(c,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Connection: close\r\nContent-Length: " +
+                             std::to_string(models.size()) + "\r\n\r\n" + models);
+            } else if (head.rfind("POST ", 0) == 0 && script_ == Script::EarlyAnswer413) {
+                const std::string error =
+                    R"({"error":{"message":"raw engine: request body too large",)"
+                    R"("type":"invalid_request_error","param":null,"code":413}})";
+                send_all(c,
+                         "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                         "Connection: close\r\nContent-Length: " +
+                             std::to_string(error.size()) + "\r\n\r\n" + error);
+            } else if (head.rfind("POST ", 0) == 0) {
+                stream(c);
+            }
+            ::close(c);
+        }
+    }
+
+    // The request head ("" on a timeout or close); the body, if any, is read and dropped when
+    // `read_body`.
+    static std::string read_request(int c, bool read_body) {
+        std::string in;
+        char buf[4096];
+        std::size_t end = std::string::npos;
+        while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+            const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+            if (n <= 0 || in.size() > 65536) {
+                return {};
+            }
+            in.append(buf, static_cast<std::size_t>(n));
+        }
+        if (!read_body) {
+            return in.substr(0, end);
+        }
+        std::size_t body = 0;
+        for (const char* name : {"Content-Length: ", "content-length: "}) {
+            if (auto at = in.find(name); at != std::string::npos && at < end) {
+                body = std::stoul(in.substr(at + std::strlen(name)));
+            }
+        }
+        while (in.size() < end + 4 + body) {
+            const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+            if (n <= 0) {
+                return {};
+            }
+            in.append(buf, static_cast<std::size_t>(n));
+        }
+        return in.substr(0, end);
+    }
+    // False once a write fails (after retrying timeouts until `deadline`).
+    static bool send_all(int c, const std::string& bytes,
+                         std::chrono::steady_clock::time_point deadline =
+                             std::chrono::steady_clock::now() + Ms{5000}) {
+        std::size_t sent = 0;
+        while (sent < bytes.size()) {
+            const ssize_t n = ::send(c, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+            if (n > 0) {
+                sent += static_cast<std::size_t>(n);
+            } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+                       std::chrono::steady_clock::now() < deadline) {
+                continue;  // SO_SNDTIMEO: the router is not reading yet
+            } else {
+                return false;
+            }
+        }
+        return true;
+    }
+    static std::string chunk(const std::string& data) {
+        char size[32];
+        std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+        return size + data + "\r\n";
+    }
+
+    void stream(int c) {
+        const std::string head =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            "Connection: close\r\n\r\n";
+        const std::string event =
+            R"(data: {"id":"cmpl-raw","object":"text_completion","model":"pdsim-model",)"
+            R"("choices":[{"index":0,"text":"first","finish_reason":null}]})"
+            "\n\n";
+        if (script_ == Script::CutInsideLongEvent) {
+            send_all(c, head + chunk(event) + chunk("data: " + std::string(80 * 1024, 'x')));
+            return;
+        }
+        const std::string padded = "data: {\"pad\":\"" + std::string(1000, 'y') + "\"}\n\n";
+        const auto deadline = std::chrono::steady_clock::now() + Ms{20000};
+        if (!send_all(c, head, deadline)) {
+            leg_closed_ = true;
+            return;
+        }
+        for (std::size_t sent = 0;
+             sent < (64u << 20) && std::chrono::steady_clock::now() < deadline;
+             sent += padded.size()) {
+            if (!send_all(c, chunk(padded), deadline)) {
+                leg_closed_ = true;
+                return;
+            }
+        }
+    }
+
+    Script script_;
+    int listener_ = -1;
+    unsigned short port_ = 0;
+    std::atomic<bool> stop_{false};
+    std::atomic<bool> leg_closed_{false};
+    std::thread thread_;
+};
+
+// An event over the cutter's 64 KiB cap is passed on before its end; when D stops inside it,
+// an error event would end the cut event and deliver it as if whole, so the client connection
+// is cut with the body unfinished, and a WARN line says why.
+TEST_F(FailureTest, DecodeStoppingInsideAnEventOver64KiBCutsTheClientConnection) {
+    RawEngine raw(RawEngine::Script::CutInsideLongEvent);
+    auto& pd =
+        start(PdOptions{}.d(0).sim(kFastSim).router(fast_router({"--decode", raw.address()})));
+    auto r = send_generation(*pd.router, completion_body("one long event", 4, true), {}, Ms{10000});
+    EXPECT_EQ(r.status, 200) << r.describe();
+    EXPECT_FALSE(r.complete) << "the chunked body was ended as if whole: " << r.describe();
+    EXPECT_NE(r.body.find("\"text\":\"first\""), std::string::npos) << r.describe();
+    EXPECT_GE(r.body.size(), 64u * 1024) << "the over-long event was not passed on";
+    EXPECT_EQ(r.body.find("\"error\""), std::string::npos) << "an error event ended the cut event";
+    EXPECT_TRUE(wait_until(
+        [&] {
+            return pd.router->proc.log().find("stopped inside an event over") != std::string::npos;
+        },
+        Ms{3000}))
+        << pd.router->proc.log();
+}
+
+// A prefill that answers before it has read the whole request (a 413 to a body over its limit)
+// and closes: the router's write fails, but the answer is there, and it is what the client
+// gets (a prefill's 4xx is relayed), not a 502 about the write.
+TEST_F(FailureTest, EngineAnswerBeforeTheBodyWasReadIsRelayed) {
+    RawEngine raw(RawEngine::Script::EarlyAnswer413);
+    auto& pd = start(PdOptions{}.p(0).sim(kFastSim).router(
+        fast_router({"--prefill", raw.address(), "--max-body-bytes", "16777216"})));
+    json body = completion_body(std::string(8u << 20, 'a'), 4, false);
+    auto r = send_generation(*pd.router, body, {}, Ms{15000});
+    EXPECT_EQ(r.status, 413) << r.describe();
+    EXPECT_NE(error_message(r).find("raw engine: request body too large"), std::string::npos)
+        << r.describe();
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0) << "decode was called";
+}
+
+// --client-write-timeout-ms: a client that stops reading a stream (its socket buffer full) is
+// dropped once one write waits that long; the decode leg is closed and counted as a disconnect.
+TEST_F(FailureTest, ClientThatStopsReadingIsDroppedAfterTheWriteTimeout) {
+    RawEngine raw(RawEngine::Script::Flood);
+    auto& pd = start(PdOptions{}.d(0).sim(kFastSim).router(
+        fast_router({"--decode", raw.address(), "--client-write-timeout-ms", "300"})));
+    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(c, 0);
+    const int small = 4096;  // before connect, so the window stays small
+    ::setsockopt(c, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(pd.router->port);
+    ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string body = completion_body("never read", 4, true).dump();
+    const std::string req =
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(::send(c, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    // The client reads nothing from here on.
+    const bool dropped = wait_until(
+        [&] {
+            return metric(metrics_text(*pd.router), "pdrouter_client_disconnects_total",
+                          {{"phase", "decode"}})
+                       .value_or(0) >= 1;
+        },
+        Ms{10000});
+    EXPECT_TRUE(dropped) << metrics_text(*pd.router);
+    EXPECT_TRUE(wait_until([&] { return raw.leg_closed(); }, Ms{5000}))
+        << "the decode leg was left open";
+    ::close(c);
 }
 
 TEST_F(FailureTest, UndeliveredHandleIsFreedOneLeaseAfterTheLastRefresh) {

@@ -5,14 +5,14 @@
 // TP 2, xPyD, and each notification fault with both timeout policies.
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.hpp>
 
+#include <fstream>
 #include <set>
 #include <thread>
 
+#include "net/common/loopback_port.hpp"
 #include "tests/support/checks.hpp"
 #include "tests/support/fixture.hpp"
 
@@ -20,22 +20,6 @@ namespace pdr::test {
 namespace {
 
 using nlohmann::json;
-
-// A loopback port that was free a moment ago (the prefills must know the router's PULL address
-// before the router binds it).
-unsigned short free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        throw std::runtime_error("free_port: bind failed");
-    }
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ::close(fd);
-    return ntohs(addr.sin_port);
-}
 
 struct LmOptions {
     int prefills = 1;
@@ -51,15 +35,42 @@ struct LmCluster {
     std::string kv_ready;  // tcp://127.0.0.1:PORT
 };
 
+// The router flags every LMCache test gives: the decodes' receiver ports and short bounds.
+std::vector<std::string> lmcache_router_args(const std::vector<Server*>& decodes) {
+    auto join = [](const std::vector<unsigned short>& v) {
+        std::string s;
+        for (auto p : v) {
+            s += (s.empty() ? "" : ",") + std::to_string(p);
+        }
+        return s;
+    };
+    std::string init, alloc;
+    for (const Server* d : decodes) {
+        init += (init.empty() ? "" : " ") + join(d->lmcache_init_ports);
+        alloc += (alloc.empty() ? "" : " ") + join(d->lmcache_alloc_ports);
+    }
+    return {"--kv-mode",
+            "lmcache",
+            "--lmcache-init-ports",
+            init,
+            "--lmcache-alloc-ports",
+            alloc,
+            "--kv-ready-timeout-ms",
+            "3000",
+            "--connect-timeout-ms",
+            "500",
+            "--health-interval-ms",
+            "60000"};
+}
+
 class LmcacheFlowTest : public ClusterTest {
 protected:
     LmCluster start_lm(const LmOptions& o) {
         LmCluster lm;
         lm.cluster = &new_cluster();
-        lm.kv_ready = "tcp://127.0.0.1:" + std::to_string(free_port());
+        lm.kv_ready = "tcp://127.0.0.1:" + std::to_string(pick_loopback_port());
         const std::string tp = std::to_string(o.tp);
         std::vector<std::string> ps, ds;
-        std::string init, alloc;
         for (int i = 0; i < o.prefills; ++i) {
             lm.prefill.push_back(&lm.cluster->start_pdsim(
                 "prefill",
@@ -67,34 +78,12 @@ protected:
             ps.push_back(lm.prefill.back()->address());
         }
         for (int i = 0; i < o.decodes; ++i) {
-            Server& d =
-                lm.cluster->start_pdsim("decode", {"--kv-mode", "lmcache", "--tp-size", tp});
-            lm.decode.push_back(&d);
-            ds.push_back(d.address());
-            auto join = [](const std::vector<unsigned short>& v) {
-                std::string s;
-                for (auto p : v) {
-                    s += (s.empty() ? "" : ",") + std::to_string(p);
-                }
-                return s;
-            };
-            init += (init.empty() ? "" : " ") + join(d.lmcache_init_ports);
-            alloc += (alloc.empty() ? "" : " ") + join(d.lmcache_alloc_ports);
+            lm.decode.push_back(
+                &lm.cluster->start_pdsim("decode", {"--kv-mode", "lmcache", "--tp-size", tp}));
+            ds.push_back(lm.decode.back()->address());
         }
-        std::vector<std::string> args = {"--kv-mode",
-                                         "lmcache",
-                                         "--kv-ready-bind",
-                                         lm.kv_ready,
-                                         "--lmcache-init-ports",
-                                         init,
-                                         "--lmcache-alloc-ports",
-                                         alloc,
-                                         "--kv-ready-timeout-ms",
-                                         "3000",
-                                         "--connect-timeout-ms",
-                                         "500",
-                                         "--health-interval-ms",
-                                         "60000"};
+        std::vector<std::string> args = lmcache_router_args(lm.decode);
+        args.insert(args.end(), {"--kv-ready-bind", lm.kv_ready});
         args.insert(args.end(), o.router_args.begin(), o.router_args.end());
         lm.router = &lm.cluster->start_router(ps, ds, args);
         return lm;
@@ -431,8 +420,9 @@ TEST_F(LmcacheFlowTest, AdminAddTakesTheReceiverPortsAndTheNewDecodeServes) {
 
 TEST_F(LmcacheFlowTest, DecodeWithoutReceiverPortsIsNeverChosen) {
     Cluster& c = new_cluster();
-    Server& p = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect",
-                                          "tcp://127.0.0.1:" + std::to_string(free_port())});
+    Server& p =
+        c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect",
+                                  "tcp://127.0.0.1:" + std::to_string(pick_loopback_port())});
     Server& d = c.start_pdsim("decode", {"--kv-mode", "lmcache"});
     Server& router =
         c.start_router({p.address()}, {d.address()},
@@ -446,6 +436,79 @@ TEST_F(LmcacheFlowTest, DecodeWithoutReceiverPortsIsNeverChosen) {
     ASSERT_EQ(status["decode_nodes_unusable"].size(), 1u) << status;
     EXPECT_EQ(status["decode_nodes_unusable"][0]["name"], d.address());
     EXPECT_EQ(counter(sim_state(p), "requests"), 0);
+}
+
+// Two router replicas in front of the same pools (issue 18): P1 notifies replica A only and P2
+// replica B only, while each replica sends its requests to both prefills in turn. So half of
+// each replica's requests are notified to the other replica, and they complete only because it
+// forwards them: A knows B from --peer-routers, B knows A through --peer-routers-dns (the
+// headless Service's name, resolved from a hosts file that also lists B itself). Each replica's
+// id is the host of its PULL socket: 127.0.0.1 and ::1, one port, as a Service's pods share it.
+TEST_F(LmcacheFlowTest, TwoReplicasForwardNotificationsToTheReplicaThatIssuedTheRequest) {
+    Cluster& c = new_cluster();
+    const std::string port = std::to_string(pick_loopback_port());
+    const std::string a_pull = "tcp://127.0.0.1:" + port;
+    const std::string b_pull = "tcp://[::1]:" + port;
+    Server& p1 = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect", a_pull});
+    Server& p2 = c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--kv-ready-connect", b_pull});
+    Server& d = c.start_pdsim("decode", {"--kv-mode", "lmcache"});
+    const std::string hosts = c.dir().file("hosts");
+    std::ofstream(hosts) << "routers.pd.test 127.0.0.1 ::1\n";
+    const std::vector<std::string> ps = {p1.address(), p2.address()}, ds = {d.address()};
+    std::vector<std::string> a_args = lmcache_router_args({&d});
+    a_args.insert(a_args.end(), {"--kv-ready-bind", a_pull, "--peer-routers", "[::1]:" + port});
+    Server& a = c.start_router(ps, ds, a_args);
+    std::vector<std::string> b_args = lmcache_router_args({&d});
+    b_args.insert(b_args.end(),
+                  {"--kv-ready-bind", b_pull, "--peer-routers-dns", "routers.pd.test:" + port,
+                   "--dns-hosts-file", hosts, "--dns-refresh-ms", "100"});
+    Server& b = c.start_router(ps, ds, b_args);
+    ASSERT_TRUE(metric_reaches(b, "pdrouter_kv_ready_peers", {}, 1));
+    EXPECT_EQ(m(b, "pdrouter_discovery_addresses", {{"role", "router"}}), 2);  // itself left out
+    EXPECT_GE(m(b, "pdrouter_discovery_resolutions_total", {{"role", "router"}, {"result", "ok"}}),
+              1);
+    EXPECT_EQ(m(a, "pdrouter_kv_ready_peers"), 1);
+    EXPECT_EQ(http_get(b.port, "/status").json().value("replica_id", ""), "::1");
+
+    for (int i = 0; i < 4; ++i) {
+        for (Server* r : {&a, &b}) {
+            const std::string text =
+                "replica " + std::to_string(r->port) + " #" + std::to_string(i);
+            json body = i % 2 == 0 ? completion_body(text, 4, i == 2) : chat_body(text, 4, i == 3);
+            EXPECT_TRUE(answer_ok(send_generation(*r, body), body)) << c.logs();
+        }
+    }
+    for (Server* r : {&a, &b}) {
+        for (auto [result, n] :
+             {std::pair{"sent", 2}, std::pair{"received", 2}, std::pair{"unknown_owner", 0},
+              std::pair{"not_owner", 0}, std::pair{"queue_full", 0}}) {
+            EXPECT_EQ(m(*r, "pdrouter_kv_ready_forwarded_total", {{"result", result}}), n)
+                << r->port << " " << result;
+        }
+        EXPECT_EQ(m(*r, "pdrouter_kv_ready_timeouts_total", {{"policy", "error"}}), 0);
+    }
+    EXPECT_EQ(counter(sim_state(d), "lmcache_kv_claimed"), 8);
+
+    // What cannot be delivered is counted, never forwarded again: an owner nobody knows, and a
+    // frame a peer forwarded that is not this replica's.
+    zmq::context_t ctx(1);
+    zmq::socket_t push(ctx, zmq::socket_type::push);
+    push.set(zmq::sockopt::linger, 1000);
+    push.connect(a_pull);
+    const std::vector<std::uint8_t> stray =
+        json::to_msgpack(json{{"type", "ProxyNotif"}, {"req_id", "r-1@10.9.9.9"}});
+    push.send(zmq::buffer(stray), zmq::send_flags::none);
+    const std::string mark = "pdrouter-kv-ready-forwarded/1";
+    const std::vector<std::uint8_t> bs =
+        json::to_msgpack(json{{"type", "ProxyNotif"}, {"req_id", "r-2@::1"}});
+    push.send(zmq::buffer(mark), zmq::send_flags::sndmore);
+    push.send(zmq::buffer(bs), zmq::send_flags::none);
+    EXPECT_TRUE(
+        metric_reaches(a, "pdrouter_kv_ready_forwarded_total", {{"result", "unknown_owner"}}, 1));
+    EXPECT_TRUE(
+        metric_reaches(a, "pdrouter_kv_ready_forwarded_total", {{"result", "not_owner"}}, 1));
+    EXPECT_EQ(m(a, "pdrouter_kv_ready_forwarded_total", {{"result", "sent"}}), 2);
+    EXPECT_EQ(m(b, "pdrouter_kv_ready_forwarded_total", {{"result", "received"}}), 2);
 }
 
 }  // namespace

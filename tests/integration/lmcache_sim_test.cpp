@@ -46,8 +46,18 @@ public:
         return m;
     }
     // Every message until none came for `quiet`.
-    std::vector<Message> drain(Ms quiet = Ms{300}) {
+    std::vector<Message> drain(Ms quiet = Ms{300}) { return drain_expecting(0, quiet); }
+    // The same, but the first `expect` messages are waited for up to `bound` whatever the gaps
+    // between them (an 8 MiB message may take longer than `quiet` on a loaded machine).
+    std::vector<Message> drain_expecting(std::size_t expect, Ms quiet = Ms{300},
+                                         Ms bound = Ms{10000}) {
         std::vector<Message> out;
+        const auto until = Clock::now() + bound;
+        while (out.size() < expect && Clock::now() < until) {
+            if (auto m = recv(Ms{100})) {
+                out.push_back(std::move(*m));
+            }
+        }
         while (auto m = recv(quiet)) {
             out.push_back(std::move(*m));
         }
@@ -73,15 +83,36 @@ int notifs_for(const std::vector<Message>& msgs, const std::string& id) {
     return n;
 }
 
-class LmcacheSimTest : public ClusterTest {
+// How the KV moves: pdsim's own TCP stream (--kv-transfer http), or through the transfer core
+// over UCX tcp or shared memory.
+struct Transport {
+    const char* name;
+    const char* tls;  // "" = --kv-transfer http
+    const char* devices;
+    bool pdx() const { return *tls != '\0'; }
+};
+
+std::vector<std::string> kv_flags(const Transport& t, std::vector<std::string> a) {
+    if (!t.pdx()) {
+        a.insert(a.end(), {"--kv-transfer", "http"});
+        return a;
+    }
+    a.insert(a.end(), {"--kv-transfer", "pdx", "--kv-transports", t.tls});
+    if (*t.devices) {
+        a.insert(a.end(), {"--kv-net-devices", t.devices});
+    }
+    return a;
+}
+
+class LmcacheSimTest : public ClusterTest, public ::testing::WithParamInterface<Transport> {
 protected:
     void SetUp() override {
         Cluster& c = new_cluster();
         p_ = &c.start_pdsim("prefill",
-                            {"--kv-mode", "lmcache", "--tp-size", "2", "--kv-ready-connect",
-                             sink_.endpoint(), "--block-size-tokens", "4"});
-        d_ = &c.start_pdsim("decode", {"--kv-mode", "lmcache", "--lmcache-init-ports", "0,0",
-                                       "--lmcache-alloc-ports", "0,0"});
+                            flags({"--kv-mode", "lmcache", "--tp-size", "2", "--kv-ready-connect",
+                                   sink_.endpoint(), "--block-size-tokens", "4"}));
+        d_ = &c.start_pdsim("decode", flags({"--kv-mode", "lmcache", "--lmcache-init-ports", "0,0",
+                                             "--lmcache-alloc-ports", "0,0"}));
         ASSERT_EQ(d_->lmcache_init_ports.size(), 2u);
         ASSERT_EQ(d_->lmcache_alloc_ports.size(), 2u);
         cluster_ = &c;
@@ -152,6 +183,9 @@ protected:
     }
 
     json state(const Server& s) { return sim_state(s); }
+    static std::vector<std::string> flags(std::vector<std::string> a) {
+        return kv_flags(GetParam(), std::move(a));
+    }
 
     KvReadySink sink_;
     Cluster* cluster_ = nullptr;
@@ -159,7 +193,7 @@ protected:
     Server* d_ = nullptr;
 };
 
-TEST_F(LmcacheSimTest, CompletionHandoverEqualsSingleEngineAnswer) {
+TEST_P(LmcacheSimTest, CompletionHandoverEqualsSingleEngineAnswer) {
     const json body = completion_body("the river runs past the old stone mill tonight", 12, false);
     EXPECT_EQ(handover(body, 12, false, "lm-cmpl-1"),
               expected_completion_text(body["prompt"].get<std::string>(), 12));
@@ -188,9 +222,16 @@ TEST_F(LmcacheSimTest, CompletionHandoverEqualsSingleEngineAnswer) {
     EXPECT_EQ(counter(ds, "local_prefills"), 1);  // the direct request
     EXPECT_EQ(counter(ds, "protocol_violations"), 0) << ds["violations"];
     EXPECT_EQ(ds["lmcache_alloc_ports"], json(d_->lmcache_alloc_ports));
+    // Through the transfer core D checked every byte it received in its own blocks (one block
+    // a copy), and gave the blocks back; over pdsim's TCP stream the agent is not involved.
+    EXPECT_EQ(ds["kv_transfer"], GetParam().pdx() ? "pdx" : "http");
+    EXPECT_EQ(counter(ds, "kv_bytes_verified"), GetParam().pdx() ? 2 * 2 * 9 * 64 : 0);
+    EXPECT_EQ(counter(ds, "kv_blocks_verified"), GetParam().pdx() ? 4 : 0);
+    EXPECT_EQ(counter(ds, "kv_verify_failures"), 0);
+    EXPECT_EQ(counter(ds, "kv_blocks_taken"), 0) << ds;
 }
 
-TEST_F(LmcacheSimTest, ChatHandoverEqualsSingleEngineAnswer) {
+TEST_P(LmcacheSimTest, ChatHandoverEqualsSingleEngineAnswer) {
     const json body = chat_body("tell me about copper and silver", 9, false);
     EXPECT_EQ(handover(body, 9, false, "lm-chat-1"), expected_chat_text(body["messages"], 9));
     auto direct = http_post_json(d_->port, "/v1/chat/completions", body);
@@ -198,7 +239,7 @@ TEST_F(LmcacheSimTest, ChatHandoverEqualsSingleEngineAnswer) {
     EXPECT_EQ(direct.json()["choices"][0]["message"]["content"], expected_text(body));
 }
 
-TEST_F(LmcacheSimTest, DecodeWithoutKvIsRefused) {
+TEST_P(LmcacheSimTest, DecodeWithoutKvIsRefused) {
     const auto ids = prompt_token_ids(completion_body("never prefilled prompt", 4, false));
     auto r = decode(ids, expected_first_token(ids), 3, false, "lm-nokv");
     EXPECT_EQ(r.status, 500) << r.describe();
@@ -214,7 +255,7 @@ TEST_F(LmcacheSimTest, DecodeWithoutKvIsRefused) {
     EXPECT_EQ(counter(ds, "local_prefills"), 0);
 }
 
-TEST_F(LmcacheSimTest, KvIsClaimedOnce) {
+TEST_P(LmcacheSimTest, KvIsClaimedOnce) {
     const json body = completion_body("claimed once only", 5, false);
     EXPECT_EQ(handover(body, 5, false, "lm-once"), expected_text(body));
     const auto ids = prompt_token_ids(body);
@@ -222,7 +263,7 @@ TEST_F(LmcacheSimTest, KvIsClaimedOnce) {
     EXPECT_EQ(again.status, 500) << again.describe();
 }
 
-TEST_F(LmcacheSimTest, NoDisaggSpecMovesNothing) {
+TEST_P(LmcacheSimTest, NoDisaggSpecMovesNothing) {
     const auto ids = prompt_token_ids(completion_body("just one token please", 1, false));
     json b = prefill_body(ids, "lm-nospec", *d_);
     b["kv_transfer_params"].erase("disagg_spec");
@@ -234,7 +275,7 @@ TEST_F(LmcacheSimTest, NoDisaggSpecMovesNothing) {
     EXPECT_EQ(counter(state(*p_), "lmcache_handovers"), 0);
 }
 
-TEST_F(LmcacheSimTest, MalformedSpecOrUnreachableReceiverFails) {
+TEST_P(LmcacheSimTest, MalformedSpecOrUnreachableReceiverFails) {
     const auto ids = prompt_token_ids(completion_body("bad spec", 1, false));
     json b = prefill_body(ids, "lm-bad", *d_);
     b["kv_transfer_params"]["disagg_spec"]["receiver_alloc_port"] = json::array({1});
@@ -264,7 +305,7 @@ TEST_F(LmcacheSimTest, MalformedSpecOrUnreachableReceiverFails) {
 }
 
 // Each fault, one request each.
-TEST_F(LmcacheSimTest, KvFaultsMakeDecodeFail) {
+TEST_P(LmcacheSimTest, KvFaultsMakeDecodeFail) {
     const auto ids = prompt_token_ids(completion_body("skip the second rank", 4, false));
     const std::int64_t first = expected_first_token(ids);
     sim_fault(*p_, {{"lmcache_skip_kv_ranks", {1}}});
@@ -285,11 +326,12 @@ TEST_F(LmcacheSimTest, KvFaultsMakeDecodeFail) {
     EXPECT_NE(dr.body.find("rank 0 failed verification"), std::string::npos) << dr.body;
     const json ds = state(*d_);
     EXPECT_EQ(counter(ds, "lmcache_kv_corrupt"), 1);
+    EXPECT_EQ(counter(ds, "kv_verify_failures"), GetParam().pdx() ? 1 : 0);
     EXPECT_EQ(counter(ds, "lmcache_kv_missing"), 2);
     EXPECT_EQ(counter(state(*p_), "lmcache_kv_skipped"), 1);
 }
 
-TEST_F(LmcacheSimTest, NotificationFaults) {
+TEST_P(LmcacheSimTest, NotificationFaults) {
     const auto ids = prompt_token_ids(completion_body("notification faults", 4, false));
 
     sim_fault(*p_, {{"lmcache_drop_notif_ranks", {1}}});
@@ -300,11 +342,11 @@ TEST_F(LmcacheSimTest, NotificationFaults) {
 
     sim_fault(*p_, {{"lmcache_notif_duplicate", true}});
     ASSERT_EQ(prefill(ids, "lm-dup").status, 200);
-    EXPECT_EQ(notifs_for(sink_.drain(), "lm-dup"), 4);
+    EXPECT_EQ(notifs_for(sink_.drain_expecting(4), "lm-dup"), 4);
 
     sim_fault(*p_, {{"lmcache_notif_garbage", true}});
     ASSERT_EQ(prefill(ids, "lm-garbage").status, 200);
-    msgs = sink_.drain();
+    msgs = sink_.drain_expecting(8);
     ASSERT_EQ(msgs.size(), 8u);  // six malformed messages, then the two notifications
     EXPECT_TRUE(notif_json(msgs[0]).is_discarded());         // not msgpack
     EXPECT_TRUE(notif_json(msgs[1]).is_array());             // not a map
@@ -342,7 +384,7 @@ TEST_F(LmcacheSimTest, NotificationFaults) {
     }
 }
 
-TEST_F(LmcacheSimTest, StatusAndCloseFaultsStillApply) {
+TEST_P(LmcacheSimTest, StatusAndCloseFaultsStillApply) {
     const auto ids = prompt_token_ids(completion_body("status fault", 4, false));
     sim_fault(*p_, {{"status", 503}});
     auto r = prefill(ids, "lm-503");
@@ -355,13 +397,13 @@ TEST_F(LmcacheSimTest, StatusAndCloseFaultsStillApply) {
 }
 
 // A decode with a short TTL drops KV nobody claimed; large KV (4 MiB per rank) moves intact.
-TEST_F(LmcacheSimTest, UnclaimedKvExpiresAndLargeKvMoves) {
+TEST_P(LmcacheSimTest, UnclaimedKvExpiresAndLargeKvMoves) {
     Cluster& c = *cluster_;
-    Server& p =
-        c.start_pdsim("prefill", {"--kv-mode", "lmcache", "--tp-size", "2", "--kv-ready-connect",
-                                  sink_.endpoint(), "--kv-bytes-per-token", "65536"});
-    Server& d = c.start_pdsim(
-        "decode", {"--kv-mode", "lmcache", "--tp-size", "2", "--lmcache-kv-ttl-seconds", "1"});
+    Server& p = c.start_pdsim("prefill",
+                              flags({"--kv-mode", "lmcache", "--tp-size", "2", "--kv-ready-connect",
+                                     sink_.endpoint(), "--kv-bytes-per-token", "65536"}));
+    Server& d = c.start_pdsim("decode", flags({"--kv-mode", "lmcache", "--tp-size", "2",
+                                               "--lmcache-kv-ttl-seconds", "1"}));
     ASSERT_EQ(d.lmcache_alloc_ports.size(), 2u);
     std::string prompt;
     for (int i = 0; i < 64; ++i) {
@@ -382,6 +424,7 @@ TEST_F(LmcacheSimTest, UnclaimedKvExpiresAndLargeKvMoves) {
     EXPECT_EQ(counter(ds, "lmcache_kv_received"), 2);
     EXPECT_EQ(counter(ds, "lmcache_kv_corrupt"), 0);
     EXPECT_EQ(counter(ds, "lmcache_kv_bytes_held"), 2 * 64 * 65536);
+    EXPECT_EQ(counter(ds, "kv_bytes_verified"), GetParam().pdx() ? 2 * 64 * 65536 : 0);
     EXPECT_TRUE(
         wait_until([&] { return counter(sim_state(d), "lmcache_kv_expired") == 2; }, Ms{5000}));
     ds = sim_state(d);
@@ -393,7 +436,7 @@ TEST_F(LmcacheSimTest, UnclaimedKvExpiresAndLargeKvMoves) {
     EXPECT_EQ(dr.status, 500) << dr.describe();
 }
 
-TEST_F(LmcacheSimTest, PullModeIsTheDefault) {
+TEST_P(LmcacheSimTest, PullModeIsTheDefault) {
     Server& plain = cluster_->start_pdsim("decode");
     const json s = sim_state(plain);
     EXPECT_EQ(s["kv_mode"], "pull");
@@ -405,6 +448,16 @@ TEST_F(LmcacheSimTest, PullModeIsTheDefault) {
     ASSERT_EQ(r.status, 200) << r.describe();
     EXPECT_EQ(r.json()["choices"][0]["text"], expected_text(body));
 }
+
+const Transport kTransports[] = {{"http", "", ""},
+#ifdef PDR_TEST_HAVE_UCX
+                                 {"pdx_tcp", "tcp", "lo"},
+                                 {"pdx_shm", "posix,self", ""}
+#endif
+};
+
+INSTANTIATE_TEST_SUITE_P(Kv, LmcacheSimTest, ::testing::ValuesIn(kTransports),
+                         [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace pdr::test

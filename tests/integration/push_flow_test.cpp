@@ -2,8 +2,9 @@
 // engines moving real KV bytes over the transfer core (UCX tcp and shared memory): both legs at
 // once, exact text, bytes verified on D, both arrival orders, 2P2D, the failure matrix (P fails:
 // D's leg cancelled; D fails or the client leaves: P told to drop the transfer), the
-// transfer_mode check, fresh transfer ids on retries, and the router's transfer agent (Abort,
-// Heartbeat renewal, P's copies of the write's terminal note).
+// transfer_mode check, fresh transfer ids on retries, the router's transfer agent (Abort,
+// Heartbeat renewal, P's copies of the write's terminal note, its Failed ending D's wait), and
+// a prefill or decode killed mid-transfer.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -241,6 +242,109 @@ TEST_F(PushFlowTest, ClientLeavingFreesThePrefillsBlocksAtOnce) {
     // (pdsim: at most 5 s).
     EXPECT_TRUE(
         wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{6000}));
+}
+
+// P's write fails and only the router hears of it: with pdsim's kv_failed_to_router_only,
+// P's Failed goes to the router's agent (P's copy of the terminal note) and D's is lost, so D
+// would wait its whole --kv-wait-timeout-ms (20 s here) for a note that never comes. An error
+// within 3 s is therefore the router's doing: its watch of the transfer ends D's leg.
+TEST_P(PushTransportTest, PsFailedCopyToTheRouterEndsTheDecodesWaitAtOnce) {
+    PushOptions o;
+    o.transport = GetParam();
+    o.agent = true;
+    o.decode_args = {"--kv-wait-timeout-ms", "20000"};
+    PdCluster pd = start_push(o);
+    const json body = completion_body(words(30), 5, false);
+    sim_fault(*pd.prefill[0], {{"kv_failed_to_router_only", true}});
+    const auto sent = Clock::now();
+    auto r = send_generation(*pd.router, body, {}, Ms{10000});
+    const double ms = ms_between(sent, Clock::now());
+    EXPECT_EQ(r.status, 502) << r.describe() << pd.cluster->logs();
+    EXPECT_NE(r.body.find("KV transfer failed"), std::string::npos) << r.body;
+    EXPECT_LT(ms, 3000) << "not ended by the router: D waited for its own bound";
+    EXPECT_EQ(sum_counter(pd.prefill, "kv_push_write_failures"), 1);
+    EXPECT_EQ(sum_counter(pd.decode, "kv_push_failed_notes"), 0) << "D heard of it itself";
+    EXPECT_EQ(metric(metrics_text(*pd.router), "pdrouter_transfer_notes_received_total",
+                     {{"kind", "failed"}, {"outcome", "matched"}})
+                  .value_or(0),
+              1)
+        << metrics_text(*pd.router);
+    // D's Abort (its leg was closed) is answered with P's Failed: its blocks are back at once.
+    EXPECT_TRUE(
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
+    EXPECT_TRUE(blocks_freed(pd));
+    r = send_generation(*pd.router, body);
+    EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+}
+
+// A prefill SIGKILLed while the decode waits for its (delayed) write: the decode's agent
+// notices the peer gone (same host: at once; the core's bound is its 3 s peer timeout), so the
+// client gets a clear 5xx long before D's 20 s wait, D's blocks return, and the surviving
+// pair serves the next request.
+TEST_P(PushTransportTest, APrefillKilledMidPushEndsTheRequestWithAClearError) {
+    PushOptions o;
+    o.transport = GetParam();
+    o.agent = true;
+    o.prefills = 2;
+    o.decode_args = {"--kv-wait-timeout-ms", "20000"};
+    PdCluster pd = start_push(o);
+    const json body = completion_body(words(30), 5, false);
+    for (Server* p : pd.prefill) {
+        sim_fault(*p, {{"kv_write_delay_ms", 60000}});
+    }
+    auto pending = std::async(std::launch::async,
+                              [&] { return send_generation(*pd.router, body, {}, Ms{15000}); });
+    ASSERT_TRUE(wait_until([&] { return sum_counter(pd.prefill, "kv_registers") == 1; }, Ms{5000}))
+        << pd.cluster->logs();
+    Server* victim =
+        counter(sim_state(*pd.prefill[0]), "kv_registers") == 1 ? pd.prefill[0] : pd.prefill[1];
+    Server* survivor = victim == pd.prefill[0] ? pd.prefill[1] : pd.prefill[0];
+    sim_fault(*survivor, {{"count", 0}});
+    const auto killed = Clock::now();
+    victim->proc.kill_now();
+    auto r = pending.get();
+    const double ms = ms_between(killed, Clock::now());
+    EXPECT_GE(r.status, 500) << r.describe();
+    const json err = json::parse(r.body, nullptr, false);
+    EXPECT_TRUE(err.is_object() && err.contains("error")) << r.body;
+    EXPECT_NE(r.body.find("gone"), std::string::npos) << r.body;
+    EXPECT_LT(ms, 3000 + 1000) << "within the core's peer-gone bound (3 s) plus slack";
+    EXPECT_TRUE(
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
+    EXPECT_EQ(http_get(pd.router->port, "/health").status, 200);
+    r = send_generation(*pd.router, body);
+    EXPECT_TRUE(answer_ok(r, body)) << r.describe() << pd.cluster->logs();
+    EXPECT_TRUE(blocks_freed(pd));
+}
+
+// The decode SIGKILLed while the prefill's write waits: the router's decode leg fails, the
+// client gets a 502, P's blocks are freed (the router's Abort, or the write failing on the
+// gone peer), and the surviving decode serves the next request.
+TEST_P(PushTransportTest, ADecodeKilledMidPushEndsTheRequestAndFreesThePrefill) {
+    PushOptions o;
+    o.transport = GetParam();
+    o.agent = true;
+    o.decodes = 2;
+    PdCluster pd = start_push(o);
+    const json body = completion_body(words(30), 5, false);
+    sim_fault(*pd.prefill[0], {{"kv_write_delay_ms", 60000}});
+    auto pending = std::async(std::launch::async,
+                              [&] { return send_generation(*pd.router, body, {}, Ms{15000}); });
+    ASSERT_TRUE(wait_until([&] { return counter(sim_state(*pd.prefill[0]), "kv_registers") == 1; },
+                           Ms{5000}))
+        << pd.cluster->logs();
+    Server* victim =
+        sum_counter({pd.decode[0]}, "kv_blocks_taken") > 0 ? pd.decode[0] : pd.decode[1];
+    const auto killed = Clock::now();
+    victim->proc.kill_now();
+    auto r = pending.get();
+    EXPECT_EQ(r.status, 502) << r.describe();
+    EXPECT_NE(r.body.find("decode instance"), std::string::npos) << r.body;
+    EXPECT_LT(ms_between(killed, Clock::now()), 3000 + 1000);
+    EXPECT_TRUE(blocks_freed(pd)) << "held " << held(pd);
+    r = send_generation(*pd.router, body);
+    EXPECT_TRUE(answer_ok(r, body)) << r.describe() << pd.cluster->logs();
+    EXPECT_EQ(http_get(pd.router->port, "/health").status, 200);
 }
 
 TEST_F(PushFlowTest, APrefillNotInPushModeIsAConfigurationError) {

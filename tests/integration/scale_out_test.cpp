@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -204,6 +205,20 @@ TEST_F(ScaleOutTest, DnsDiscoveryAddsAndDrainsDecodes) {
         << testing::PrintToString(listed(router));
     json body = completion_body("found by name", 4, false);
     EXPECT_TRUE(answer_ok(send_generation(router, body), body));
+    // Discovery's metrics: every role's series from the start, the decode name's lookups counted.
+    auto disc = [&](const std::string& name, const std::map<std::string, std::string>& labels) {
+        return metric(metrics_text(router), name, labels).value_or(-1);
+    };
+    const std::string lookups = "pdrouter_discovery_resolutions_total";
+    const std::string addresses = "pdrouter_discovery_addresses";
+    EXPECT_GE(disc(lookups, {{"role", "decode"}, {"result", "ok"}}), 1);
+    EXPECT_EQ(disc(addresses, {{"role", "decode"}}), 1);
+    for (const char* role : {"prefill", "router"}) {
+        for (const char* result : {"ok", "empty", "failed"}) {
+            EXPECT_EQ(disc(lookups, {{"role", role}, {"result", result}}), 0) << role << result;
+        }
+        EXPECT_EQ(disc(addresses, {{"role", role}}), 0) << role;
+    }
 
     // A second pod appears: probed, added, and it takes its share.
     publish("127.0.0.1 127.0.0.2");
@@ -213,6 +228,7 @@ TEST_F(ScaleOutTest, DnsDiscoveryAddsAndDrainsDecodes) {
         },
         Ms{5000}))
         << testing::PrintToString(listed(router));
+    EXPECT_TRUE(wait_until([&] { return disc(addresses, {{"role", "decode"}}) == 2; }, Ms{5000}));
     for (int i = 0; i < 4; ++i) {
         body = completion_body("both " + std::to_string(i), 4, false);
         EXPECT_TRUE(answer_ok(send_generation(router, body), body));
@@ -255,6 +271,18 @@ TEST_F(ScaleOutTest, DnsDiscoveryAddsAndDrainsDecodes) {
         },
         Ms{5000}))
         << testing::PrintToString(listed(router));
+
+    // The name's source goes away (an unreadable hosts file): the lookups fail, counted, and the
+    // instances stay as they were.
+    const double failed = disc(lookups, {{"role", "decode"}, {"result", "failed"}});
+    std::remove(hosts.c_str());
+    EXPECT_TRUE(wait_until(
+        [&] {
+            return disc(lookups, {{"role", "decode"}, {"result", "failed"}}) > failed;
+        },
+        Ms{5000}));
+    EXPECT_EQ(disc(addresses, {{"role", "decode"}}), 1);
+    EXPECT_EQ(listed(router), (std::vector<std::string>{a2, p1}));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "tests/mocks/fake_http_server.hpp"
 
+#include "net/common/loopback_port.hpp"
+
 #include <algorithm>
 #include <list>
 
@@ -133,11 +135,7 @@ void FakeHttpServer::set_handler(Handler handler) {
 }
 
 unsigned short unused_port() {
-    net::io_context ioc;
-    tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    const auto port = a.local_endpoint().port();
-    a.close();
-    return port;
+    return pick_loopback_port();
 }
 
 }  // namespace pdr::test

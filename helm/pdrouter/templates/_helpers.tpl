@@ -53,6 +53,15 @@ the router while requests still finish.
 {{- end -}}
 {{- end -}}
 
+{{/*
+lmcache mode: the replicas' PULL sockets, NAME:PORT of the headless Service over every router pod
+(--peer-routers-dns). Each pod's replica id is its IP (--replica-id $(POD_IP)), which is what
+that name resolves to.
+*/}}
+{{- define "pdrouter.kvReadyPeers" -}}
+{{- printf "%s-kv-ready.%s.svc.%s:%d" (include "pdrouter.fullname" .) .Release.Namespace .Values.clusterDomain (int64 .Values.lmcache.kvReadyPort) -}}
+{{- end -}}
+
 {{/* The checks that stop a render with a clear message. */}}
 {{- define "pdrouter.validate" -}}
 {{- if not (has .Values.kvMode (list "pull" "lmcache")) -}}
@@ -63,9 +72,9 @@ the router while requests still finish.
 {{- fail (printf "router.%s: keys are not written into the ConfigMap; name a Secret in secrets.adminApiKey / secrets.upstreamApiKey" $key) -}}
 {{- end -}}
 {{- end -}}
-{{- range $key := list "port" "prefill" "decode" "kv_mode" "kv_ready_bind" "config" "demo" "port_file" "prefill_dns" "decode_dns" "dns_refresh_ms" "dns_hosts_file" -}}
+{{- range $key := list "port" "prefill" "decode" "kv_mode" "kv_ready_bind" "config" "demo" "port_file" "prefill_dns" "decode_dns" "dns_refresh_ms" "dns_hosts_file" "replica_id" "peer_routers" "peer_routers_dns" -}}
 {{- if hasKey $.Values.router $key -}}
-{{- fail (printf "router.%s is set by the chart: use containerPort, prefill, decode, prefillDns, decodeDns, dnsRefreshMs, kvMode or lmcache.kvReadyPort" $key) -}}
+{{- fail (printf "router.%s is set by the chart: use containerPort, prefill, decode, prefillDns, decodeDns, dnsRefreshMs, kvMode or lmcache.kvReadyPort (replica ids and peers come from the pods and the kv-ready headless Service)" $key) -}}
 {{- end -}}
 {{- end -}}
 {{- range $key, $_ := $.Values.router -}}
@@ -77,9 +86,6 @@ the router while requests still finish.
 {{- if and (has $e.name (list "ADMIN_API_KEY" "OPENAI_API_KEY")) (hasKey $e "value") -}}
 {{- fail (printf "extraEnv %s: take keys from a Secret (secrets.adminApiKey / secrets.upstreamApiKey), never an inline value" $e.name) -}}
 {{- end -}}
-{{- end -}}
-{{- if and (eq .Values.kvMode "lmcache") (or .Values.autoscaling.enabled (gt (int64 .Values.replicaCount) 1)) -}}
-{{- fail "kvMode lmcache takes one router replica (replicaCount 1, autoscaling off): every prefill engine sends its KV-ready notifications to the one address its LMCache config names, so a second replica would wait for notifications that reach the first; run one release per prefill group instead" -}}
 {{- end -}}
 {{- if and .Values.podDisruptionBudget.enabled (ne (toString .Values.podDisruptionBudget.maxUnavailable) "") (ne (toString .Values.podDisruptionBudget.minAvailable) "") -}}
 {{- fail "podDisruptionBudget: set maxUnavailable or minAvailable, not both" -}}
@@ -104,11 +110,12 @@ runs `pdrouter --config router.yaml --check-config` on it.
 {{- if .Values.decodeDns -}}
 {{- $_ := set $cfg "decode_dns" .Values.decodeDns -}}
 {{- end -}}
-{{- if or .Values.prefillDns .Values.decodeDns -}}
+{{- if or .Values.prefillDns .Values.decodeDns (eq .Values.kvMode "lmcache") -}}
 {{- $_ := set $cfg "dns_refresh_ms" (int64 .Values.dnsRefreshMs) -}}
 {{- end -}}
 {{- if eq .Values.kvMode "lmcache" -}}
 {{- $_ := set $cfg "kv_ready_bind" (printf "tcp://0.0.0.0:%d" (int64 .Values.lmcache.kvReadyPort)) -}}
+{{- $_ := set $cfg "peer_routers_dns" (include "pdrouter.kvReadyPeers" .) -}}
 {{- range $key, $value := .Values.lmcache -}}
 {{- if and (ne $key "kvReadyPort") (ne (toString $value) "") (ne (toString $value) "[]") -}}
 {{- $_ := set $cfg $key $value -}}
@@ -138,6 +145,12 @@ runs `pdrouter --config router.yaml --check-config` on it.
       name: {{ .name }}
       key: {{ required "secrets.upstreamApiKey.key: the key in the Secret" .key }}
 {{- end }}
+{{- end }}
+{{- if eq .Values.kvMode "lmcache" }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
 {{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}

@@ -103,5 +103,58 @@ TEST(ConfigLmcache, Errors) {
                  "with --kv-mode lmcache (the mode is pull)");
 }
 
+// Several replicas: the replica id is the host peers reach the PULL socket at.
+TEST(ConfigLmcache, ReplicaIdAndPeers) {
+    auto none = parse(lmcache({}));
+    ASSERT_EQ(none.action, ParseOutcome::Action::Run) << none.output;
+    EXPECT_EQ(none.config.replica_id, "");  // one replica: req_ids unchanged
+    EXPECT_TRUE(none.config.peer_routers.empty());
+    EXPECT_EQ(none.config.peer_routers_dns.port, 0);
+    EXPECT_EQ(none.config.kv_ready_forward_hwm, 1000);
+
+    auto by_bind = parse(lmcache({"--peer-routers", "[FD00::2]:7500", "10.0.0.3:7500"}));
+    ASSERT_EQ(by_bind.action, ParseOutcome::Action::Run) << by_bind.output;
+    EXPECT_EQ(by_bind.config.replica_id, "127.0.0.1");  // --kv-ready-bind's host
+    EXPECT_EQ(texts(by_bind.config.peer_routers),
+              (std::vector<std::string>{"[fd00::2]:7500", "10.0.0.3:7500"}));
+
+    auto given = parse(
+        lmcache({"--kv-ready-bind", "tcp://*:7500", "--replica-id", "[FD00::1]",
+                 "--peer-routers-dns", "pdrouter-kv.ns.svc:7500", "--kv-ready-forward-hwm", "50"}));
+    ASSERT_EQ(given.action, ParseOutcome::Action::Run) << given.output;
+    EXPECT_EQ(given.config.replica_id, "fd00::1");
+    EXPECT_EQ(given.config.peer_routers_dns, (InstanceAddress{"pdrouter-kv.ns.svc", 7500}));
+    EXPECT_EQ(given.config.kv_ready_forward_hwm, 50);
+
+    TempFile f(".yaml",
+               "kv_mode: lmcache\nkv_ready_bind: tcp://0.0.0.0:7500\nreplica_id: 10.0.0.2\n"
+               "peer_routers: [10.0.0.3:7500]\nprefill: [127.0.0.1:8100]\n"
+               "decode: [127.0.0.1:8200]\n");
+    auto file = parse({"--config", f.path()});
+    ASSERT_EQ(file.action, ParseOutcome::Action::Run) << file.output;
+    EXPECT_EQ(file.config.replica_id, "10.0.0.2");
+    EXPECT_EQ(texts(file.config.peer_routers), (std::vector<std::string>{"10.0.0.3:7500"}));
+}
+
+TEST(ConfigLmcache, ReplicaErrors) {
+    expect_error(
+        parse(lmcache({"--kv-ready-bind", "tcp://*:7500", "--peer-routers", "10.0.0.3:7500"})),
+        "pdrouter: --peer-routers/--peer-routers-dns need --replica-id ID: the host the "
+        "other replicas reach this one's PULL socket at (e.g. the pod IP), since "
+        "--kv-ready-bind tcp://*:7500 does not name one");
+    expect_error(parse(lmcache({"--replica-id", "a@b"})),
+                 "pdrouter: invalid value 'a@b' for --replica-id: expected 1 to 64 letters, "
+                 "digits, '.', ':', '-' or '_'");
+    expect_error(parse(with_instances({"--peer-routers", "10.0.0.3:7500"})),
+                 "pdrouter: --replica-id, --peer-routers and --peer-routers-dns are only used "
+                 "with --kv-mode lmcache (and not with --demo)");
+    expect_error(parse(lmcache({"--peer-routers", "tcp://10.0.0.3:7500"})),
+                 "pdrouter: invalid value 'tcp://10.0.0.3:7500' for --peer-routers: expected "
+                 "HOST:PORT");
+    expect_error(parse(lmcache({"--kv-ready-forward-hwm", "0"})),
+                 "pdrouter: invalid value '0' for --kv-ready-forward-hwm: expected an integer "
+                 "1..1000000");
+}
+
 }  // namespace
 }  // namespace pdr::config::test

@@ -151,5 +151,25 @@ TEST(ParseObject, RejectsNonObjects) {
     EXPECT_EQ(parse_object("", j).errc, Errc::BadJson);
 }
 
+TEST(ParseLeaseRefresh, TakesAnArrayOfStringsUpToTheCap) {
+    std::vector<std::string> ids;
+    ASSERT_TRUE(parse_lease_refresh(R"({"request_ids":["a","b"]})", ids).ok());
+    EXPECT_EQ(ids, (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(parse_lease_refresh(R"({"ids":["a"]})", ids).errc, Errc::MissingField);
+    EXPECT_EQ(parse_lease_refresh(R"({"request_ids":"a"})", ids).errc, Errc::InvalidField);
+    const ValidationError mixed = parse_lease_refresh(R"({"request_ids":["a",1]})", ids);
+    EXPECT_EQ(mixed.errc, Errc::InvalidField);
+    EXPECT_EQ(mixed.param, "request_ids");
+    EXPECT_TRUE(ids.empty());
+    EXPECT_EQ(parse_lease_refresh("[]", ids).errc, Errc::NotAnObject);
+    std::string many = R"({"request_ids":[)";
+    for (std::size_t i = 0; i <= kMaxLeaseRefreshIds; ++i) {
+        many += i == 0 ? R"("x")" : R"(,"x")";
+    }
+    many += "]}";
+    EXPECT_EQ(parse_lease_refresh(many, ids).errc, Errc::InvalidField);
+    EXPECT_TRUE(ids.empty());
+}
+
 }  // namespace
 }  // namespace pdr::api

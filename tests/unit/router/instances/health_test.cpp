@@ -60,11 +60,52 @@ TEST_F(RegistryTest, PassingProbeDoesNotResetTheErrorCountOfAnUpInstance) {
     EXPECT_TRUE(d->up);
     reg().report_leg_failure(*d, upstream::Failure::Read, "read (end of stream)");
     EXPECT_FALSE(d->up);
-    // Once down, a passing probe brings it back with a fresh count.
+    // Once down, a passing probe brings it back on trial; its first good request ends the
+    // trial, with a fresh count.
     ASSERT_TRUE(test::run_until(
         ioc, [&] { return d->up; }, Duration{3000}));
+    EXPECT_TRUE(d->on_trial);
+    reg().report_success(*d);
+    EXPECT_FALSE(d->on_trial);
     reg().report_leg_failure(*d, upstream::Failure::Read, "read (end of stream)");
     EXPECT_TRUE(d->up);
+}
+
+// Half-open: a down instance whose probe passes takes one request at a time until one succeeds;
+// a failure of that trial request takes it down again at once (not after 3 in a row).
+TEST_F(RegistryTest, RecoveredInstanceIsOnTrialUntilARequestSucceeds) {
+    FakeHttpServer server(ioc.get_executor(), [&](const FakeHttpServer::Request& req) {
+        return req.target() == "/health" ? FakeReply{200, ""} : FakeReply{404, "{}"};
+    });
+    const auto port = server.start();
+    reg().add_configured(Role::Decode, addr("127.0.0.1", port));
+    auto d = reg().pick(Role::Decode);
+    ASSERT_TRUE(d);
+    reg().start();
+    reg().report_failure(*d, "connect refused");
+    ASSERT_FALSE(d->up);
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return d->up; }, Duration{3000}));
+    EXPECT_TRUE(d->on_trial);
+    EXPECT_EQ(reg().to_json()[0]["on_trial"], true);
+    {
+        InFlight trial = reg().acquire(d);
+        EXPECT_EQ(reg().pick(Role::Decode), nullptr) << "a second request during the trial";
+    }
+    EXPECT_EQ(reg().pick(Role::Decode), d);  // the trial request ended without a verdict
+    // The trial request fails: down again at once.
+    reg().report_leg_failure(*d, upstream::Failure::Read, "read (end of stream)");
+    EXPECT_FALSE(d->up);
+    EXPECT_FALSE(d->on_trial);
+    EXPECT_NE(d->down_reason.find("trial request"), std::string::npos) << d->down_reason;
+    // The next probe puts it on trial again; a success brings it back in full.
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return d->up; }, Duration{3000}));
+    ASSERT_TRUE(d->on_trial);
+    reg().report_success(*d);
+    EXPECT_FALSE(d->on_trial);
+    InFlight one = reg().acquire(d);
+    EXPECT_EQ(reg().pick(Role::Decode), d) << "back in full rotation: concurrent requests";
 }
 
 TEST_F(RegistryTest, BackoffGrowsWhileDown) {

@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "router/kv/kv_ready_forwarder.hpp"
 #include "router/kv/kv_ready_listener.hpp"
+#include "router/kv/kv_ready_owner.hpp"
 #include "router/metrics/router_metrics.hpp"
 #include "tests/mocks/run_until.hpp"
 #include "tests/unit/router/metrics/series_value.hpp"
@@ -280,7 +282,9 @@ TEST_F(KvReadyListenerTest, DuplicatesAreCountedNotReadied) {
     }
     ASSERT_TRUE(until([&] { return notifications("duplicate") == 2; }));
     EXPECT_EQ(notifications("matched"), 1);
-    ASSERT_TRUE(w->end);
+    // The waiter's completion is posted when the first one matches: when all three come in one
+    // read (as under TSan), the duplicates are counted before it runs.
+    ASSERT_TRUE(until([&] { return w->end.has_value(); }));
     EXPECT_EQ(*w->end, WaitEnd::Ready);
     EXPECT_EQ(reg.received(), 1u);
     reg.reset();
@@ -430,6 +434,92 @@ TEST_F(KvReadyListenerTest, StopWakesEveryWaiter) {
     settle();
     ASSERT_TRUE(w->end);
     EXPECT_EQ(*w->end, WaitEnd::Stopped);
+}
+
+TEST(KvReadyOwner, TheReplicaIdEndsTheReqId) {
+    EXPECT_EQ(kv_req_id("req-1", "", 256), "req-1");  // one replica: unchanged
+    EXPECT_EQ(kv_req_id("req-1", "10.0.0.2", 256), "req-1@10.0.0.2");
+    EXPECT_EQ(owner_of("req-1@10.0.0.2"), "10.0.0.2");
+    EXPECT_EQ(owner_of("a@b@fd00::1"), "fd00::1");  // a client id may hold '@'
+    EXPECT_EQ(owner_of("req-1"), "");
+    // Too long with the suffix: a fresh UUIDv4 stands in for the request id.
+    const std::string long_id = kv_req_id(std::string(250, 'x'), "10.0.0.2", 256);
+    EXPECT_EQ(long_id.size(), 36u + 1 + 8);
+    EXPECT_EQ(owner_of(long_id), "10.0.0.2");
+}
+
+// Two listeners as two replicas: A ("a") forwards what is B's (replica 127.0.0.1, the host of
+// its PULL socket) and counts what has no known owner; B takes what A forwarded and drops a
+// forwarded frame that is not its own, never forwarding it again.
+TEST_F(KvReadyListenerTest, AnotherReplicasNotificationIsForwardedToIt) {
+    metrics::Registry b_reg;
+    metrics::RouterMetrics b_rm{b_reg};
+    KvReadyOptions b_opts = opts;
+    b_opts.replica_id = "127.0.0.1";
+    KvReadyListener b(ioc.get_executor(), b_opts, b_rm);
+    std::string error;
+    ASSERT_TRUE(b.start(error)) << error;
+    const std::string b_port = b.endpoint().substr(b.endpoint().rfind(':') + 1);
+
+    KvReadyForwarder fwd("a", 1000, rm);
+    opts.replica_id = "a";
+    opts.forwarder = &fwd;
+    start();
+    fwd.set_static(
+        {config::InstanceAddress{"127.0.0.1", static_cast<unsigned short>(std::stoi(b_port))}});
+    EXPECT_EQ(fwd.peers(), 1u);
+    EXPECT_EQ(series_value(mreg, "pdrouter_kv_ready_peers").value_or(-1), 1);
+
+    auto& mine = hold(listener->expect("r-1@a", 1));
+    // Ends before `b` does (no wait is spawned on it).
+    KvReadyListener::Registration theirs = b.expect("r-2@127.0.0.1", 1);
+    ASSERT_TRUE(mine.ok() && theirs.ok());
+    zmq::socket_t to_a = pusher();
+    send(to_a, notification("r-1@a"));
+    send(to_a, notification("r-2@127.0.0.1"));
+    send(to_a, notification("r-3@10.9.9.9"));
+    auto forwarded = [](metrics::Registry& r, const char* result) {
+        return series_value(r, "pdrouter_kv_ready_forwarded_total", {{"result", result}})
+            .value_or(-1);
+    };
+    EXPECT_TRUE(until(
+        [&] { return mine.ready() && theirs.ready() && forwarded(mreg, "unknown_owner") == 1; }));
+    EXPECT_EQ(forwarded(mreg, "sent"), 1);
+    EXPECT_EQ(forwarded(b_reg, "received"), 1);
+    // Only r-1 went into A's table (before any wait began: early); r-2 into B's.
+    EXPECT_EQ(notifications("early"), 1);
+    EXPECT_EQ(series_value(b_reg, "pdrouter_kv_ready_notifications_total", {{"outcome", "early"}})
+                  .value_or(-1),
+              1);
+
+    // A frame forwarded to B that is not B's: dropped and counted, not sent on.
+    zmq::socket_t to_b(zctx, zmq::socket_type::push);
+    to_b.set(zmq::sockopt::linger, 0);
+    to_b.connect(b.endpoint());
+    to_b.send(zmq::buffer(kForwardedMark.data(), kForwardedMark.size()), zmq::send_flags::sndmore);
+    send(to_b, notification("r-4@a"));
+    EXPECT_TRUE(until([&] { return forwarded(b_reg, "not_owner") == 1; }));
+    EXPECT_EQ(series_value(b_reg, "pdrouter_kv_ready_malformed_total", {{"reason", "multipart"}})
+                  .value_or(-1),
+              0);
+    listener->stop();  // before `fwd` goes
+    b.stop();
+}
+
+// A peer that does not take its notifications fills its queue; sends then fail at once.
+TEST_F(KvReadyListenerTest, AFullPeerQueueDropsAndCountsWithoutBlocking) {
+    KvReadyForwarder fwd("a", 2, rm);
+    fwd.set_static({config::InstanceAddress{"127.0.0.1", 9}});  // discard port: nobody listens
+    int full = 0;
+    const Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < 50; ++i) {
+        full += fwd.forward("127.0.0.1", notification("x")) == KvReadyForwarder::Result::QueueFull;
+    }
+    EXPECT_LT(Clock::now() - t0, ms{1000});
+    EXPECT_GE(full, 40);
+    EXPECT_EQ(fwd.forward("10.1.1.1", "x"), KvReadyForwarder::Result::UnknownOwner);
+    fwd.set_static({});
+    EXPECT_EQ(fwd.peers(), 0u);
 }
 
 }  // namespace

@@ -246,6 +246,18 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# HELP pdrouter_transfer_seconds Push mode with the transfer agent: time from "
         "dispatching a request's legs to the prefill's copy of the KV write's Done note.",
         "# TYPE pdrouter_transfer_seconds histogram",
+        "# HELP pdrouter_kv_ready_peers Other router replicas whose PULL socket KV-ready "
+        "notifications for their requests are forwarded to.",
+        "# TYPE pdrouter_kv_ready_peers gauge",
+        "# HELP pdrouter_kv_ready_forwarded_total KV-ready notifications for another router "
+        "replica's requests, or forwarded here by one, by result.",
+        "# TYPE pdrouter_kv_ready_forwarded_total counter",
+        "# HELP pdrouter_discovery_resolutions_total DNS discovery lookups, by what they discover "
+        "and result.",
+        "# TYPE pdrouter_discovery_resolutions_total counter",
+        "# HELP pdrouter_discovery_addresses Addresses the last successful DNS discovery lookup "
+        "gave, by what it discovers.",
+        "# TYPE pdrouter_discovery_addresses gauge",
     };
     EXPECT_EQ(meta, expected);
 }
@@ -305,6 +317,10 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_transfer_seconds_bucket", 19},
         {"pdrouter_transfer_seconds_count", 1},
         {"pdrouter_transfer_seconds_sum", 1},
+        {"pdrouter_kv_ready_peers", 1},
+        {"pdrouter_kv_ready_forwarded_total", 5},
+        {"pdrouter_discovery_resolutions_total", 9},
+        {"pdrouter_discovery_addresses", 3},
     };
     EXPECT_EQ(samples, expected);
 }

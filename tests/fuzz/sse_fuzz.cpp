@@ -1,0 +1,80 @@
+// libFuzzer target for SSE cutting and the relay's stream state: the input is a decode stream
+// read in pieces (each piece's length taken from the input itself), cut at event boundaries by
+// SseCutter as relay.cpp does, and the whole events rewritten by the LMCache flow's
+// AnswerShaper (completions and chat). What is passed on, plus the flush, must be the stream
+// unchanged, and the cutter never holds more than its cap. Build and run: scripts/fuzz sse
+// SECONDS. Seeds: corpus/sse/.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "net/common/sse_cut.hpp"
+#include "router/disagg/lmcache_rewrite.hpp"
+
+namespace {
+
+using namespace pdr;
+namespace lm = disagg::lmcache;
+
+lm::AnswerShaper shaper(lm::Api api) {
+    lm::ClientAsk ask;
+    ask.api = api;
+    ask.stream = true;
+    ask.include_usage = true;
+    lm::FirstToken first{42, "Hello", "", "model-a"};
+    return lm::AnswerShaper(ask, "req-1", first, 5, 1700000000);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size < 1) {
+        return 0;
+    }
+    // First byte: the cutter's cap (small caps reach the pass-on-anyway path).
+    const std::size_t cap = 1 + data[0] % 128;
+    std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
+    SseCutter cutter(cap);
+    lm::AnswerShaper completions = shaper(lm::Api::Completions);
+    lm::AnswerShaper chat = shaper(lm::Api::Chat);
+    std::string passed, out;
+    completions.stream_start();
+    chat.stream_start();
+    std::size_t at = 0;
+    while (at < in.size()) {
+        // Piece lengths 1..16 from the bytes themselves: a stable split for a given input.
+        const std::size_t n = std::min<std::size_t>(in.size() - at, 1 + (in[at] & 0x0f));
+        std::string piece(in.substr(at, n));
+        at += n;
+        cutter.take(piece);
+        if (cutter.held() > cap + 16) {
+            std::abort();
+        }
+        passed += piece;
+        if (cutter.at_boundary() != ends_an_sse_event(passed)) {
+            std::abort();
+        }
+        if (!piece.empty() && ends_an_sse_event(piece)) {
+            out.clear();
+            completions.stream_events(piece, out);
+            out.clear();
+            chat.stream_events(piece, out);
+        }
+    }
+    passed += cutter.flush();
+    if (passed != in || cutter.held() != 0) {
+        std::abort();
+    }
+    if (sse_events_end(in) > in.size()) {
+        std::abort();
+    }
+    out.clear();
+    completions.whole(in, out);
+    out.clear();
+    chat.whole(in, out);
+    completions.first_only_whole();
+    chat.first_only_stream();
+    return 0;
+}

@@ -109,6 +109,9 @@ struct Config {
     Duration health_interval{5000};     // probe period for instances that are up
     Duration health_backoff_max{5000};  // re-probe backoff cap for instances that are down
     std::size_t max_body_bytes = 8u << 20;
+    // Request-body bytes all client connections buffer together (bodies still arriving count
+    // with their whole Content-Length); over it a request waits, then gets 503. 0: no bound.
+    std::size_t max_buffered_body_bytes = 256u << 20;
     std::size_t max_header_bytes = 16u << 10;
     std::size_t max_concurrent_requests = 1024;
     std::size_t max_client_connections = 10000;
@@ -121,6 +124,9 @@ struct Config {
     // Admin-added instances get the upstream API key only when they match one of these (CIDR
     // "10.0.0.0/8", an address, or a host name as written); static and discovered ones always do.
     std::vector<std::string> instance_allow;
+    // Keep instance addresses out of what the client port serves (/status, /metrics, error
+    // bodies): instances are named "prefill-N" / "decode-N" there instead.
+    bool hide_instance_addresses = false;
     KvMode kv_mode = KvMode::Pull;
     // lmcache mode (PROTOCOLS.md §5). The receivers are per decode instance, in `decode` order
     // (empty, or one per instance); kv_ready_expected per prefill instance, in `prefill` order

@@ -87,6 +87,10 @@ const std::array kOptions = {
            .help = "largest client request body (default 8388608)",
            .size = &Config::max_body_bytes, .min = 1, .max = std::uint64_t{1} << 30,
            .group = "Limits (> 0)"},
+    Option{.name = "max-buffered-body-bytes", .kind = Kind::Number, .meta = "N",
+           .help = "request-body bytes all client connections buffer together; a request "
+                   "over it waits, then gets 503; 0: no bound (default 268435456)",
+           .size = &Config::max_buffered_body_bytes, .min = 0, .max = std::uint64_t{1} << 40},
     Option{.name = "max-header-bytes", .kind = Kind::Number, .meta = "N",
            .help = "largest client request head (default 16384)",
            .size = &Config::max_header_bytes, .min = 1, .max = std::uint64_t{1} << 24},
@@ -125,6 +129,10 @@ const std::array kOptions = {
     Option{.name = "decode-retries", .kind = Kind::Number, .meta = "N",
            .help = "extra decode attempts after connect failure, 0..10 (default 1)",
            .count = &Config::decode_retries, .min = 0, .max = 10},
+    Option{.name = "hide-instance-addresses", .kind = Kind::SetTrue, .meta = "",
+           .help = "name instances prefill-N / decode-N in /status, /metrics and error bodies, "
+                   "never by address (the admin API and logs keep addresses)",
+           .flag = &Config::hide_instance_addresses},
     Option{.name = "no-lease-refresh", .kind = Kind::SetFalse, .meta = "",
            .help = "do not keep prefill KV leases alive (default: refresh)",
            .flag = &Config::lease_refresh},

@@ -84,6 +84,8 @@ constexpr std::array kTable{
           "the prefill instance does not run the router's KV mode"},
     Entry{Errc::LoopDetected, http_status::loop_detected, kServer, "loop_detected",
           "the request came back to the router that sent it (an instance is this router)"},
+    Entry{Errc::ServerBusy, http_status::service_unavailable, kServer, "server_busy",
+          "the server is receiving too many request bodies at once"},
 };
 
 constexpr bool table_in_order() {
@@ -92,7 +94,7 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::LoopDetected) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::ServerBusy) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 

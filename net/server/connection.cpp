@@ -104,7 +104,8 @@ Connection::Connection(ServerState& s, tcp::socket sock)
     : server(s),
       stream(std::move(sock)),
       read_deadline(s.executor, [this] { close(); }),
-      watch_done(s.executor) {
+      watch_done(s.executor),
+      body_charge(s.body_budget) {
     watch->buffer = &buffer;
     watch->done = &watch_done;
     error_code ec;
@@ -124,6 +125,9 @@ ShutdownCut cut_for_shutdown(Connection& conn) {
 }
 
 void Connection::close() noexcept {
+    if (body_wait != nullptr) {
+        body_wait->cancel();
+    }
     error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream.close();
@@ -161,6 +165,7 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
     bool first = true;
     Preamble pre;  // blank lines before the next request
     for (;;) {
+        conn.body_charge.reset();  // the last exchange, and its request body, are gone
         const Clock::time_point wait_until = pre.deadline.value_or(
             Clock::now() + (first ? limits.read_timeout : limits.idle_timeout));
         if (!co_await wait_for_request(conn, wait_until)) {

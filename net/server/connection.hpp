@@ -2,6 +2,7 @@
 // Internals of HttpServer shared by the files of net/server (not a public header).
 #include "net/common/deadline.hpp"
 #include "net/common/error.hpp"
+#include "net/server/body_budget.hpp"
 #include "net/server/http_server.hpp"
 
 #include <list>
@@ -49,7 +50,9 @@ struct Connection {
     std::string head_buf;     // scratch for serialized response heads (reused per response)
     std::list<Connection*>::iterator pos;  // in ServerState::connections
     std::shared_ptr<Watch> watch = std::make_shared<Watch>();
-    Timer watch_done;  // see Watch::done
+    Timer watch_done;            // see Watch::done
+    BodyCharge body_charge;      // the request body's share of the server's budget
+    Timer* body_wait = nullptr;  // while waiting for that share: cancelled by close()
 
     // Closes the socket now; pending operations complete with operation_aborted.
     void close() noexcept;
@@ -69,6 +72,7 @@ struct ServerState {
     std::size_t pending_rejects = 0;    // over-limit connections being answered 503
     std::size_t probe_connections = 0;  // of `connections`, those on reserved probe slots
     std::map<net::ip::address, std::size_t> per_source;  // open connections per client address
+    BodyBudget body_budget;                              // Limits::max_buffered_body_bytes
     Timer drain_event;                    // cancelled when the last connection ends while draining
     std::function<void(Errc)> on_reject;  // see HttpServer::on_reject
 

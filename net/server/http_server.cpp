@@ -86,7 +86,12 @@ awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
 namespace detail {
 
 ServerState::ServerState(net::any_io_executor ex, Limits l, Handler h)
-    : executor(ex), limits(l), handler(std::move(h)), acceptor(ex), drain_event(ex) {}
+    : executor(ex),
+      limits(l),
+      handler(std::move(h)),
+      acceptor(ex),
+      body_budget(ex, l.max_buffered_body_bytes),
+      drain_event(ex) {}
 
 void ServerState::connection_ended() {
     if (draining && connections.empty()) {
@@ -213,6 +218,14 @@ void HttpServer::end_grace() {
 
 std::size_t HttpServer::active_connections() const noexcept {
     return impl_->connections.size();
+}
+
+std::size_t HttpServer::buffered_body_bytes() const noexcept {
+    return impl_->body_budget.used();
+}
+
+std::size_t HttpServer::body_budget_waiters() const noexcept {
+    return impl_->body_budget.waiting();
 }
 
 }  // namespace pdr::server

@@ -17,6 +17,7 @@ server::Limits limits_from(const config::Config& cfg) {
     server::Limits l;
     l.max_header_bytes = cfg.max_header_bytes;
     l.max_body_bytes = cfg.max_body_bytes;
+    l.max_buffered_body_bytes = cfg.max_buffered_body_bytes;
     l.read_timeout = cfg.request_read_timeout;
     l.idle_timeout = cfg.client_idle_timeout;
     l.write_timeout = cfg.client_write_timeout;

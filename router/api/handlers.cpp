@@ -284,6 +284,8 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
 }
 
 awaitable<void> App::handle_metrics(TrackedExchange& ex) {
+    router_metrics_.request_body_buffered.Set(static_cast<double>(server_->buffered_body_bytes()));
+    router_metrics_.request_body_waiting.Set(static_cast<double>(server_->body_budget_waiters()));
     co_await server::respond_relayed(ex, 200, metrics::Registry::kContentType,
                                      metrics_registry_.render());
 }

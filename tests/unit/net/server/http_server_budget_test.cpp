@@ -35,10 +35,10 @@ protected:
             ioc_.get_executor(), limits, [this](Exchange& ex) -> awaitable<void> {
                 if (ex.request().target() == "/hold") {
                     ++held_;
-                    // Something small that outlives the request, allocated after its body (as
+                    // Something that outlives the request, allocated after its body (as
                     // connection state or a log buffer would be): the freed bodies sit below it
                     // in the heap, where free() alone never gives memory back.
-                    pins_.push_back(std::make_unique<std::string>(200, 'p'));
+                    pins_.push_back(std::make_unique<std::string>(64 * 1024, 'p'));
                     co_await release_->wait(Duration{20'000});
                 }
                 Response res{http::status::ok, 11};

@@ -406,6 +406,17 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                 }
                 break;
             }
+            case Kind::AllowList: {
+                std::vector<std::string>& entries = cfg.*o.texts;
+                entries.clear();
+                for (auto& item : split_items(src, s)) {
+                    if (std::string why = check_allow_entry(item); !why.empty()) {
+                        bad_value(src, s, item, why);
+                    }
+                    entries.push_back(std::move(item));
+                }
+                break;
+            }
             case Kind::SideChannelPorts: {
                 cfg.prefill_side_channel_ports.clear();
                 for (const auto& item : split_items(src, s)) {

@@ -73,6 +73,13 @@ struct PushCoords {
 // An engine id as the push mode takes it: 1..256 printable ASCII characters, no spaces. Empty
 // string when valid, else why not.
 std::string check_engine_id(std::string_view id);
+
+// --instance-allow entries: "CIDR" (10.0.0.0/8, fd00::/8), an address, or a host name (matched
+// as written, case-insensitively; no DNS). check_allow_entry: empty when valid, else why not.
+std::string check_allow_entry(std::string_view entry);
+// True when `host` (an instance's host as given, brackets removed) matches one of `allow`.
+bool allow_matches(const std::vector<std::string>& allow, std::string_view host);
+
 // How a role's instance is chosen for each request (router/instances/policy.hpp).
 enum class Policy { RoundRobin, LeastOutstanding, PowerOfTwo, PrefixAffinity };
 
@@ -96,15 +103,30 @@ struct Config {
     // engines' own keep-alive close (uvicorn, vLLM's server: 5 s), so a request never goes out on
     // a connection the engine is closing at that moment (a POST is never sent twice).
     Duration upstream_idle_timeout{4000};
-    Duration shutdown_grace{10000};      // SIGTERM/SIGINT: in-flight requests get this long
-    Duration kv_lease_timeout{30000};    // P's KV lease; refreshes every kv_lease_timeout/3
-    bool lease_refresh = true;           // --no-lease-refresh turns the LeaseKeeper off
-    Duration health_interval{5000};      // probe period for instances that are up
-    Duration health_backoff_max{30000};  // re-probe backoff cap for instances that are down
+    Duration shutdown_grace{10000};     // SIGTERM/SIGINT: in-flight requests get this long
+    Duration kv_lease_timeout{30000};   // P's KV lease; refreshes every kv_lease_timeout/3
+    bool lease_refresh = true;          // --no-lease-refresh turns the LeaseKeeper off
+    Duration health_interval{5000};     // probe period for instances that are up
+    Duration health_backoff_max{5000};  // re-probe backoff cap for instances that are down
     std::size_t max_body_bytes = 8u << 20;
+    // Request-body bytes all client connections buffer together (bodies still arriving count
+    // with their whole Content-Length); over it a request waits, then gets 503. 0: no bound.
+    std::size_t max_buffered_body_bytes = 256u << 20;
     std::size_t max_header_bytes = 16u << 10;
     std::size_t max_concurrent_requests = 1024;
     std::size_t max_client_connections = 10000;
+    // Connections over max_client_connections that may still be served, for GET/HEAD /health and
+    // /metrics only (a probe must not fail because clients took every slot).
+    std::size_t reserved_probe_connections = 16;
+    std::size_t max_connections_per_source = 0;   // open connections per client address (0: off)
+    std::size_t max_kv_params_bytes = 64u << 10;  // a prefill's kv_transfer_params, as text
+    std::size_t max_upstream_body_bytes = 64u << 20;  // a whole (not streamed) upstream answer
+    // Admin-added instances get the upstream API key only when they match one of these (CIDR
+    // "10.0.0.0/8", an address, or a host name as written); static and discovered ones always do.
+    std::vector<std::string> instance_allow;
+    // Keep instance addresses out of what the client port serves (/status, /metrics, error
+    // bodies): instances are named "prefill-N" / "decode-N" there instead.
+    bool hide_instance_addresses = false;
     KvMode kv_mode = KvMode::Pull;
     // lmcache mode (PROTOCOLS.md §5). The receivers are per decode instance, in `decode` order
     // (empty, or one per instance); kv_ready_expected per prefill instance, in `prefill` order

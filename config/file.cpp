@@ -190,7 +190,82 @@ bool quote_ends_on_its_line(const std::string& text, const YAML::Node& n) {
     return false;
 }
 
+// Scans YAML text line by line, before yaml-cpp sees it, for what a config value never needs
+// and yaml-cpp handles badly: a flow collection ('[' or '{' where a value starts) or a quoted
+// value that does not end on the line it starts on. yaml-cpp 0.7 (Debian 12) takes seconds and
+// gigabytes on some small files with an open flow mapping (found by fuzzing; docs/testing.md).
+// Returns the 1-based line of the first one and what it is; 0 when there is none.
+std::size_t open_construct_line(const std::string& text, std::string& what) {
+    std::size_t line = 0;
+    std::size_t begin = 0;
+    while (begin <= text.size()) {
+        ++line;
+        std::size_t end = text.find('\n', begin);
+        if (end == std::string::npos) {
+            end = text.size();
+        }
+        const std::string_view l(text.data() + begin, end - begin);
+        int depth = 0;
+        // Where a scalar, '[' or '{' may start: the line's start, after ": ", "- ", "? " and
+        // after a comma (a plain value's comma too: a quote opened after ", " must also end).
+        bool value_start = true;
+        for (std::size_t i = 0; i < l.size(); ++i) {
+            const char ch = l[i];
+            if (ch == ' ' || ch == '\t' || ch == '\r') {
+                continue;
+            }
+            if (ch == '#' && (i == 0 || l[i - 1] == ' ' || l[i - 1] == '\t')) {
+                break;  // a comment
+            }
+            const bool spaced =
+                i + 1 == l.size() || l[i + 1] == ' ' || l[i + 1] == '\t' || l[i + 1] == '\r';
+            if (value_start && (ch == '"' || ch == '\'')) {
+                std::size_t j = i + 1;
+                for (; j < l.size(); ++j) {
+                    if (ch == '"' && l[j] == '\\') {
+                        ++j;
+                    } else if (l[j] == ch) {
+                        if (ch == '\'' && j + 1 < l.size() && l[j + 1] == '\'') {
+                            ++j;
+                        } else {
+                            break;
+                        }
+                    }
+                }
+                if (j >= l.size()) {
+                    what =
+                        "a quoted value that does not end on its line (a missing closing quote?)";
+                    return line;
+                }
+                i = j;
+                value_start = false;
+            } else if (value_start && (ch == '[' || ch == '{')) {
+                ++depth;
+            } else if ((ch == ']' || ch == '}') && depth > 0) {
+                --depth;
+                value_start = false;
+            } else if (ch == ',' || (ch == ':' && spaced) || ((ch == '-' || ch == '?') && spaced)) {
+                value_start = true;
+            } else {
+                value_start = false;
+            }
+        }
+        if (depth > 0) {
+            what = "a '[' or '{' list that does not close on its line";
+            return line;
+        }
+        begin = end + 1;
+    }
+    return 0;
+}
+
 bool load_yaml(const std::string& text, Collector& c) {
+    std::string what;
+    if (const std::size_t line = open_construct_line(text, what); line != 0) {
+        c.error = "pdrouter: malformed config file '" + c.path + "': line " + std::to_string(line) +
+                  " has " + what + "; a config value is written on one line";
+        return false;
+    }
     YAML::Node doc;
     try {
         std::vector<YAML::Node> docs = YAML::LoadAll(text);

@@ -39,6 +39,10 @@ const std::array kOptions = {
     Option{.name = "upstream-api-key", .kind = Kind::Text, .meta = "KEY",
            .help = "Bearer key for upstreams (env OPENAI_API_KEY; default: client's)",
            .text = &Config::upstream_api_key},
+    Option{.name = "instance-allow", .kind = Kind::AllowList, .meta = "CIDR|ADDR|NAME [...]",
+           .help = "admin-added instances that get the upstream key: CIDRs, addresses or host "
+                   "names (default: none; static and DNS-discovered instances always get it)",
+           .texts = &Config::instance_allow},
     Option{.name = "connect-timeout-ms", .kind = Kind::Number, .meta = "MS",
            .help = "upstream connect timeout (default 3000)",
            .millis = &Config::connect_timeout, .min = 1, .max = kMaxMillis,
@@ -76,12 +80,17 @@ const std::array kOptions = {
            .help = "probe period for healthy instances (default 5000)",
            .millis = &Config::health_interval, .min = 1, .max = kMaxMillis},
     Option{.name = "health-backoff-max-ms", .kind = Kind::Number, .meta = "MS",
-           .help = "re-probe backoff cap for down instances (default 30000)",
+           .help = "re-probe backoff cap for down instances: a restarted instance is back "
+                   "within about this long (default 5000)",
            .millis = &Config::health_backoff_max, .min = 1, .max = kMaxMillis},
     Option{.name = "max-body-bytes", .kind = Kind::Number, .meta = "N",
            .help = "largest client request body (default 8388608)",
            .size = &Config::max_body_bytes, .min = 1, .max = std::uint64_t{1} << 30,
            .group = "Limits (> 0)"},
+    Option{.name = "max-buffered-body-bytes", .kind = Kind::Number, .meta = "N",
+           .help = "request-body bytes all client connections buffer together; a request "
+                   "over it waits, then gets 503; 0: no bound (default 268435456)",
+           .size = &Config::max_buffered_body_bytes, .min = 0, .max = std::uint64_t{1} << 40},
     Option{.name = "max-header-bytes", .kind = Kind::Number, .meta = "N",
            .help = "largest client request head (default 16384)",
            .size = &Config::max_header_bytes, .min = 1, .max = std::uint64_t{1} << 24},
@@ -91,6 +100,22 @@ const std::array kOptions = {
     Option{.name = "max-client-connections", .kind = Kind::Number, .meta = "N",
            .help = "open client connections; more get 503 and are closed (default 10000)",
            .size = &Config::max_client_connections, .min = 1, .max = 1000000},
+    Option{.name = "reserved-probe-connections", .kind = Kind::Number, .meta = "N",
+           .help = "connections past --max-client-connections kept for GET /health and "
+                   "/metrics only; 0: none (default 16)",
+           .size = &Config::reserved_probe_connections, .min = 0, .max = 100000},
+    Option{.name = "max-connections-per-source", .kind = Kind::Number, .meta = "N",
+           .help = "open connections from one client address; more get 503 and are closed "
+                   "(default 0: no limit)",
+           .size = &Config::max_connections_per_source, .min = 0, .max = 1000000},
+    Option{.name = "max-kv-params-bytes", .kind = Kind::Number, .meta = "N",
+           .help = "largest kv_transfer_params a prefill may answer; a bigger one is the "
+                   "prefill's error (default 65536)",
+           .size = &Config::max_kv_params_bytes, .min = 64, .max = std::uint64_t{1} << 30},
+    Option{.name = "max-upstream-body-bytes", .kind = Kind::Number, .meta = "N",
+           .help = "largest whole (not streamed) upstream answer: prefill, non-stream decode, "
+                   "probe (default 67108864)",
+           .size = &Config::max_upstream_body_bytes, .min = 1024, .max = std::uint64_t{1} << 32},
     Option{.name = "kv-mode", .kind = Kind::KvMode, .meta = "pull|push|lmcache",
            .help = "how KV moves from prefill to decode: pull (vLLM NixlConnector), push (vLLM "
                    "NixlPushConnector: both legs at once, P writes into D's blocks) or lmcache "
@@ -104,6 +129,10 @@ const std::array kOptions = {
     Option{.name = "decode-retries", .kind = Kind::Number, .meta = "N",
            .help = "extra decode attempts after connect failure, 0..10 (default 1)",
            .count = &Config::decode_retries, .min = 0, .max = 10},
+    Option{.name = "hide-instance-addresses", .kind = Kind::SetTrue, .meta = "",
+           .help = "name instances prefill-N / decode-N in /status, /metrics and error bodies, "
+                   "never by address (the admin API and logs keep addresses)",
+           .flag = &Config::hide_instance_addresses},
     Option{.name = "no-lease-refresh", .kind = Kind::SetFalse, .meta = "",
            .help = "do not keep prefill KV leases alive (default: refresh)",
            .flag = &Config::lease_refresh},

@@ -40,6 +40,7 @@ enum class Kind {
     Policy,       // --prefill-policy / --decode-policy (`role`)
     DnsTarget,    // --prefill-dns / --decode-dns / --peer-routers-dns NAME:PORT (`address`)
     PeerRouters,  // --peer-routers: list of HOST:PORT
+    AllowList,    // --instance-allow CIDR|ADDR|NAME ... (`texts`)
 };
 
 using ::pdr::Role;
@@ -74,7 +75,7 @@ inline bool is_list(Kind k) {
     return k == Kind::Instances || k == Kind::AliasHosts || k == Kind::AliasPorts ||
            k == Kind::LmcachePorts || k == Kind::LmcacheHosts || k == Kind::KvReadyCounts ||
            k == Kind::EngineIds || k == Kind::KvHosts || k == Kind::SideChannelPorts ||
-           k == Kind::PeerRouters;
+           k == Kind::PeerRouters || k == Kind::AllowList;
 }
 // True for kinds that take no value on the command line.
 inline bool is_switch(Kind k) {

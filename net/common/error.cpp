@@ -82,6 +82,10 @@ constexpr std::array kTable{
           "relayed: the router asks for none)"},
     Entry{Errc::KvModeMismatch, http_status::bad_gateway, kServer, "kv_mode_mismatch",
           "the prefill instance does not run the router's KV mode"},
+    Entry{Errc::LoopDetected, http_status::loop_detected, kServer, "loop_detected",
+          "the request came back to the router that sent it (an instance is this router)"},
+    Entry{Errc::ServerBusy, http_status::service_unavailable, kServer, "server_busy",
+          "the server is receiving too many request bodies at once"},
 };
 
 constexpr bool table_in_order() {
@@ -90,7 +94,7 @@ constexpr bool table_in_order() {
             return false;
         }
     }
-    return kTable.size() == static_cast<std::size_t>(Errc::KvModeMismatch) + 1;
+    return kTable.size() == static_cast<std::size_t>(Errc::ServerBusy) + 1;
 }
 static_assert(table_in_order(), "kTable must list every Errc in declaration order");
 

@@ -42,6 +42,8 @@ enum class Errc {
     UpstreamAnswerMismatch,  // 502 (the answer's X-Request-Id names another request)
     UpstreamEncoding,        // 502 (an answer with a content or transfer coding not relayed)
     KvModeMismatch,          // 502 (push mode: P answered a transfer_mode other than "push")
+    LoopDetected,            // 508 (a request that already went through this router: a loop)
+    ServerBusy,  // 503 (request bodies over the buffered-body budget; added by the net layer)
 };
 
 const boost::system::error_category& router_category() noexcept;

@@ -104,7 +104,8 @@ Connection::Connection(ServerState& s, tcp::socket sock)
     : server(s),
       stream(std::move(sock)),
       read_deadline(s.executor, [this] { close(); }),
-      watch_done(s.executor) {
+      watch_done(s.executor),
+      body_charge(s.body_budget) {
     watch->buffer = &buffer;
     watch->done = &watch_done;
     error_code ec;
@@ -124,29 +125,47 @@ ShutdownCut cut_for_shutdown(Connection& conn) {
 }
 
 void Connection::close() noexcept {
+    if (body_wait != nullptr) {
+        body_wait->cancel();
+    }
     error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream.close();
 }
 
 awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
-                               net::cancellation_signal& cancel) {
+                               net::cancellation_signal& cancel, bool probe_only) {
     Connection conn(*state, std::move(sock));
+    conn.probe_only = probe_only;
     state->connections.push_front(&conn);
     conn.pos = state->connections.begin();
+    state->probe_connections += probe_only ? 1 : 0;
+    const bool per_source = state->limits.max_connections_per_source > 0;
+    if (per_source) {
+        ++state->per_source[conn.remote.address()];
+    }
     struct Guard {
         ServerState& s;
         Connection& c;
+        bool per_source;
         ~Guard() {
             s.connections.erase(c.pos);
+            s.probe_connections -= c.probe_only ? 1 : 0;
+            if (per_source) {
+                const auto it = s.per_source.find(c.remote.address());
+                if (it != s.per_source.end() && --it->second == 0) {
+                    s.per_source.erase(it);
+                }
+            }
             s.connection_ended();
         }
-    } guard{*state, conn};
+    } guard{*state, conn, per_source};
 
     const Limits& limits = state->limits;
     bool first = true;
     Preamble pre;  // blank lines before the next request
     for (;;) {
+        conn.body_charge.reset();  // the last exchange, and its request body, are gone
         const Clock::time_point wait_until = pre.deadline.value_or(
             Clock::now() + (first ? limits.read_timeout : limits.idle_timeout));
         if (!co_await wait_for_request(conn, wait_until)) {
@@ -167,6 +186,16 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
         std::optional<Request> req = co_await read_request(conn, deadline);
         if (!req) {
             break;
+        }
+        if (conn.probe_only) {
+            // A reserved slot: one probe request, answered with `Connection: close`.
+            if (!limits.is_probe(*req)) {
+                co_await refuse(conn, Errc::TooManyConnections,
+                                "too many client connections (only probe routes are served)",
+                                req->version(), &*req);
+                break;
+            }
+            req->keep_alive(false);
         }
 
         conn.phase = Connection::Phase::Busy;
@@ -190,11 +219,12 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
     conn.close();
 }
 
-awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock) {
+awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
+                                  std::string why) {
     Connection conn(*state, std::move(sock));
     conn.pos = state->connections.end();
     ++state->pending_rejects;
-    co_await refuse(conn, Errc::TooManyConnections, "too many client connections", 11);
+    co_await refuse(conn, Errc::TooManyConnections, why, 11);
     conn.close();
     --state->pending_rejects;
 }

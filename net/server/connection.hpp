@@ -2,9 +2,11 @@
 // Internals of HttpServer shared by the files of net/server (not a public header).
 #include "net/common/deadline.hpp"
 #include "net/common/error.hpp"
+#include "net/server/body_budget.hpp"
 #include "net/server/http_server.hpp"
 
 #include <list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,10 +46,13 @@ struct Connection {
     beast::flat_buffer buffer;
     tcp::endpoint remote;
     Phase phase = Phase::Idle;
-    std::string head_buf;  // scratch for serialized response heads (reused per response)
+    bool probe_only = false;  // a reserved probe slot: serves one probe request, nothing else
+    std::string head_buf;     // scratch for serialized response heads (reused per response)
     std::list<Connection*>::iterator pos;  // in ServerState::connections
     std::shared_ptr<Watch> watch = std::make_shared<Watch>();
-    Timer watch_done;  // see Watch::done
+    Timer watch_done;            // see Watch::done
+    BodyCharge body_charge;      // the request body's share of the server's budget
+    Timer* body_wait = nullptr;  // while waiting for that share: cancelled by close()
 
     // Closes the socket now; pending operations complete with operation_aborted.
     void close() noexcept;
@@ -64,7 +69,10 @@ struct ServerState {
     bool draining = false;
     bool grace_over = false;  // end_grace() was called during a drain
     std::list<Connection*> connections;
-    std::size_t pending_rejects = 0;      // over-limit connections being answered 503
+    std::size_t pending_rejects = 0;    // over-limit connections being answered 503
+    std::size_t probe_connections = 0;  // of `connections`, those on reserved probe slots
+    std::map<net::ip::address, std::size_t> per_source;  // open connections per client address
+    BodyBudget body_budget;                              // Limits::max_buffered_body_bytes
     Timer drain_event;                    // cancelled when the last connection ends while draining
     std::function<void(Errc)> on_reject;  // see HttpServer::on_reject
 
@@ -73,8 +81,10 @@ struct ServerState {
 
 // `cancel` is the signal bound to this coroutine's cancellation slot.
 awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
-                               net::cancellation_signal& cancel);
-awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock);
+                               net::cancellation_signal& cancel, bool probe_only);
+// Answers 503 too_many_connections with `why` and closes.
+awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
+                                  std::string why);
 
 // The shutdown grace ended while `conn` runs a handler: tells its client (503, or an SSE error
 // event) when its socket takes the bytes at once, closes the connection and cancels the

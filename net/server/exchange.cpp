@@ -287,7 +287,7 @@ Response make_error_response(Errc e, std::string_view message, unsigned version)
     Response res{error_info(e).status, version == 10 ? 10u : 11u};
     res.set(http::field::content_type, "application/json");
     res.body() = openai_error_body(e, message);
-    if (e == Errc::TooManyConnections) {
+    if (e == Errc::TooManyConnections || e == Errc::ServerBusy) {
         res.set(http::field::retry_after, "1");
     }
     res.keep_alive(false);

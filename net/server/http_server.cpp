@@ -13,6 +13,30 @@ namespace {
     throw std::system_error(std::error_code(ec), what);
 }
 
+enum class Admission { Serve, ProbeOnly, Full, PerSource };
+
+// Whether a new connection is served: under --max-client-connections, yes; past it, on one of
+// the reserved probe slots while one is free; never past the per-source limit.
+template <class Socket>
+Admission admit(const detail::ServerState& state, const Socket& sock) {
+    const Limits& l = state.limits;
+    if (l.max_connections_per_source > 0) {
+        error_code ec;
+        const tcp::endpoint remote = sock.remote_endpoint(ec);
+        const auto it = ec ? state.per_source.end() : state.per_source.find(remote.address());
+        if (it != state.per_source.end() && it->second >= l.max_connections_per_source) {
+            return Admission::PerSource;
+        }
+    }
+    if (state.connections.size() - state.probe_connections < l.max_connections) {
+        return Admission::Serve;
+    }
+    if (state.probe_connections < l.reserved_probe_connections && l.is_probe) {
+        return Admission::ProbeOnly;
+    }
+    return Admission::Full;
+}
+
 awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
     for (;;) {
         auto [ec, sock] = co_await state->acceptor.async_accept();
@@ -27,16 +51,23 @@ awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
             co_await pause.async_wait();
             continue;
         }
-        if (state->connections.size() >= state->limits.max_connections) {
-            net::co_spawn(state->executor, detail::reject_connection(state, std::move(sock)),
+        const Admission admission = admit(*state, sock);
+        if (admission == Admission::PerSource || admission == Admission::Full) {
+            std::string why = admission == Admission::PerSource
+                                  ? "too many connections from this address"
+                                  : "too many client connections";
+            net::co_spawn(state->executor,
+                          detail::reject_connection(state, std::move(sock), std::move(why)),
                           net::detached);
             continue;
         }
+        const bool probe_only = admission == Admission::ProbeOnly;
         // The signal cancels the handler when its client goes away (see watch_client); the
         // completion handler owns it, so it outlives the coroutine and its slot.
         auto cancel = std::make_shared<net::cancellation_signal>();
         auto slot = cancel->slot();
-        net::co_spawn(state->executor, detail::run_connection(state, std::move(sock), *cancel),
+        net::co_spawn(state->executor,
+                      detail::run_connection(state, std::move(sock), *cancel, probe_only),
                       net::bind_cancellation_slot(slot, [cancel](const std::exception_ptr& e) {
                           if (!e) {
                               return;
@@ -55,7 +86,12 @@ awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
 namespace detail {
 
 ServerState::ServerState(net::any_io_executor ex, Limits l, Handler h)
-    : executor(ex), limits(l), handler(std::move(h)), acceptor(ex), drain_event(ex) {}
+    : executor(ex),
+      limits(l),
+      handler(std::move(h)),
+      acceptor(ex),
+      body_budget(ex, l.max_buffered_body_bytes),
+      drain_event(ex) {}
 
 void ServerState::connection_ended() {
     if (draining && connections.empty()) {
@@ -182,6 +218,14 @@ void HttpServer::end_grace() {
 
 std::size_t HttpServer::active_connections() const noexcept {
     return impl_->connections.size();
+}
+
+std::size_t HttpServer::buffered_body_bytes() const noexcept {
+    return impl_->body_budget.used();
+}
+
+std::size_t HttpServer::body_budget_waiters() const noexcept {
+    return impl_->body_budget.waiting();
 }
 
 }  // namespace pdr::server

@@ -28,6 +28,15 @@ struct Limits {
     Duration idle_timeout{75'000};   // keep-alive wait for the next request
     Duration write_timeout{30'000};  // one write to a slow client
     std::size_t max_connections = 10'000;
+    // Past max_connections, this many more connections are taken for probe requests only
+    // (`is_probe`); any other request on them gets 503 too_many_connections.
+    std::size_t reserved_probe_connections = 0;
+    std::function<bool(const http::request_header<>&)> is_probe;
+    std::size_t max_connections_per_source = 0;  // per client address; 0: no limit
+    // Request-body bytes all connections may buffer together, counting bodies still being
+    // received (their whole Content-Length); a request that would go over waits for bytes to
+    // be given back until its read deadline, then gets 503 server_busy. 0: no limit.
+    std::size_t max_buffered_body_bytes = 0;
     // Not a limit: how the error answers and events of a shutdown name this server ("the
     // router shut down before ...").
     std::string name = "router";
@@ -126,6 +135,10 @@ public:
     void end_grace();
 
     std::size_t active_connections() const noexcept;
+    // Request-body bytes held against Limits::max_buffered_body_bytes now, and the requests
+    // waiting for some (0 without a limit).
+    std::size_t buffered_body_bytes() const noexcept;
+    std::size_t body_budget_waiters() const noexcept;
 
 private:
     struct Impl;

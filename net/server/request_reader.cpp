@@ -95,11 +95,41 @@ awaitable<error_code> read_head(Connection& conn, std::optional<RequestParser>& 
     co_return ec;
 }
 
-// Reads the body of a request whose head is in `parser`, first answering 100-continue when the
-// client waits for it.
-awaitable<error_code> read_body(Connection& conn, RequestParser& parser) {
+// Grows the request body's share of the server's budget to `total` bytes, waiting for it until
+// `deadline`. Meanwhile the read deadline is off: the wait itself ends at it, with the socket
+// still open for the 503. Errc::ServerBusy when the share did not come in time; aborted when
+// the connection was closed meanwhile (client gone, shutdown).
+awaitable<error_code> charge_body(Connection& conn, std::size_t total, Clock::time_point deadline) {
+    if (total <= conn.body_charge.bytes()) {
+        co_return error_code{};
+    }
+    conn.read_deadline.expires_never();
+    const bool ok = co_await conn.body_charge.grow_to(total, deadline, &conn.body_wait);
+    conn.read_deadline.expires_at(deadline);
+    if (ok) {
+        co_return error_code{};
+    }
+    if (!conn.stream.socket().is_open()) {
+        co_return make_error_code(net::error::operation_aborted);
+    }
+    co_return make_error_code(Errc::ServerBusy);
+}
+
+// A chunked body (length unknown) takes its share in steps of this many bytes ahead of what it
+// has decoded.
+constexpr std::size_t kChunkedStep = 64 * 1024;
+
+// Reads the body of a request whose head is in `parser`, first taking its share of the body
+// budget and answering 100-continue when the client waits for it.
+awaitable<error_code> read_body(Connection& conn, RequestParser& parser,
+                                Clock::time_point deadline) {
     const Limits& limits = conn.server.limits;
-    error_code ec;
+    const auto length = parser.content_length();
+    const std::size_t first_share = length ? static_cast<std::size_t>(*length) : kChunkedStep;
+    error_code ec = co_await charge_body(conn, first_share, deadline);
+    if (ec) {
+        co_return ec;
+    }
     // RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored (it cannot expect an
     // interim answer).
     auto expect = parser.get()[http::field::expect];
@@ -119,6 +149,10 @@ awaitable<error_code> read_body(Connection& conn, RequestParser& parser) {
         ec = co_await wire::parse_some(conn.stream.socket(), conn.buffer, parser, &received);
         if (!ec && received > max_wire) {
             ec = http::error::body_limit;
+        }
+        if (!ec && !length && !parser.is_done()) {
+            const std::size_t share = parser.get().body().size() + kChunkedStep;
+            ec = co_await charge_body(conn, share, deadline);
         }
     }
     co_return ec;
@@ -142,6 +176,12 @@ std::optional<Refusal> refusal_for(const error_code& ec, const RequestParser& pa
         parser.is_header_done() || ec == http::error::body_limit ? &parser.get() : nullptr;
     if (ec == http::error::body_limit) {
         return Refusal{Errc::BodyTooLarge, "request body too large", version, head};
+    }
+    if (ec == Errc::ServerBusy) {
+        return Refusal{Errc::ServerBusy,
+                       "the server is receiving as many request bodies as it buffers at once; "
+                       "retry later",
+                       version, head};
     }
     if (ec == http::error::header_limit) {
         return Refusal{Errc::HeadersTooLarge, "request headers too large", version, nullptr};
@@ -223,7 +263,7 @@ awaitable<std::optional<Request>> read_request(Connection& conn, Clock::time_poi
         ec = http::error::bad_transfer_encoding;
     }
     if (!ec && !parser->is_done()) {
-        ec = co_await read_body(conn, *parser);
+        ec = co_await read_body(conn, *parser, deadline);
     }
     conn.read_deadline.expires_never();
     if (ec) {

@@ -41,6 +41,8 @@ std::string_view to_string(Failure f) noexcept {
             return "read";
         case Failure::Protocol:
             return "protocol";
+        case Failure::TooLarge:
+            return "too_large";
         case Failure::Canceled:
             return "canceled";
     }
@@ -309,6 +311,7 @@ Errc errc_for(Failure f) noexcept {
         case F::IdleTimeout:
             return Errc::UpstreamTimeout;
         case F::Protocol:
+        case F::TooLarge:
             return Errc::UpstreamProtocol;
         case F::Write:
         case F::Read:

@@ -35,7 +35,8 @@ enum class Failure {
     ResponseTimeout,  // no complete response head (or body, for request()) in time
     IdleTimeout,      // a streaming body stalled longer than the idle timeout
     Read,             // connection closed or failed while reading the response
-    Protocol,         // unparsable HTTP from upstream, or a body over the size limit
+    Protocol,         // unparsable HTTP from upstream
+    TooLarge,         // a whole body over PoolLimits::max_response_body (request() / read_all)
     Canceled,         // cancelled by the caller
 };
 std::string_view to_string(Failure f) noexcept;
@@ -59,7 +60,7 @@ struct Timeouts {
 struct PoolLimits {
     std::size_t max_idle_per_endpoint = 64;
     Duration idle_ttl{30'000};                 // idle pooled connections older than this are closed
-    std::size_t max_response_body = 64 << 20;  // request(): bigger bodies fail with Protocol
+    std::size_t max_response_body = 64 << 20;  // request(), read_all(): bigger fail TooLarge
 };
 
 using Request = http::request<http::string_body>;

@@ -263,9 +263,12 @@ Failure classify_read(const error_code& ec, Failure on_timeout) noexcept {
     if (ec == net::error::operation_aborted) {
         return Failure::Canceled;
     }
+    if (ec == http::error::body_limit) {
+        return Failure::TooLarge;
+    }
     if (&ec.category() == &http::make_error_code(http::error::bad_method).category() &&
         ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        return Failure::Protocol;  // unparsable answer, or over a size limit
+        return Failure::Protocol;  // unparsable answer, or over the head size limit
     }
     return Failure::Read;
 }

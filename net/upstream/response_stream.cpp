@@ -2,6 +2,7 @@
 
 #include "net/common/http_wire.hpp"
 
+#include <algorithm>
 #include <limits>
 
 namespace pdr::upstream::detail {
@@ -125,14 +126,29 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
 
 awaitable<Failure> StreamImpl::read_all(std::string& out) {
     const std::size_t start = out.size();
+    // A declared length over the limit fails before a byte is read; one within it is the
+    // capacity. Else the string grows by doubling, but never past the limit plus one read: the
+    // memory of one answer stays near the limit, not twice it.
+    const auto declared = parser_.content_length();
+    if (declared && *declared > max_body_) {
+        drop();
+        co_return Failure::TooLarge;
+    }
+    const std::size_t cap = start + max_body_ + kBufferSize;
+    if (declared) {
+        out.reserve(start + static_cast<std::size_t>(*declared));
+    }
     while (!done_) {
+        if (out.capacity() - out.size() < kBufferSize) {
+            out.reserve(std::min(cap, std::max(out.capacity() * 2, out.size() + kBufferSize)));
+        }
         Failure f = co_await read_some(out);
         if (f != Failure::None) {
             co_return f;
         }
         if (out.size() - start > max_body_) {
             drop();
-            co_return Failure::Protocol;
+            co_return Failure::TooLarge;
         }
     }
     co_return Failure::None;

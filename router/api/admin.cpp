@@ -3,6 +3,7 @@
 #include "config/ascii.hpp"
 
 #include "net/common/log.hpp"
+#include "router/api/log_limit.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/flow.hpp"
 
@@ -223,6 +224,16 @@ AdminAuth check_admin_auth(const server::Request& req, std::string_view admin_ke
     return verdict(req.equal_range(http::field::authorization), bearer_token);
 }
 
+// A failed admin authentication: one WARN line per second (what was tried, from where).
+void log_admin_refused(const server::Exchange& ex, std::string_view action, std::string_view why) {
+    static LogLimiter limiter;
+    std::string note;
+    if (limiter.allow("admin_auth", note)) {
+        PDR_WARN("admin", "admin authentication failed: " + std::string(why) + " on " +
+                              std::string(action) + " from client=" + ex.remote_address() + note);
+    }
+}
+
 awaitable<bool> admit_admin(server::Exchange& ex, std::string_view action,
                             metrics::RouterMetrics& metrics, std::string_view admin_key) {
     switch (check_admin_auth(ex.request(), admin_key)) {
@@ -237,12 +248,14 @@ awaitable<bool> admit_admin(server::Exchange& ex, std::string_view action,
             co_return false;
         case AdminAuth::Missing:
             metrics.admin_request(action, "unauthorized");
+            log_admin_refused(ex, action, "no key");
             co_await server::respond_error(
                 ex, Errc::Unauthorized,
                 "missing admin API key (send X-API-Key or Authorization: Bearer)");
             co_return false;
         case AdminAuth::Wrong:
             metrics.admin_request(action, "forbidden");
+            log_admin_refused(ex, action, "wrong key");
             co_await server::respond_error(ex, Errc::Forbidden, "invalid admin API key");
             co_return false;
     }

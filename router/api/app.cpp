@@ -1,6 +1,7 @@
 #include "router/api/app.hpp"
 
 #include "net/common/log.hpp"
+#include "net/common/uuid.hpp"
 #include "router/api/admin.hpp"
 #include "router/kv/control_agent.hpp"
 #include "router/kv/kv_ready_forwarder.hpp"
@@ -16,10 +17,19 @@ server::Limits limits_from(const config::Config& cfg) {
     server::Limits l;
     l.max_header_bytes = cfg.max_header_bytes;
     l.max_body_bytes = cfg.max_body_bytes;
+    l.max_buffered_body_bytes = cfg.max_buffered_body_bytes;
     l.read_timeout = cfg.request_read_timeout;
     l.idle_timeout = cfg.client_idle_timeout;
     l.write_timeout = cfg.client_write_timeout;
     l.max_connections = cfg.max_client_connections;
+    l.reserved_probe_connections = cfg.reserved_probe_connections;
+    l.max_connections_per_source = cfg.max_connections_per_source;
+    // Liveness and scraping keep working with every client slot taken.
+    l.is_probe = [](const http::request_header<>& h) {
+        const RouteMatch m = match_route(h.method(), h.target());
+        return m.kind == RouteMatch::Kind::Found &&
+               (m.id == RouteId::Health || m.id == RouteId::Metrics);
+    };
     return l;
 }
 
@@ -27,9 +37,11 @@ server::Limits limits_from(const config::Config& cfg) {
 
 App::App(net::any_io_executor executor, config::Config cfg)
     : cfg_(std::move(cfg)),
+      router_id_(make_uuid_v4()),
       executor_(executor),
       router_metrics_(metrics_registry_),
-      client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout}),
+      client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout,
+                                              .max_response_body = cfg_.max_upstream_body_bytes}),
       registry_(executor_, client_, router_metrics_, cfg_),
       control_agent_(cfg_.transfer_agent
                          ? std::make_unique<kv::ControlAgent>(
@@ -127,7 +139,21 @@ bool App::start_transfer_agent(std::string& error) {
 }
 
 unsigned short App::listen() {
-    return server_->listen(cfg_.host, cfg_.port);
+    const unsigned short port = server_->listen(cfg_.host, cfg_.port);
+    registry_.set_self(router_id_, cfg_.host, port);
+    return port;
+}
+
+std::string App::self_instance() const {
+    for (const instances::Role role : {instances::Role::Prefill, instances::Role::Decode}) {
+        for (const auto& inst : registry_.list(role)) {
+            const config::InstanceAddress a{inst->endpoint.host, inst->endpoint.port};
+            if (registry_.is_self(a)) {
+                return "--" + std::string(instances::to_string(role)) + " " + inst->name;
+            }
+        }
+    }
+    return {};
 }
 
 void App::start() {
@@ -182,7 +208,8 @@ awaitable<void> App::handle(server::Exchange& raw) {
             .append(std::to_string(status))
             .append(" ")
             .append(std::to_string(static_cast<long long>(seconds * 1e6)))
-            .append("us")
+            .append("us client=")
+            .append(raw.remote_address())
             .append(ex.client_gone() ? " client_gone" : "");
         log::write(log::Level::Debug, kLog, line, ex.request_id());
     }

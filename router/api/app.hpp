@@ -58,6 +58,8 @@ public:
     awaitable<void> handle(server::Exchange& ex);
 
     const config::Config& config() const noexcept { return cfg_; }
+    // A configured instance that is this router's own listen address (after listen()), or "".
+    std::string self_instance() const;
     metrics::RouterMetrics& metrics() noexcept { return router_metrics_; }
     instances::Registry& registry() noexcept { return registry_; }
     kv::LeaseKeeper& lease_keeper() noexcept { return lease_keeper_; }
@@ -73,8 +75,11 @@ private:
     awaitable<void> handle_status(TrackedExchange& ex);
     awaitable<void> handle_metrics(TrackedExchange& ex);
     awaitable<void> handle_lease_refresh(TrackedExchange& ex);
+    // A request that carries this router's id in X-Pdrouter-Hop: answers 508, true.
+    awaitable<bool> refuse_loop(TrackedExchange& ex);
 
     config::Config cfg_;
+    std::string router_id_;  // X-Pdrouter-Hop
     net::any_io_executor executor_;
     metrics::Registry metrics_registry_;
     metrics::RouterMetrics router_metrics_;

@@ -3,6 +3,7 @@
 #include "net/common/log.hpp"
 #include "router/api/admin.hpp"
 #include "router/api/app.hpp"
+#include "router/api/log_limit.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/run_flow.hpp"
@@ -18,10 +19,18 @@ namespace {
 
 constexpr std::string_view kLog = "api";
 
+// Anyone can send bad requests: one line per second per error code, with the client's address.
 void log_bad_request(const TrackedExchange& ex, const ValidationError& err) {
-    if (log::level() <= log::Level::Info) {
+    static LogLimiter limiter;
+    std::string note;
+    if (log::level() <= log::Level::Info && limiter.allow(error_info(err.errc).code, note)) {
         std::string line = "bad request: ";
-        line.append(error_info(err.errc).code).append(": ").append(err.message);
+        line.append(error_info(err.errc).code)
+            .append(": ")
+            .append(err.message)
+            .append(" client=")
+            .append(ex.remote_address())
+            .append(note);
         log::write(log::Level::Info, kLog, line, ex.request_id());
     }
 }
@@ -73,6 +82,24 @@ awaitable<void> respond_json(server::Exchange& ex, unsigned status, const disagg
 
 }  // namespace
 
+awaitable<bool> App::refuse_loop(TrackedExchange& ex) {
+    if (!disagg::is_hop_loop(ex.request(), router_id_)) {
+        co_return false;
+    }
+    router_metrics_.bad_request(error_info(Errc::LoopDetected).code);
+    PDR_WARN(kLog,
+             "refused a request that already went through this router (X-Pdrouter-Hop: " +
+                 std::string(ex.request()[instances::kHopHeader]) +
+                 "): one of its instances is the router itself, or leads back to it; check "
+                 "--prefill/--decode, discovery and /instances",
+             ex.request_id());
+    co_await server::respond_error(
+        ex, Errc::LoopDetected,
+        "this request already went through this router: an instance it routes to is the router "
+        "itself (or another router that routes back to it); fix the instance list");
+    co_return true;
+}
+
 awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::string_view path,
                                        Clock::time_point started) {
     if (shutting_down_) {
@@ -85,6 +112,9 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
         co_await server::respond_error(ex, Errc::TooManyRequests,
                                        "too many concurrent requests (max_concurrent_requests=" +
                                            std::to_string(cfg_.max_concurrent_requests) + ")");
+        co_return;
+    }
+    if (co_await refuse_loop(ex)) {
         co_return;
     }
     GenerationSlot slot(generations_in_flight_, router_metrics_.requests_in_flight);
@@ -121,7 +151,7 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
                             std::move(parsed.body),
                             parsed.stream,
                             started,
-                            disagg::leg_headers(request, cfg_.upstream_api_key)};
+                            disagg::leg_headers(request, cfg_.upstream_api_key, router_id_)};
     co_await disagg::run_flow(deps_, req);
 }
 
@@ -129,13 +159,17 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
     // A model list, not a generation: a decode that stalls on it gets a probe's time, not
     // --decode-timeout-ms, before the next one is asked.
     const upstream::Timeouts timeouts = registry_.probe_timeouts();
-    const disagg::LegHeaders headers = disagg::leg_headers(ex.request(), cfg_.upstream_api_key);
+    if (co_await refuse_loop(ex)) {
+        co_return;
+    }
+    const disagg::LegHeaders headers =
+        disagg::leg_headers(ex.request(), cfg_.upstream_api_key, router_id_);
     disagg::InstanceAttempts tries(registry_, Role::Decode, cfg_.decode_retries);
     upstream::Failure last_failure = upstream::Failure::None;
     while (instances::InstancePtr decode = tries.next()) {
         // Counted like a leg: in flight, and in the instance's request total (its failures are).
-        upstream::Request req =
-            disagg::make_leg_request(http::verb::get, "/v1/models", ex.request_id(), headers, {});
+        upstream::Request req = disagg::make_leg_request(
+            http::verb::get, "/v1/models", ex.request_id(), headers, {}, decode->upstream_key);
         upstream::Result res = co_await client_.request(decode->endpoint, std::move(req), timeouts);
         if (res.failure == upstream::Failure::Canceled || ex.client_gone()) {
             co_return;
@@ -250,6 +284,8 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
 }
 
 awaitable<void> App::handle_metrics(TrackedExchange& ex) {
+    router_metrics_.request_body_buffered.Set(static_cast<double>(server_->buffered_body_bytes()));
+    router_metrics_.request_body_waiting.Set(static_cast<double>(server_->body_budget_waiters()));
     co_await server::respond_relayed(ex, 200, metrics::Registry::kContentType,
                                      metrics_registry_.render());
 }

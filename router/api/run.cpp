@@ -65,6 +65,13 @@ awaitable<void> run_main(RunState& s) {
                          ": " + e.what());
         co_return;
     }
+    if (const std::string self = s.app.self_instance(); !self.empty()) {
+        fail_startup(s, 2,
+                     self +
+                         " is this router's own listen address: requests sent there would "
+                         "come back to the router (a loop)");
+        co_return;
+    }
     s.app.start();
     const std::string host_port = config::InstanceAddress{cfg.host, port}.text();
     std::cout << "pdrouter listening on " << host_port << std::endl;

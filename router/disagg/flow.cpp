@@ -19,6 +19,7 @@ metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept {
         case F::Write:
             return K::Write;
         case F::Protocol:
+        case F::TooLarge:
             return K::Protocol;
         case F::Read:
         case F::Canceled:
@@ -26,6 +27,14 @@ metrics::UpstreamErrorKind error_kind_for(upstream::Failure f) noexcept {
             break;
     }
     return K::Read;
+}
+
+std::string describe_failure(const config::Config& cfg, upstream::Failure f, const error_code& ec) {
+    if (f == upstream::Failure::TooLarge) {
+        return "answered a body over the --max-upstream-body-bytes limit of " +
+               std::to_string(cfg.max_upstream_body_bytes) + " bytes";
+    }
+    return upstream::describe(f, ec);
 }
 
 std::string status_reason(unsigned status, std::string_view body) {

@@ -59,6 +59,8 @@ using server::respond_relayed;
 
 // "answered HTTP <status>: <the first 200 bytes of body>" (no body part when it is empty).
 std::string status_reason(unsigned status, std::string_view body);
+// upstream::describe, but a body over the limit names the limit and its flag.
+std::string describe_failure(const config::Config& cfg, upstream::Failure f, const error_code& ec);
 
 // One warn line for a failed request: "request failed: leg=<leg> instance=<i> reason=<r>".
 void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,

@@ -34,7 +34,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
         // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
         upstream::Request attempt_req =
             make_leg_request(http::verb::post, req.target, req.request_id, req.headers,
-                             last ? std::move(body) : body);
+                             last ? std::move(body) : body, p->upstream_key);
         const Clock::time_point leg_start = Clock::now();
         upstream::Result result =
             co_await deps.client.request(p->endpoint, std::move(attempt_req), timeouts);
@@ -51,7 +51,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
         if (!result.ok()) {
             // Connect failure, timeout or broken answer.
             deps.metrics.upstream_error(Leg::Prefill, error_kind_for(result.failure));
-            reason = upstream::describe(result.failure, result.ec);
+            reason = describe_failure(deps.cfg, result.failure, result.ec);
             last_errc = errc_for(result.failure);
             deps.registry.report_leg_failure(*p, result.failure, reason);
         } else if (status >= 500) {
@@ -78,6 +78,15 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
                      ") that is not a JSON object within the JSON limits";
             last_errc = Errc::UpstreamProtocol;
             deps.registry.report_error(*p, reason);
+        } else if (hs == HandleStatus::Ok && handle.params.size() > deps.cfg.max_kv_params_bytes) {
+            // Not passed on to a decode: a handle that big is P's fault, and another P is tried.
+            deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Protocol);
+            reason = "answered kv_transfer_params of " + std::to_string(handle.params.size()) +
+                     " bytes, over the --max-kv-params-bytes limit of " +
+                     std::to_string(deps.cfg.max_kv_params_bytes);
+            last_errc = Errc::UpstreamProtocol;
+            deps.registry.report_error(*p, reason);
+            handle = {};
         }
         if (!reason.empty()) {
             tries.failed(p->name + " " + reason);

@@ -50,8 +50,9 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
     // D never answers (unreachable, timed out, the client left first, shutdown): the transfer
     // agent frees P's blocks then rather than one lease later. (A D that answered, even with an
     // error, frees them itself, as vLLM's does.)
-    KvHandover handover(deps.lease_keeper.hold(p_request_id, prefill->endpoint), deps.metrics,
-                        deps.cfg.kv_lease_timeout);
+    KvHandover handover(
+        deps.lease_keeper.hold(p_request_id, prefill->endpoint, prefill->upstream_key),
+        deps.metrics, deps.cfg.kv_lease_timeout);
     AbortGuard abort_unless_answered(deps.control, handover.began(), prefill->endpoint,
                                      p_request_id);
 

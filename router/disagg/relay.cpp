@@ -27,7 +27,7 @@ void count_failure(FlowDeps& deps, FlowRequest& req, const instances::Instance& 
         deps.metrics.mid_stream_error(Leg::Decode);
     }
     std::string reason(mid_stream ? "mid-stream " : "");
-    reason.append(upstream::to_string(f));
+    reason.append(describe_failure(deps.cfg, f, {}));
     log_failure(req.request_id, "decode", decode.name, reason);
 }
 
@@ -37,11 +37,16 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
                                 AnswerRewriter* rewriter) {
     std::string body;
     upstream::Failure f = co_await up.read_some(body);
-    if (f == upstream::Failure::None && handover != nullptr) {
-        handover->first_byte();
+    if (f == upstream::Failure::None) {
+        if (handover != nullptr) {
+            handover->first_byte();
+        }
         if (!up.done()) {
             f = co_await up.read_all(body);
         }
+    }
+    if (f == upstream::Failure::None && body.size() > deps.cfg.max_upstream_body_bytes) {
+        f = upstream::Failure::TooLarge;  // the first read alone was over the limit
     }
     if (f == upstream::Failure::Canceled && !req.exchange.client_gone()) {
         co_return RelayEnd::Cancelled;
@@ -52,9 +57,12 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
     }
     if (f != upstream::Failure::None) {
         count_failure(deps, req, decode, f, false);
-        co_await respond_error(
-            req.exchange, errc_for(f),
-            std::string("decode instance failed while answering: ").append(upstream::to_string(f)));
+        const std::string why =
+            f == upstream::Failure::TooLarge
+                ? "decode instance " + decode.name + " " + describe_failure(deps.cfg, f, {})
+                : std::string("decode instance failed while answering: ")
+                      .append(upstream::to_string(f));
+        co_await respond_error(req.exchange, errc_for(f), why);
         co_return RelayEnd::UpstreamFailed;
     }
     unsigned status = up.status();

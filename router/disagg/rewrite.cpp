@@ -3,6 +3,7 @@
 #include "config/ascii.hpp"
 
 #include "net/common/uuid.hpp"
+#include "router/instances/instance.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -43,9 +44,15 @@ std::string request_id_for(const server::Request& client) {
     return request_id_of(client);
 }
 
-LegHeaders leg_headers(const server::Request& client, std::string_view upstream_api_key) {
+LegHeaders leg_headers(const server::Request& client, std::string_view upstream_api_key,
+                       std::string_view router_id) {
     LegHeaders h;
+    if (!router_id.empty()) {
+        h.hops = header_value(client, instances::kHopHeader);
+        h.hops.append(h.hops.empty() ? "" : ",").append(router_id);
+    }
     if (!upstream_api_key.empty()) {
+        h.router_key = true;
         h.authorization.reserve(7 + upstream_api_key.size());
         h.authorization.append("Bearer ").append(upstream_api_key);
     } else {
@@ -56,17 +63,37 @@ LegHeaders leg_headers(const server::Request& client, std::string_view upstream_
     return h;
 }
 
+bool is_hop_loop(const server::Request& client, std::string_view router_id) {
+    const auto it = client.find(instances::kHopHeader);
+    if (it == client.end()) {
+        return false;
+    }
+    std::string_view list = it->value();
+    std::size_t hops = 0;
+    while (!list.empty()) {
+        const auto comma = list.find(',');
+        if (ascii::trim(list.substr(0, comma)) == router_id || ++hops >= kMaxHops) {
+            return true;
+        }
+        list.remove_prefix(comma == std::string_view::npos ? list.size() : comma + 1);
+    }
+    return false;
+}
+
 upstream::Request make_leg_request(http::verb verb, std::string_view target,
                                    std::string_view request_id, const LegHeaders& headers,
-                                   std::string body) {
+                                   std::string body, bool key_allowed) {
     upstream::Request req{verb, target, 11};
     req.keep_alive(true);
     if (!body.empty() || verb == http::verb::post) {
         req.set(http::field::content_type, "application/json");
     }
     req.set(kRequestIdHeader, request_id);
-    if (!headers.authorization.empty()) {
+    if (!headers.authorization.empty() && (key_allowed || !headers.router_key)) {
         req.set(http::field::authorization, headers.authorization);
+    }
+    if (!headers.hops.empty()) {
+        req.set(instances::kHopHeader, headers.hops);
     }
     if (!headers.traceparent.empty()) {
         req.set("traceparent", headers.traceparent);

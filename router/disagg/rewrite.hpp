@@ -33,14 +33,24 @@ struct LegHeaders {
     std::string authorization;  // "Bearer <upstream key>", else the client's header, else empty
     std::string traceparent;
     std::string tracestate;
+    std::string hops;         // X-Pdrouter-Hop: the client's list and this router's id
+    bool router_key = false;  // `authorization` is the router's --upstream-api-key
 };
-LegHeaders leg_headers(const server::Request& client, std::string_view upstream_api_key);
+// `router_id`: this router's id, appended to the client's X-Pdrouter-Hop list ("" leaves none).
+LegHeaders leg_headers(const server::Request& client, std::string_view upstream_api_key,
+                       std::string_view router_id = {});
+
+// Loops (router/instances/instance.hpp kHopHeader): true when the client's X-Pdrouter-Hop list
+// names `router_id`, or holds kMaxHops routers already.
+inline constexpr std::size_t kMaxHops = 8;
+bool is_hop_loop(const server::Request& client, std::string_view router_id);
 
 // An upstream request: `verb target`, Content-Type: application/json (when a body is given),
 // X-Request-Id, and the LegHeaders that are not empty. Host/Content-Length are set by the client.
+// `key_allowed` false (an instance outside --instance-allow): the router's own key is left out.
 upstream::Request make_leg_request(http::verb verb, std::string_view target,
                                    std::string_view request_id, const LegHeaders& headers,
-                                   std::string body);
+                                   std::string body, bool key_allowed = true);
 
 // The prefill body from the scanned client body: every member as the client wrote it, in its
 // order, except stream:false, no stream_options, max_tokens:1, max_completion_tokens:1 if

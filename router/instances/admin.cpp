@@ -2,6 +2,7 @@
 // model probe. Authentication is the api layer's job; these only validate and act.
 #include <nlohmann/json.hpp>
 
+#include "config/ascii.hpp"
 #include "net/common/error.hpp"
 #include "net/common/log.hpp"
 #include "router/instances/registry.hpp"
@@ -75,6 +76,17 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
         co_return std::move(*bad);
     }
     const std::string name = addr.text();
+    if (is_self(addr)) {
+        PDR_WARN(kLog, "admin add of " + type + " instance " + name +
+                           " refused: it is this router's own listen address");
+        co_return admin_result(
+            "add", "bad_request", 400,
+            openai_error_body(Errc::InvalidField,
+                              "Instance " + name +
+                                  " is this router's own listen address: a request sent there "
+                                  "would come back to the router (a loop).",
+                              "instance"));
+    }
     if (find(role, name)) {
         co_return admin_result("add", "conflict", 409,
                                openai_error_body(Errc::Conflict, "Instance already exists."));
@@ -82,7 +94,9 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
 
     const TaskGroup::Alive alive = tasks_.alive();
     upstream::Endpoint ep{addr.host, addr.port};
-    const auto probe = co_await probe_models(ep);
+    // An address outside --instance-allow never sees the upstream key, not even in the probe.
+    const bool with_key = config::allow_matches(cfg_.instance_allow, addr.host);
+    const auto probe = co_await probe_models(ep, with_key);
     if (!alive) {
         co_return AdminResult{503, openai_error_body(Errc::ShuttingDown, "Shutting down.")};
     }
@@ -105,10 +119,46 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
                                openai_error_body(Errc::Conflict, "Instance already exists."));
     }
 
-    insert(role, addr, std::move(kv))->source = "admin";
+    InstancePtr added = insert(role, addr, std::move(kv));
+    added->source = "admin";
+    added->upstream_key = with_key;
     PDR_INFO(kLog, "added " + type + " instance " + name);
+    if (!with_key && !cfg_.upstream_api_key.empty()) {
+        PDR_WARN(kLog, type + " instance " + name +
+                           " is not in --instance-allow: requests and probes to it carry no "
+                           "--upstream-api-key");
+    }
     co_return admin_result("add", "ok", 200,
                            message_body("Added " + name + " to " + type + "_instances."));
+}
+
+void Registry::set_self(std::string router_id, std::string listen_host, unsigned short port) {
+    router_id_ = std::move(router_id);
+    listen_host_ = std::move(listen_host);
+    listen_port_ = port;
+}
+
+bool Registry::is_self(const config::InstanceAddress& a) const {
+    if (listen_port_ == 0 || a.port != listen_port_) {
+        return false;
+    }
+    if (ascii::iequals(a.host, listen_host_) || ascii::iequals(a.host, "localhost")) {
+        return true;
+    }
+    error_code ec;
+    const auto host = net::ip::make_address(a.host, ec);
+    if (ec) {
+        return false;  // another name: the hop header catches a loop through it
+    }
+    const auto listen = net::ip::make_address(listen_host_, ec);
+    if (ec) {
+        return false;
+    }
+    // Connecting to 0.0.0.0 (or ::) reaches the local host; listening on it takes every address.
+    if (host == listen || (host.is_unspecified() && listen.is_loopback())) {
+        return true;
+    }
+    return listen.is_unspecified() && (host.is_loopback() || host.is_unspecified());
 }
 
 Registry::AdminResult Registry::remove(std::string_view type_in, std::string_view instance_in) {
@@ -149,6 +199,10 @@ awaitable<bool> Registry::add_discovered(Role role, config::InstanceAddress a, s
     const std::string who = std::string(to_string(role)) + " instance " + name;
     if (find(role, name)) {
         co_return true;
+    }
+    if (is_self(a)) {
+        PDR_WARN(kLog, who + " from " + source + " skipped: it is this router's own address");
+        co_return false;
     }
     const TaskGroup::Alive alive = tasks_.alive();
     upstream::Endpoint ep{a.host, a.port};  // not a temporary in the co_await (GCC 12)

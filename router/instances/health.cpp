@@ -35,11 +35,14 @@ bool model_matches(std::string_view served, std::string_view wanted) noexcept {
     return !a.empty() && a == b;
 }
 
-upstream::Request Registry::make_get(std::string_view target) const {
+upstream::Request Registry::make_get(std::string_view target, bool with_key) const {
     upstream::Request req{http::verb::get, target, 11};
     req.set(http::field::accept, "application/json");
     req.set(http::field::user_agent, "pdrouter");
-    if (!cfg_.upstream_api_key.empty()) {
+    if (!router_id_.empty()) {
+        req.set(kHopHeader, router_id_);
+    }
+    if (with_key && !cfg_.upstream_api_key.empty()) {
         req.set(http::field::authorization, "Bearer " + cfg_.upstream_api_key);
     }
     return req;
@@ -50,9 +53,9 @@ upstream::Timeouts Registry::probe_timeouts() const {
     return upstream::Timeouts{cfg_.connect_timeout, total, total};
 }
 
-awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep) {
+awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep, bool with_key) {
     ModelProbe out;
-    auto req = make_get("/v1/models");
+    auto req = make_get("/v1/models", with_key);
     const auto timeouts = probe_timeouts();
     auto res = co_await client_.request(ep, std::move(req), timeouts);
     if (!res.ok()) {
@@ -61,6 +64,12 @@ awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep) {
         co_return out;
     }
     const unsigned status = res.response.result_int();
+    if (status == 508) {
+        out.error =
+            "GET /v1/models answered HTTP 508 loop detected: routers on the way route to "
+            "each other";
+        co_return out;
+    }
     if (status < 200 || status >= 300) {
         out.error = "GET /v1/models answered HTTP " + std::to_string(status);
         co_return out;
@@ -79,8 +88,8 @@ awaitable<ModelProbe> Registry::probe_models(upstream::Endpoint ep) {
     co_return out;
 }
 
-awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep) {
-    auto req = make_get("/health");
+awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep, bool with_key) {
+    auto req = make_get("/health", with_key);
     const auto timeouts = probe_timeouts();
     auto res = co_await client_.request(ep, std::move(req), timeouts);
     if (!res.ok()) {
@@ -91,7 +100,7 @@ awaitable<Registry::ProbeOutcome> Registry::probe_health(upstream::Endpoint ep) 
         co_return ProbeOutcome{true, {}};
     }
     if (status == 404 || status == 405) {
-        auto models = co_await probe_models(ep);
+        auto models = co_await probe_models(ep, with_key);
         co_return ProbeOutcome{models.ok, models.error};
     }
     co_return ProbeOutcome{false, "GET /health answered HTTP " + std::to_string(status)};
@@ -152,7 +161,7 @@ awaitable<void> Registry::health_loop() {
 
 awaitable<void> Registry::run_probe(InstancePtr inst) {
     const TaskGroup::Alive alive = tasks_.alive();
-    const ProbeOutcome outcome = co_await probe_health(inst->endpoint);
+    const ProbeOutcome outcome = co_await probe_health(inst->endpoint, inst->upstream_key);
     if (!alive) {
         co_return;
     }

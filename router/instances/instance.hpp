@@ -22,6 +22,11 @@ namespace pdr::instances {
 using ::pdr::Role;
 inline constexpr std::size_t kRoleCount = 2;
 
+// The routers a request went through, in order, comma-separated (their ids), on every request
+// and probe a router sends: a router that finds its own id refuses the request (508: a loop, one
+// of its instances is itself or leads back to it).
+inline constexpr std::string_view kHopHeader = "X-Pdrouter-Hop";
+
 std::string_view to_string(Role r) noexcept;  // "prefill" / "decode"
 bool parse_role(std::string_view s, Role& out) noexcept;
 
@@ -49,6 +54,9 @@ struct Instance {
     std::size_t in_flight = 0;
     std::size_t load = 0;  // in-flight weight the policies compare (router/instances/policy.hpp)
     std::string source = "static";  // where it came from: static | admin | dns:<name>
+    // Whether requests and probes to it carry --upstream-api-key: false for an admin-added
+    // instance outside --instance-allow.
+    bool upstream_key = true;
     std::uint64_t requests = 0, failures = 0;
     int consecutive_errors = 0;  // 5xx answers or broken exchanges in a row (reset by success)
     std::string last_error;

@@ -123,6 +123,14 @@ public:
     // connect timeout + 2 s for the whole answer.
     upstream::Timeouts probe_timeouts() const;
 
+    // This router: its id (sent as X-Pdrouter-Hop on probes, so a probe of itself is refused)
+    // and its listen address (refused as an instance). Set once it listens.
+    void set_self(std::string router_id, std::string listen_host, unsigned short port);
+    // True when `a` is this router's own listen address (the same port on a loopback, the
+    // listen host, or any address when it listens on all of them).
+    bool is_self(const config::InstanceAddress& a) const;
+    const std::string& router_id() const noexcept { return router_id_; }
+
     void start();  // starts the health loop
     void stop();   // cancels the health loop and running probes
 
@@ -145,9 +153,10 @@ private:
                                                   config::InstanceAddress& addr);
     AdminResult admin_result(std::string_view action, std::string_view result, unsigned status,
                              std::string body);
-    upstream::Request make_get(std::string_view target) const;
-    awaitable<ModelProbe> probe_models(upstream::Endpoint ep);
-    awaitable<ProbeOutcome> probe_health(upstream::Endpoint ep);
+    // `with_key`: carries --upstream-api-key (see Instance::upstream_key).
+    upstream::Request make_get(std::string_view target, bool with_key) const;
+    awaitable<ModelProbe> probe_models(upstream::Endpoint ep, bool with_key = true);
+    awaitable<ProbeOutcome> probe_health(upstream::Endpoint ep, bool with_key);
     awaitable<void> health_loop();
     awaitable<void> run_probe(InstancePtr inst);
     void wake_health_loop();
@@ -159,6 +168,9 @@ private:
     std::array<std::vector<InstancePtr>, kRoleCount> instances_;
     std::array<std::unique_ptr<Policy>, kRoleCount> policies_;
     std::vector<std::size_t> candidates_;  // pick()'s scratch list
+    std::string router_id_;                // set_self
+    std::string listen_host_;
+    unsigned short listen_port_ = 0;
 
     Timer health_timer_;  // the health loop sleeps on it; cancel() wakes it to re-plan
     bool started_ = false;

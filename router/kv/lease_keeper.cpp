@@ -67,7 +67,8 @@ LeaseKeeper::~LeaseKeeper() {
     stop();
 }
 
-LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::Endpoint& prefill) {
+LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::Endpoint& prefill,
+                                    bool with_key) {
     if (!enabled_) {
         return Hold{};
     }
@@ -77,6 +78,9 @@ LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::En
     Group& g = git->second;
     if (created) {
         g.endpoint = prefill;
+        g.with_key = with_key;
+    } else {
+        g.with_key = g.with_key && with_key;  // the same address re-added outside the allow list
     }
     if (g.refreshing.empty()) {
         g.due = Clock::now() + period_;
@@ -130,11 +134,11 @@ void LeaseKeeper::maybe_erase_group(const std::string& key) {
     }
 }
 
-upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids) const {
+upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids, bool with_key) const {
     upstream::Request req{http::verb::post, "/internal/nixl/lease_refresh", 11};
     req.set(http::field::content_type, "application/json");
     req.set(http::field::user_agent, "pdrouter");
-    if (!cfg_.upstream_api_key.empty()) {
+    if (with_key && !cfg_.upstream_api_key.empty()) {
         req.set(http::field::authorization, "Bearer " + cfg_.upstream_api_key);
     }
     req.body() = nlohmann::json{{"request_ids", ids}}.dump();
@@ -143,7 +147,7 @@ upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids) co
 }
 
 awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std::string> ids,
-                                          bool count_sent) {
+                                          bool count_sent, bool with_key) {
     if (renewer_ != nullptr) {
         const bool renewed = co_await renewer_->renew(ep, ids);
         if (renewed) {
@@ -160,7 +164,7 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
         const auto end = std::min(ids.size(), at + kMaxBatch);
         std::vector<std::string> batch(ids.begin() + static_cast<std::ptrdiff_t>(at),
                                        ids.begin() + static_cast<std::ptrdiff_t>(end));
-        auto req = make_post(batch);
+        auto req = make_post(batch, with_key);
         auto res = co_await client_.request(ep, std::move(req), t);
         if (res.failure == upstream::Failure::Canceled) {
             co_return false;  // stop() / caller gone
@@ -232,8 +236,9 @@ awaitable<void> LeaseKeeper::refresh_group(std::string key, std::vector<std::str
                                            std::vector<std::uint64_t> tokens) {
     const TaskGroup::Alive alive = tasks_.alive();
     const upstream::Endpoint ep = groups_.at(key).endpoint;
+    const bool with_key = groups_.at(key).with_key;
     const Clock::time_point sent = Clock::now();
-    const bool all_ok = co_await post_batches(ep, std::move(ids), true);
+    const bool all_ok = co_await post_batches(ep, std::move(ids), true, with_key);
     if (!alive) {
         co_return;
     }
@@ -268,7 +273,12 @@ awaitable<void> LeaseKeeper::post_all(std::vector<awaitable<bool>> posts) {
 
 awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std::string>& ids) {
     ForwardResult r;
-    std::unordered_map<std::string, std::pair<upstream::Endpoint, std::vector<std::string>>> by_p;
+    struct ToP {
+        upstream::Endpoint endpoint;
+        bool with_key = true;
+        std::vector<std::string> ids;
+    };
+    std::unordered_map<std::string, ToP> by_p;
     std::unordered_set<std::string_view> seen;  // an id listed twice counts (and goes) once
     seen.reserve(ids.size());
     for (const auto& id : ids) {
@@ -283,9 +293,11 @@ awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std
         const std::string& key = entries_.at(it->second).p_key;
         auto [pit, created] = by_p.try_emplace(key);
         if (created) {
-            pit->second.first = groups_.at(key).endpoint;
+            const Group& g = groups_.at(key);
+            pit->second.endpoint = g.endpoint;
+            pit->second.with_key = g.with_key;
         }
-        pit->second.second.push_back(id);
+        pit->second.ids.push_back(id);
         ++r.forwarded;
     }
     metrics_.lease_refresh_forwarded.Increment(static_cast<double>(r.forwarded));
@@ -297,8 +309,9 @@ awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std
     std::vector<awaitable<bool>> posts;
     posts.reserve(by_p.size());
     for (auto& entry : by_p) {
-        auto& [endpoint, group_ids] = entry.second;
-        posts.push_back(post_batches(std::move(endpoint), std::move(group_ids), false));
+        ToP& to = entry.second;
+        posts.push_back(
+            post_batches(std::move(to.endpoint), std::move(to.ids), false, to.with_key));
     }
     if (!tasks_.stopped()) {
         using namespace net::experimental::awaitable_operators;

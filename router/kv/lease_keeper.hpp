@@ -76,7 +76,9 @@ public:
 
     // Keeps P's blocks for `p_request_id` alive (refreshed every period until first_byte() or
     // destruction). With cfg.lease_refresh false, returns an inactive no-op Hold.
-    Hold hold(std::string p_request_id, const upstream::Endpoint& prefill);
+    // `with_key` false (a prefill outside --instance-allow, Instance::upstream_key): its refreshes
+    // carry no --upstream-api-key.
+    Hold hold(std::string p_request_id, const upstream::Endpoint& prefill, bool with_key = true);
 
     struct ForwardResult {
         std::size_t forwarded = 0, unknown = 0;
@@ -109,13 +111,14 @@ private:
         std::size_t holds = 0;                         // entries (refreshing or not)
         Clock::time_point due{};
         bool in_progress = false;
+        bool with_key = true;  // refreshes carry --upstream-api-key
     };
     void stop_refreshing(std::uint64_t token);
     void release(std::uint64_t token);
     void maybe_erase_group(const std::string& key);
-    upstream::Request make_post(const std::vector<std::string>& ids) const;
+    upstream::Request make_post(const std::vector<std::string>& ids, bool with_key) const;
     awaitable<bool> post_batches(upstream::Endpoint ep, std::vector<std::string> ids,
-                                 bool count_sent);
+                                 bool count_sent, bool with_key);
     awaitable<void> refresh_loop();
     awaitable<void> refresh_group(std::string key, std::vector<std::string> ids,
                                   std::vector<std::uint64_t> tokens);

@@ -252,6 +252,15 @@ RouterMetrics::RouterMetrics(Registry& registry)
                             "Other router replicas whose PULL socket KV-ready notifications "
                             "for their requests are forwarded to.")
                          .Add({})),
+      request_body_buffered(
+          gauges(registry, "pdrouter_request_body_buffered_bytes",
+                 "Request-body bytes held against --max-buffered-body-bytes (bodies still "
+                 "arriving count with their whole Content-Length).")
+              .Add({})),
+      request_body_waiting(gauges(registry, "pdrouter_request_body_budget_waiting",
+                                  "Requests waiting for --max-buffered-body-bytes to read their "
+                                  "body.")
+                               .Add({})),
       registry_(registry),
       bad_requests_(counters(registry, "pdrouter_bad_requests_total",
                              "Client requests rejected, by error code.")),

@@ -193,6 +193,8 @@ public:
     Gauge& kv_ready_pending;           // pdrouter_kv_ready_pending (entries in the kv-ready table)
     Histogram& kv_ready_wait;          // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
     Gauge& kv_ready_peers;             // pdrouter_kv_ready_peers (replicas we can forward to)
+    Gauge& request_body_buffered;      // pdrouter_request_body_buffered_bytes (set at scrape)
+    Gauge& request_body_waiting;       // pdrouter_request_body_budget_waiting (set at scrape)
 
 private:
     Registry& registry_;

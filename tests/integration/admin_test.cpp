@@ -1,6 +1,12 @@
 // Admin API (/instances/*), /status, /health and /v1/models against real processes.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <thread>
 
 #include "tests/support/checks.hpp"
@@ -35,6 +41,100 @@ json find_instance(const Server& router, const std::string& name) {
         }
     }
     return nullptr;
+}
+
+// A loopback port that was free a moment ago.
+unsigned short free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        throw std::runtime_error("free_port: bind failed");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
+// The router's own listen address is no instance: refused at start (exit 2) and by
+// /instances/add, however it is spelled (127.0.0.1, localhost, 0.0.0.0).
+TEST_F(AdminTest, TheRouterItselfIsNoInstance) {
+    const std::string port = std::to_string(free_port());
+    RunResult r = run_to_exit(pdrouter_path(),
+                              {"--host", "127.0.0.1", "--port", port, "--prefill", "127.0.0.1:9",
+                               "--decode", "localhost:" + port},
+                              Ms{10000});
+    EXPECT_TRUE(r.status.exited && r.status.code == 2) << r.err;
+    EXPECT_NE(r.err.find("own listen address"), std::string::npos) << r.err;
+
+    auto& pd = start(PdOptions{}.router({"--admin-api-key", kKey}));
+    const std::string own = std::to_string(pd.router->port);
+    for (const std::string host : {"127.0.0.1", "localhost", "0.0.0.0"}) {
+        auto add =
+            admin_post(*pd.router, "add", {{"type", "decode"}, {"instance", host + ":" + own}},
+                       {{"X-API-Key", kKey}});
+        EXPECT_EQ(add.status, 400) << host << ": " << add.describe();
+        EXPECT_NE(add.body.find("own listen address"), std::string::npos) << add.body;
+    }
+}
+
+// Two routers that route to each other (A's decode is B, B's is A): the request that comes back
+// to A carries A's id in X-Pdrouter-Hop and gets 508 loop_detected (not a confusing 409 for its
+// request id), which reaches the client; the prefill's blocks are all freed. Adding such a router
+// at run time fails its model probe the same way.
+TEST_F(AdminTest, ALoopThroughAnotherRouterEndsIn508) {
+    auto& pd =
+        start(PdOptions{}.sim({"--kv-lease-seconds", "1"}).router({"--admin-api-key", kKey}));
+    const std::string a_port = std::to_string(free_port());
+    Cluster& other = new_cluster();
+    const std::vector<std::string> lease{"--kv-lease-timeout-ms", "600"};
+    Server& b = other.start_router({pd.prefill[0]->address()}, {"127.0.0.1:" + a_port}, lease);
+    Server& a =
+        other.start("router-a", pdrouter_path(),
+                    {"--host", "127.0.0.1", "--port", a_port, "--prefill", pd.prefill[0]->address(),
+                     "--decode", b.address(), "--kv-lease-timeout-ms", "600"});
+    auto r = send_generation(a, completion_body("round and round", 3, false));
+    EXPECT_EQ(r.status, 508) << r.describe();
+    EXPECT_NE(r.body.find("loop_detected"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("already went through this router"), std::string::npos) << r.body;
+    EXPECT_TRUE(kv_freed(pd, Ms{5000}));
+
+    // A third router that adds A sees the loop behind it in A's answer to the model probe.
+    auto add = admin_post(*pd.router, "add", {{"type", "decode"}, {"instance", a.address()}},
+                          {{"X-API-Key", kKey}});
+    EXPECT_EQ(add.status, 502) << add.describe();
+    EXPECT_NE(add.body.find("loop detected"), std::string::npos) << add.body;
+}
+
+// --upstream-api-key goes to static instances and to admin-added ones in --instance-allow only.
+TEST_F(AdminTest, UpstreamKeyOnlyForAllowedInstances) {
+    for (const bool allowed : {false, true}) {
+        std::vector<std::string> args{"--admin-api-key", kKey, "--upstream-api-key", "up-secret"};
+        if (allowed) {
+            args.insert(args.end(), {"--instance-allow", "127.0.0.0/8"});
+        }
+        auto& pd = start(PdOptions{}.router(args));
+        Cluster& extra = new_cluster();
+        Server& d2 = extra.start_pdsim("decode");
+        auto add = admin_post(*pd.router, "add", {{"type", "decode"}, {"instance", d2.address()}},
+                              {{"X-API-Key", kKey}});
+        ASSERT_EQ(add.status, 200) << add.describe();
+        auto rm = admin_post(*pd.router, "remove",
+                             {{"type", "decode"}, {"instance", pd.decode[0]->address()}},
+                             {{"X-API-Key", kKey}});
+        ASSERT_EQ(rm.status, 200) << rm.describe();
+        const json body = completion_body("whose key", 3, false);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+        auto on_p = sim_requests(*pd.prefill[0]);
+        auto on_d2 = sim_requests(d2);
+        ASSERT_FALSE(on_p.empty());
+        ASSERT_FALSE(on_d2.empty());
+        EXPECT_EQ(recorded_header(on_p.back(), "authorization"), "Bearer up-secret");
+        EXPECT_EQ(recorded_header(on_d2.back(), "authorization"), allowed ? "Bearer up-secret" : "")
+            << "allowed=" << allowed;
+    }
 }
 
 TEST_F(AdminTest, AdminDisabledWithoutKey) {

@@ -374,6 +374,8 @@ TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
     expect_series("pdrouter_instances", {{"role", "prefill"}}, 2);
     expect_series("pdrouter_lease_refresh_sent_total", {}, 1);
     expect_series("pdrouter_requests_in_flight", {}, 0);
+    expect_series("pdrouter_request_body_buffered_bytes", {}, 0);
+    expect_series("pdrouter_request_body_budget_waiting", {}, 0);
     expect_series("pdrouter_flow_requests_total", {{"mode", "pull"}}, 4);
     expect_series("pdrouter_kv_handover_gap_seconds_count", {}, 4);
     // The LMCache KV-ready families exist (at 0) whatever the mode.

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "tests/support/checks.hpp"
@@ -614,10 +615,11 @@ TEST_F(FailureTest, SecondRequestWithAnIdInFlightGets409) {
 }
 
 // --max-client-connections reaches the server: beyond it a new connection gets 503 and is
-// closed; a kept-alive client that leaves frees its place at once.
+// closed; a kept-alive client that leaves frees its place at once. (No probe slots here: with
+// them a /health past the limit is served, see ProbesAreServedWithEveryClientSlotTaken.)
 TEST_F(FailureTest, ConnectionsBeyondMaxClientConnectionsGet503) {
-    auto& pd =
-        start(PdOptions{}.sim(kFastSim).router(fast_router({"--max-client-connections", "1"})));
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(
+        fast_router({"--max-client-connections", "1", "--reserved-probe-connections", "0"})));
     HttpRequest health{"GET", "/health", {{"Connection", "keep-alive"}}, ""};
     {
         Connection held;
@@ -637,6 +639,147 @@ TEST_F(FailureTest, ConnectionsBeyondMaxClientConnectionsGet503) {
         metric(m, "pdrouter_bad_requests_total", {{"code", "too_many_connections"}}).value_or(0),
         1.0)
         << m;
+}
+
+// Opens `n` kept-alive connections, each served one /health (so the router holds all of them).
+::testing::AssertionResult hold_connections(unsigned short port, int n,
+                                            std::vector<std::unique_ptr<Connection>>& held) {
+    HttpRequest health{"GET", "/health", {{"Connection", "keep-alive"}}, ""};
+    for (int i = 0; i < n; ++i) {
+        held.push_back(std::make_unique<Connection>());
+        std::string error;
+        if (!held.back()->connect(port, error)) {
+            return ::testing::AssertionFailure() << "connect " << i << ": " << error;
+        }
+        const auto r = http_exchange(*held.back(), health);
+        if (r.status != 200) {
+            return ::testing::AssertionFailure() << "connection " << i << ": " << r.describe();
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// Every client slot taken (idle kept-alive connections): a liveness probe and a scrape still get
+// their answer on the reserved probe slots, a generation gets 503 too_many_connections; once the
+// probe slots are held too, a probe is refused as well.
+TEST_F(FailureTest, ProbesAreServedWithEveryClientSlotTaken) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(
+        fast_router({"--max-client-connections", "8", "--reserved-probe-connections", "2"})));
+    std::vector<std::unique_ptr<Connection>> held;
+    ASSERT_TRUE(hold_connections(pd.router->port, 8, held));
+    auto probe = http_get(pd.router->port, "/health");
+    EXPECT_EQ(probe.status, 200) << probe.describe();
+    auto scrape = http_get(pd.router->port, "/metrics");
+    EXPECT_EQ(scrape.status, 200) << scrape.describe();
+    auto work = send_generation(*pd.router, completion_body("no slot left", 3, false));
+    EXPECT_EQ(work.status, 503) << work.describe();
+    EXPECT_NE(work.body.find("too_many_connections"), std::string::npos) << work.body;
+    auto status = http_get(pd.router->port, "/status");
+    EXPECT_EQ(status.status, 503) << status.describe();
+    // Two idle connections hold both probe slots: now a probe is refused too.
+    for (int i = 0; i < 2; ++i) {
+        held.push_back(std::make_unique<Connection>());
+        std::string error;
+        ASSERT_TRUE(held.back()->connect(pd.router->port, error)) << error;
+    }
+    EXPECT_TRUE(
+        wait_until([&] { return http_get(pd.router->port, "/health").status == 503; }, Ms{3000}));
+    held.clear();
+    EXPECT_TRUE(wait_until(
+        [&] {
+            return send_generation(*pd.router, completion_body("room again", 3, false)).status ==
+                   200;
+        },
+        Ms{3000}));
+}
+
+// A prefill whose kv_transfer_params is over --max-kv-params-bytes: the handle never reaches a
+// decode, and the error names the prefill and the limit.
+TEST_F(FailureTest, OversizedKvHandleIsThePrefillsError) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    const json huge{{"id", "cmpl-x"},
+                    {"object", "text_completion"},
+                    {"choices", json::array()},
+                    {"kv_transfer_params", {{"remote_block_ids", std::string(70000, '7')}}}};
+    sim_fault(*pd.prefill[0], {{"status", 200}, {"body", huge.dump()}});
+    auto r = send_generation(*pd.router, completion_body("huge handle", 3, false));
+    EXPECT_EQ(r.status, 502) << r.describe();
+    const std::string msg = error_message(r);
+    EXPECT_NE(msg.find("prefill instance " + pd.prefill[0]->address()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--max-kv-params-bytes limit of 65536"), std::string::npos) << msg;
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0) << "the handle reached decode";
+    // A handle within the limit goes on as before.
+    const json body = completion_body("small handle", 3, false);
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+}
+
+// A whole decode answer over --max-upstream-body-bytes: 502 whose message names the limit and
+// its flag, and the decode.
+TEST_F(FailureTest, OversizedDecodeAnswerNamesTheLimit) {
+    auto& pd =
+        start(PdOptions{}.sim(kFastSim).router(fast_router({"--max-upstream-body-bytes", "4096"})));
+    const json big{{"id", "cmpl-big"},
+                   {"object", "text_completion"},
+                   {"choices", {{{"index", 0}, {"text", std::string(8000, 'x')}}}}};
+    sim_fault(*pd.decode[0], {{"status", 200}, {"body", big.dump()}});
+    auto r = send_generation(*pd.router, completion_body("big answer", 3, false));
+    EXPECT_EQ(r.status, 502) << r.describe();
+    const std::string msg = error_message(r);
+    EXPECT_NE(msg.find("--max-upstream-body-bytes limit of 4096 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(pd.decode[0]->address()), std::string::npos) << msg;
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+std::size_t count_lines_with(const std::string& log, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) {
+        ++n;
+    }
+    return n;
+}
+
+// Bad requests and wrong admin keys: one log line per second per kind, naming the client; the
+// next line says how many were left out.
+TEST_F(FailureTest, PerRequestWarningsAreRateLimitedAndNameTheClient) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router({"--admin-api-key", "k"})));
+    for (int i = 0; i < 40; ++i) {
+        ASSERT_EQ(http_post(pd.router->port, "/v1/completions", "{not json").status, 400);
+    }
+    for (int i = 0; i < 10; ++i) {
+        ASSERT_EQ(http_post_json(pd.router->port, "/instances/add", json{{"type", "decode"}},
+                                 {{"X-API-Key", "wrong"}})
+                      .status,
+                  403);
+    }
+    // A second later the next line goes out, saying how many were left out.
+    EXPECT_TRUE(wait_until(
+        [&] {
+            http_post(pd.router->port, "/v1/completions", "{not json");
+            return pd.router->proc.log().find("similar lines left out)") != std::string::npos;
+        },
+        Ms{5000}));
+    const std::string log = pd.router->proc.log();
+    const std::size_t bad = count_lines_with(log, "bad request: invalid_json");
+    EXPECT_GE(bad, 2u) << log;
+    EXPECT_LE(bad, 10u) << "not rate-limited:\n" << log;
+    EXPECT_NE(log.find("client=127.0.0.1:"), std::string::npos) << log;
+    const std::size_t admin = count_lines_with(log, "admin authentication failed: wrong key");
+    EXPECT_EQ(admin, 1u) << log;
+    EXPECT_NE(log.find("on add from client=127.0.0.1:"), std::string::npos) << log;
+}
+
+// --max-connections-per-source: one address past its share gets 503 (the message says why).
+TEST_F(FailureTest, ConnectionsPerSourceAreLimited) {
+    auto& pd =
+        start(PdOptions{}.sim(kFastSim).router(fast_router({"--max-connections-per-source", "2"})));
+    std::vector<std::unique_ptr<Connection>> held;
+    ASSERT_TRUE(hold_connections(pd.router->port, 2, held));
+    auto refused = http_get(pd.router->port, "/health");
+    EXPECT_EQ(refused.status, 503) << refused.describe();
+    EXPECT_NE(refused.body.find("from this address"), std::string::npos) << refused.body;
+    held.pop_back();
+    EXPECT_TRUE(
+        wait_until([&] { return http_get(pd.router->port, "/health").status == 200; }, Ms{3000}));
 }
 
 // An engine's 429 (or 503) that says when to come back keeps its Retry-After on the way to the

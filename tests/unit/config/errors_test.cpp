@@ -198,6 +198,43 @@ TEST(ConfigErrors, YamlQuoteThatDoesNotEndOnItsLine) {
     EXPECT_EQ(r.config.port, 9100);
 }
 
+// yaml-cpp 0.7 ran 24 s and allocated until std::bad_alloc on this 195-byte file (found by
+// fuzzing): a quote opened after ", " and never closed. Values that span lines are refused
+// before yaml-cpp reads the file: quotes, and '[' / '{' lists, close on their line.
+TEST(ConfigErrors, YamlValuesThatSpanLinesAreRefusedBeforeYamlCppReadsThem) {
+    const std::string fuzzed =
+        "# pdrouter cmnfiguration example (topped readi{\n"
+        "  \"h000,127.0.0.1\x1a"
+        "8100\", \"1h27\n"
+        "  ener -----------------: 4onnections this lon"
+        "------------------------------------------------- error\n"
+        "log_format: t\n";
+    std::string out = malformed_file_error(".yaml", fuzzed);
+    EXPECT_NE(out.find("line 2 has a quoted value that does not end on its line"),
+              std::string::npos)
+        << out;
+    out = malformed_file_error(".yaml", "port: 9100\nprefill: [\"a:1\",\n  \"b:2\"]\n");
+    EXPECT_NE(out.find("line 2 has a '[' or '{' list that does not close on its line"),
+              std::string::npos)
+        << out;
+    malformed_file_error(".yaml", "{port: 9100,\n host: x}\n");
+    malformed_file_error(".yaml", "model: a, 'b\n");
+    // On one line they are fine; so are brackets and quotes inside plain values and comments.
+    TempFile ok(".yaml",
+                "prefill: [\"10.0.0.1:1\", '10.0.0.2:2'] # [ an open list in a comment\n"
+                "model: it's-a[1]{x\n"
+                "upstream_api_key: a \"b\" c\n");
+    TempFile ok_map(".yaml", "{port: 9100, model: m}\n");
+    auto r = parse(with_instances({"--config", ok.path()}));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(r.config.model, "it's-a[1]{x");
+    EXPECT_EQ(r.config.upstream_api_key, "a \"b\" c");
+    r = parse(with_instances({"--config", ok_map.path()}));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(r.config.port, 9100);
+    EXPECT_EQ(r.config.model, "m");
+}
+
 TEST(ConfigErrors, ConfigFileProblems) {
     expect_error(parse(with_instances({"--config", "/nonexistent/pdr.yaml"})),
                  "pdrouter: cannot read config file '/nonexistent/pdr.yaml': No such file or "

@@ -31,7 +31,7 @@ TEST(ConfigFlags, DefaultsWithOnlyInstances) {
     EXPECT_EQ(c.kv_lease_timeout.count(), 30000);
     EXPECT_TRUE(c.lease_refresh);
     EXPECT_EQ(c.health_interval.count(), 5000);
-    EXPECT_EQ(c.health_backoff_max.count(), 30000);
+    EXPECT_EQ(c.health_backoff_max.count(), 5000);
     EXPECT_EQ(c.max_body_bytes, 8u << 20);
     EXPECT_EQ(c.max_header_bytes, 16u << 10);
     EXPECT_EQ(c.max_concurrent_requests, 1024u);

@@ -126,7 +126,9 @@ TEST_F(ClientTest, ChunkedBodyIsDecoded) {
     }());
 }
 
-TEST_F(ClientTest, BodyOverLimitIsProtocolFailure) {
+// Its own failure kind (TooLarge, a protocol failure to the client: 502), so that the error
+// can name the limit.
+TEST_F(ClientTest, BodyOverLimitIsTooLargeFailure) {
     start_server();
     run([this]() -> awaitable<void> {
         PoolLimits limits;
@@ -134,7 +136,8 @@ TEST_F(ClientTest, BodyOverLimitIsProtocolFailure) {
         Client client(ioc_.get_executor(), limits);
         const Endpoint ep{"127.0.0.1", port_};
         Result r = co_await client.request(ep, make_get("/big"), quick());
-        EXPECT_EQ(r.failure, Failure::Protocol);
+        EXPECT_EQ(r.failure, Failure::TooLarge);
+        EXPECT_EQ(errc_for(r.failure), Errc::UpstreamProtocol);
         EXPECT_EQ(client.idle_connections(), 0u);
     }());
 }

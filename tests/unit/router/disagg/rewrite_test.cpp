@@ -209,7 +209,7 @@ TEST(LegHeaders, ClientAuthorizationForwardedWhenNoUpstreamKey) {
 }
 
 TEST(LegRequest, CarriesTheDocumentedHeadersOnly) {
-    LegHeaders h{"Bearer k", "00-trace", ""};
+    LegHeaders h{"Bearer k", "00-trace", "", "", false};
     upstream::Request r =
         make_leg_request(http::verb::post, "/v1/chat/completions", "rid-1", h, "{\"a\":1}");
     EXPECT_EQ(r.method(), http::verb::post);
@@ -226,6 +226,32 @@ TEST(LegRequest, CarriesTheDocumentedHeadersOnly) {
     EXPECT_EQ(bare.find(http::field::authorization), bare.end());
     EXPECT_EQ(bare.find(http::field::content_type), bare.end());
     EXPECT_EQ(bare["X-Request-Id"], "rid-2");
+}
+
+TEST(LegRequest, RouterKeyOnlyWhereAllowedAndHopsCarriedOn) {
+    LegHeaders h = leg_headers(client_request({{"X-Pdrouter-Hop", "r-a"}}), "secret", "r-b");
+    EXPECT_EQ(h.hops, "r-a,r-b");
+    upstream::Request allowed =
+        make_leg_request(http::verb::post, "/v1/completions", "rid", h, "{}");
+    EXPECT_EQ(allowed[http::field::authorization], "Bearer secret");
+    EXPECT_EQ(allowed["X-Pdrouter-Hop"], "r-a,r-b");
+    upstream::Request withheld =
+        make_leg_request(http::verb::post, "/v1/completions", "rid", h, "{}", false);
+    EXPECT_EQ(withheld.find(http::field::authorization), withheld.end());
+    // The client's own key is the client's to give: it goes on either way.
+    LegHeaders client = leg_headers(client_request({{"Authorization", "Bearer c"}}), "", "r-b");
+    EXPECT_EQ(make_leg_request(http::verb::post, "/x", "rid", client, "{}",
+                               false)[http::field::authorization],
+              "Bearer c");
+}
+
+TEST(HopLoop, OwnIdOrTooManyHops) {
+    EXPECT_FALSE(is_hop_loop(client_request({}), "me"));
+    EXPECT_FALSE(is_hop_loop(client_request({{"X-Pdrouter-Hop", "a, b"}}), "me"));
+    EXPECT_TRUE(is_hop_loop(client_request({{"X-Pdrouter-Hop", "a, me"}}), "me"));
+    EXPECT_TRUE(is_hop_loop(client_request({{"X-Pdrouter-Hop", "me"}}), "me"));
+    EXPECT_FALSE(is_hop_loop(client_request({{"X-Pdrouter-Hop", "mem,ame"}}), "me"));
+    EXPECT_TRUE(is_hop_loop(client_request({{"X-Pdrouter-Hop", "1,2,3,4,5,6,7,8"}}), "me"));
 }
 
 TEST(PlainDecodeBody, KeepsTheTextButDropsAClientKvTransferParams) {

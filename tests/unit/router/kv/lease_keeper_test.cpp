@@ -292,6 +292,28 @@ TEST_F(LeaseKeeperTest, ApiKeyIsSentToPrefill) {
     EXPECT_EQ(p1.requests()[0].authorization, "Bearer sekret");
 }
 
+// A prefill outside --instance-allow (Instance::upstream_key false) never sees the key: neither in
+// the periodic refreshes nor in forwarded ones.
+TEST_F(LeaseKeeperTest, ApiKeyOnlyToPrefillsThatMayHaveIt) {
+    cfg.upstream_api_key = "sekret";
+    p1.start();
+    p2.start();
+    auto a = lk().hold("a", endpoint_of(p1));
+    auto b = lk().hold("b", endpoint_of(p2), false);
+    auto fr = test::run_task(ioc, lk().forward({"a", "b"}), Duration{3000});
+    ASSERT_TRUE(fr.has_value());
+    ASSERT_EQ(p1.requests().size(), 1u);
+    ASSERT_EQ(p2.requests().size(), 1u);
+    EXPECT_EQ(p1.requests()[0].authorization, "Bearer sekret");
+    EXPECT_EQ(p2.requests()[0].authorization, "");
+    lk().start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return p1.requests().size() >= 2 && p2.requests().size() >= 2; },
+        Duration{2000}));
+    EXPECT_EQ(p1.requests()[1].authorization, "Bearer sekret");
+    EXPECT_EQ(p2.requests()[1].authorization, "");
+}
+
 TEST_F(LeaseKeeperTest, DisabledKeeperHoldsNothing) {
     cfg.lease_refresh = false;
     p1.start();

@@ -258,6 +258,13 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# HELP pdrouter_discovery_addresses Addresses the last successful DNS discovery lookup "
         "gave, by what it discovers.",
         "# TYPE pdrouter_discovery_addresses gauge",
+        "# HELP pdrouter_request_body_buffered_bytes Request-body bytes held against "
+        "--max-buffered-body-bytes (bodies still arriving count with their whole "
+        "Content-Length).",
+        "# TYPE pdrouter_request_body_buffered_bytes gauge",
+        "# HELP pdrouter_request_body_budget_waiting Requests waiting for "
+        "--max-buffered-body-bytes to read their body.",
+        "# TYPE pdrouter_request_body_budget_waiting gauge",
     };
     EXPECT_EQ(meta, expected);
 }
@@ -321,6 +328,8 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_kv_ready_forwarded_total", 5},
         {"pdrouter_discovery_resolutions_total", 9},
         {"pdrouter_discovery_addresses", 3},
+        {"pdrouter_request_body_buffered_bytes", 1},
+        {"pdrouter_request_body_budget_waiting", 1},
     };
     EXPECT_EQ(samples, expected);
 }

@@ -1,0 +1,97 @@
+#include "net/server/body_budget.hpp"
+
+#include <algorithm>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+namespace pdr::server::detail {
+
+namespace {
+
+// A burst this large (bytes taken at once since the budget was last empty) is handed back to
+// the OS when the budget empties: glibc keeps freed heap memory for reuse otherwise, and a
+// burst of large bodies would leave the process at its peak for good.
+constexpr std::size_t kTrimAfterPeak = 32u << 20;
+
+void trim_heap() noexcept {
+#ifdef __GLIBC__
+    ::malloc_trim(0);
+#endif
+}
+
+}  // namespace
+
+awaitable<bool> BodyBudget::take(std::size_t n, Clock::time_point deadline, Timer** wait) {
+    if (limit_ == 0) {
+        co_return true;
+    }
+    if (waiters_.empty() && used_ + n <= limit_) {
+        used_ += n;
+        peak_ = std::max(peak_, used_);
+        co_return true;
+    }
+    Timer timer(ex_);
+    timer.expires_at(deadline);
+    Waiter w{n, &timer};
+    waiters_.push_back(&w);
+    const auto pos = std::prev(waiters_.end());
+    *wait = &timer;
+    co_await timer.async_wait();  // cancelled when granted or closed; expires at the deadline
+    *wait = nullptr;
+    if (!w.granted) {
+        waiters_.erase(pos);
+        grant_waiters();  // the head gave up: those behind it may fit now
+    }
+    co_return w.granted;
+}
+
+void BodyBudget::give(std::size_t n) noexcept {
+    if (limit_ == 0 || n == 0) {
+        return;
+    }
+    used_ -= std::min(n, used_);
+    grant_waiters();
+    if (used_ == 0) {
+        if (peak_ >= kTrimAfterPeak) {
+            // After the answer that freed the last body is on its way, not inside its write.
+            net::post(ex_, [] { trim_heap(); });
+        }
+        peak_ = 0;
+    }
+}
+
+void BodyBudget::grant_waiters() noexcept {
+    while (!waiters_.empty() && used_ + waiters_.front()->need <= limit_) {
+        Waiter* w = waiters_.front();
+        waiters_.pop_front();
+        used_ += w->need;
+        peak_ = std::max(peak_, used_);
+        w->granted = true;
+        w->timer->cancel();
+    }
+}
+
+awaitable<bool> BodyCharge::grow_to(std::size_t total, Clock::time_point deadline, Timer** wait) {
+    if (budget_.limit() == 0) {
+        co_return true;
+    }
+    total = std::min(total, budget_.limit());
+    if (total <= bytes_) {
+        co_return true;
+    }
+    const std::size_t more = total - bytes_;
+    const bool ok = co_await budget_.take(more, deadline, wait);
+    if (ok) {
+        bytes_ += more;
+    }
+    co_return ok;
+}
+
+void BodyCharge::reset() noexcept {
+    budget_.give(bytes_);
+    bytes_ = 0;
+}
+
+}  // namespace pdr::server::detail

@@ -1,0 +1,65 @@
+#pragma once
+// The bound on request-body bytes that all of a server's connections buffer together
+// (Limits::max_buffered_body_bytes). A connection takes its share before it reads a body (the
+// whole Content-Length; a chunked body in steps as it grows) and gives it back when the
+// exchange ends, so connections that are still sending count too. A connection that does not
+// fit waits, first come first served, until bytes are given back or its read deadline passes.
+// After a burst that took a large part of the budget, memory the allocator keeps is handed back
+// to the OS once the budget is empty again. Internal to net/server.
+#include "net/common/io.hpp"
+
+#include <cstddef>
+#include <list>
+
+namespace pdr::server::detail {
+
+class BodyBudget {
+public:
+    BodyBudget(net::any_io_executor ex, std::size_t limit) : ex_(std::move(ex)), limit_(limit) {}
+    BodyBudget(const BodyBudget&) = delete;
+    BodyBudget& operator=(const BodyBudget&) = delete;
+
+    // Takes `n` bytes (n <= limit()), waiting until they fit or `deadline`. False
+    // at the deadline, or when `*wait` (set to the timer while waiting) is cancelled by a
+    // close. A limit of 0 is no limit.
+    awaitable<bool> take(std::size_t n, Clock::time_point deadline, Timer** wait);
+    void give(std::size_t n) noexcept;
+
+    std::size_t limit() const noexcept { return limit_; }
+    std::size_t used() const noexcept { return used_; }
+    std::size_t waiting() const noexcept { return waiters_.size(); }
+
+private:
+    struct Waiter {
+        std::size_t need;
+        Timer* timer;
+        bool granted = false;
+    };
+    void grant_waiters() noexcept;
+
+    net::any_io_executor ex_;
+    std::size_t limit_;
+    std::size_t used_ = 0;
+    std::size_t peak_ = 0;  // since the budget was last empty
+    std::list<Waiter*> waiters_;
+};
+
+// The share one connection holds; gives it back when reset or destroyed.
+class BodyCharge {
+public:
+    explicit BodyCharge(BodyBudget& b) : budget_(b) {}
+    ~BodyCharge() { reset(); }
+    BodyCharge(const BodyCharge&) = delete;
+    BodyCharge& operator=(const BodyCharge&) = delete;
+
+    // Grows the share to `total` bytes (at most the whole budget); see BodyBudget::take.
+    awaitable<bool> grow_to(std::size_t total, Clock::time_point deadline, Timer** wait);
+    void reset() noexcept;
+    std::size_t bytes() const noexcept { return bytes_; }
+
+private:
+    BodyBudget& budget_;
+    std::size_t bytes_ = 0;
+};
+
+}  // namespace pdr::server::detail

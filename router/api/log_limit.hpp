@@ -1,0 +1,48 @@
+#pragma once
+// Per-request warnings that anyone can cause (bad requests, failed admin keys) at most once per
+// period per kind: the lines in between are counted, and the next line that goes out says how
+// many were left out. Runs on the router's one data-path thread: no locks.
+#include "net/common/io.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace pdr::api {
+
+class LogLimiter {
+public:
+    explicit LogLimiter(Duration period = Duration{1000}) : period_(period) {}
+
+    // True when a line of `kind` may go out now; then `note` is "" or " (N similar lines left
+    // out)" to append to it. False: the line is counted and left out.
+    bool allow(std::string_view kind, std::string& note) {
+        auto it = entries_.find(kind);
+        if (it == entries_.end()) {
+            it = entries_.emplace(std::string(kind), Entry{}).first;
+        }
+        Entry& e = it->second;
+        const Clock::time_point now = Clock::now();
+        if (e.last != Clock::time_point{} && now - e.last < period_) {
+            ++e.dropped;
+            return false;
+        }
+        note = e.dropped == 0 ? std::string{}
+                              : " (" + std::to_string(e.dropped) + " similar lines left out)";
+        e.last = now;
+        e.dropped = 0;
+        return true;
+    }
+
+private:
+    struct Entry {
+        Clock::time_point last{};
+        std::uint64_t dropped = 0;
+    };
+    Duration period_;
+    std::map<std::string, Entry, std::less<>> entries_;
+};
+
+}  // namespace pdr::api

@@ -7,7 +7,6 @@ find_package(CURL REQUIRED)
 # (router/kv/ receives them, pdsim sends them; issue 16).
 find_package(cppzmq 4.9 REQUIRED)
 find_package(PkgConfig REQUIRED)
-pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
 # The /metrics registry and text format (prometheus-cpp::core only: our own server serves it).
 find_package(prometheus-cpp CONFIG REQUIRED)  # Debian ships no version file
 # pdrouter allocates and frees many small objects per request (coroutine frames, handlers,

@@ -1,6 +1,5 @@
-// Config files: JSON (nlohmann) or YAML (yaml-cpp), one mapping of option keys to values.
-#include <yaml-cpp/yaml.h>
-
+// Config files: JSON (nlohmann) or YAML (config/yaml_subset.hpp), one mapping of option keys to
+// values.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +10,7 @@
 #include <sstream>
 
 #include "config/options.hpp"
+#include "config/yaml_subset.hpp"
 
 namespace pdr::config::detail {
 
@@ -163,175 +163,49 @@ bool load_json(const std::string& text, Collector& c) {
     return true;
 }
 
-// False when `n` is a quoted scalar ('...' or "...") whose quote does not end on the line it
-// starts on. yaml-cpp takes a quote never closed as running to the end of the file, and one
-// closed lines later as folded: either way the keys on the lines after it are swallowed into
-// the value. A config value never spans lines.
-bool quote_ends_on_its_line(const std::string& text, const YAML::Node& n) {
-    const auto pos = static_cast<std::size_t>(std::max(n.Mark().pos, 0));
-    const char q = pos < text.size() ? text[pos] : '\0';
-    if (q != '"' && q != '\'') {
-        return true;  // plain (or an alias, a tag)
-    }
-    for (std::size_t i = pos + 1; i < text.size() && text[i] != '\n'; ++i) {
-        if (q == '"' && text[i] == '\\') {
-            ++i;  // an escape: the next byte is not the end (nor may it be a line break)
-            if (i < text.size() && text[i] == '\n') {
-                return false;
-            }
-        } else if (text[i] == q) {
-            if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
-                ++i;  // '' is a quote in a single-quoted value
-            } else {
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
-// Scans YAML text line by line, before yaml-cpp sees it, for what a config value never needs
-// and yaml-cpp handles badly: a flow collection ('[' or '{' where a value starts) or a quoted
-// value that does not end on the line it starts on. yaml-cpp 0.7 (Debian 12) takes seconds and
-// gigabytes on some small files with an open flow mapping (found by fuzzing; docs/testing.md).
-// Returns the 1-based line of the first one and what it is; 0 when there is none.
-std::size_t open_construct_line(const std::string& text, std::string& what) {
-    std::size_t line = 0;
-    std::size_t begin = 0;
-    while (begin <= text.size()) {
-        ++line;
-        std::size_t end = text.find('\n', begin);
-        if (end == std::string::npos) {
-            end = text.size();
-        }
-        const std::string_view l(text.data() + begin, end - begin);
-        int depth = 0;
-        // Where a scalar, '[' or '{' may start: the line's start, after ": ", "- ", "? " and
-        // after a comma (a plain value's comma too: a quote opened after ", " must also end).
-        bool value_start = true;
-        for (std::size_t i = 0; i < l.size(); ++i) {
-            const char ch = l[i];
-            if (ch == ' ' || ch == '\t' || ch == '\r') {
-                continue;
-            }
-            if (ch == '#' && (i == 0 || l[i - 1] == ' ' || l[i - 1] == '\t')) {
-                break;  // a comment
-            }
-            const bool spaced =
-                i + 1 == l.size() || l[i + 1] == ' ' || l[i + 1] == '\t' || l[i + 1] == '\r';
-            if (value_start && (ch == '"' || ch == '\'')) {
-                std::size_t j = i + 1;
-                for (; j < l.size(); ++j) {
-                    if (ch == '"' && l[j] == '\\') {
-                        ++j;
-                    } else if (l[j] == ch) {
-                        if (ch == '\'' && j + 1 < l.size() && l[j + 1] == '\'') {
-                            ++j;
-                        } else {
-                            break;
-                        }
-                    }
-                }
-                if (j >= l.size()) {
-                    what =
-                        "a quoted value that does not end on its line (a missing closing quote?)";
-                    return line;
-                }
-                i = j;
-                value_start = false;
-            } else if (value_start && (ch == '[' || ch == '{')) {
-                ++depth;
-            } else if ((ch == ']' || ch == '}') && depth > 0) {
-                --depth;
-                value_start = false;
-            } else if (ch == ',' || (ch == ':' && spaced) || ((ch == '-' || ch == '?') && spaced)) {
-                value_start = true;
-            } else {
-                value_start = false;
-            }
-        }
-        if (depth > 0) {
-            what = "a '[' or '{' list that does not close on its line";
-            return line;
-        }
-        begin = end + 1;
-    }
-    return 0;
-}
-
 bool load_yaml(const std::string& text, Collector& c) {
-    std::string what;
-    if (const std::size_t line = open_construct_line(text, what); line != 0) {
-        c.error = "pdrouter: malformed config file '" + c.path + "': line " + std::to_string(line) +
-                  " has " + what + "; a config value is written on one line";
-        return false;
-    }
-    YAML::Node doc;
-    try {
-        std::vector<YAML::Node> docs = YAML::LoadAll(text);
-        if (docs.size() > 1) {
+    YamlResult doc = read_yaml_subset(text);
+    switch (doc.status) {
+        case YamlResult::Status::Ok:
+            break;
+        case YamlResult::Status::Malformed:
+            c.error = "pdrouter: malformed config file '" + c.path + "': " + doc.error;
+            return false;
+        case YamlResult::Status::NotAMapping:
+            c.error =
+                "pdrouter: config file '" + c.path + "' must hold one mapping of keys to values";
+            return false;
+        case YamlResult::Status::Documents:
             c.error = "pdrouter: config file '" + c.path + "' holds " +
-                      std::to_string(docs.size()) +
+                      std::to_string(doc.documents) +
                       " YAML documents; one mapping of keys to values is expected";
             return false;
-        }
-        if (!docs.empty()) {
-            doc = docs.front();
-        }
-    } catch (const YAML::Exception& e) {
-        c.error = "pdrouter: malformed config file '" + c.path + "': " + one_line(e.what());
-        return false;
     }
-    if (doc.IsNull()) {
-        return true;  // an empty file sets nothing
-    }
-    if (!doc.IsMap()) {
-        c.error = "pdrouter: config file '" + c.path + "' must hold one mapping of keys to values";
-        return false;
-    }
-    auto unclosed = [&](const YAML::Node& n) {
-        if (quote_ends_on_its_line(text, n)) {
-            return false;
-        }
-        c.error = "pdrouter: malformed config file '" + c.path + "': the quote at line " +
-                  std::to_string(n.Mark().line + 1) + ", column " +
-                  std::to_string(n.Mark().column + 1) +
-                  " does not end on its line (a missing closing quote?)";
-        return true;
-    };
-    for (const auto& kv : doc) {
-        if (unclosed(kv.first) || unclosed(kv.second)) {
-            return false;
-        }
-        if (!kv.first.IsScalar()) {
-            c.error = "pdrouter: config file '" + c.path + "' has a key that is not a string";
-            return false;
-        }
-        std::string key = kv.first.Scalar();
-        RawSetting* s = c.begin(key);
+    for (YamlEntry& e : doc.entries) {
+        RawSetting* s = c.begin(e.key);
         if (s == nullptr) {
             return false;
         }
-        const YAML::Node& v = kv.second;
-        if (v.IsSequence()) {
-            if (!is_list(s->option->kind)) {
-                return c.fail(key, "expected a single value, not a list");
-            }
-            for (const auto& item : v) {
-                if (unclosed(item)) {
-                    return false;
+        const bool list = is_list(s->option->kind);
+        switch (e.kind) {
+            case YamlEntry::Kind::Scalar:
+                s->values.push_back(std::move(e.values.front()));
+                break;
+            case YamlEntry::Kind::List:
+                if (!list) {
+                    return c.fail(e.key, "expected a single value, not a list");
                 }
-                if (!item.IsScalar()) {
-                    return c.fail(key, "list items must be strings or numbers");
+                for (std::string& v : e.values) {
+                    s->values.push_back(std::move(v));
                 }
-                s->values.push_back(item.Scalar());
-            }
-        } else if (v.IsScalar()) {
-            s->values.push_back(v.Scalar());
-        } else if (v.IsMap()) {
-            return c.fail(key, "expected a value, not a mapping");
-        } else {
-            return c.fail(key, "expected a value, got null");
+                break;
+            case YamlEntry::Kind::ListOfNonScalars:
+                return c.fail(e.key, list ? "list items must be strings or numbers"
+                                          : "expected a single value, not a list");
+            case YamlEntry::Kind::Mapping:
+                return c.fail(e.key, "expected a value, not a mapping");
+            case YamlEntry::Kind::Null:
+                return c.fail(e.key, "expected a value, got null");
         }
     }
     return true;

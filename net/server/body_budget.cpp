@@ -15,7 +15,21 @@ namespace {
 // burst of large bodies would leave the process at its peak for good.
 constexpr std::size_t kTrimAfterPeak = 32u << 20;
 
+}  // namespace
+}  // namespace pdr::server::detail
+
+// gperftools' C API, there when the program links tcmalloc (pdrouter does, router/CMakeLists.txt):
+// its free memory goes back to the OS with this call, which glibc's malloc_trim would not touch.
+extern "C" void MallocExtension_ReleaseFreeMemory() __attribute__((weak));
+
+namespace pdr::server::detail {
+namespace {
+
 void trim_heap() noexcept {
+    if (MallocExtension_ReleaseFreeMemory != nullptr) {
+        MallocExtension_ReleaseFreeMemory();
+        return;
+    }
 #ifdef __GLIBC__
     ::malloc_trim(0);
 #endif

@@ -174,8 +174,8 @@ TEST(ConfigErrors, MalformedJsonDoesNotEchoValues) {
     }
 }
 
-// yaml-cpp takes a quoted YAML value that is never closed as running on: it swallowed the next
-// line (a key) into the value. A quoted value must end on the line it starts on.
+// A quoted YAML value that is never closed ran on (yaml-cpp, which read config files before,
+// swallowed the next line, a key, into the value). A quoted value must end on its line.
 TEST(ConfigErrors, YamlQuoteThatDoesNotEndOnItsLine) {
     for (const std::string text : {
              "model: \"qwen\nport: 9100\n",
@@ -198,10 +198,10 @@ TEST(ConfigErrors, YamlQuoteThatDoesNotEndOnItsLine) {
     EXPECT_EQ(r.config.port, 9100);
 }
 
-// yaml-cpp 0.7 ran 24 s and allocated until std::bad_alloc on this 195-byte file (found by
-// fuzzing): a quote opened after ", " and never closed. Values that span lines are refused
-// before yaml-cpp reads the file: quotes, and '[' / '{' lists, close on their line.
-TEST(ConfigErrors, YamlValuesThatSpanLinesAreRefusedBeforeYamlCppReadsThem) {
+// The YAML a config file may hold is read by config/yaml_subset.cpp. yaml-cpp 0.7, which read
+// it before, ran for seconds into std::bad_alloc on these inputs (found by fuzzing): each is
+// now refused at once, naming its line.
+TEST(ConfigErrors, YamlThatIsNotAConfigFileIsRefusedNamingTheLine) {
     const std::string fuzzed =
         "# pdrouter cmnfiguration example (topped readi{\n"
         "  \"h000,127.0.0.1\x1a"
@@ -210,29 +210,60 @@ TEST(ConfigErrors, YamlValuesThatSpanLinesAreRefusedBeforeYamlCppReadsThem) {
         "------------------------------------------------- error\n"
         "log_format: t\n";
     std::string out = malformed_file_error(".yaml", fuzzed);
-    EXPECT_NE(out.find("line 2 has a quoted value that does not end on its line"),
-              std::string::npos)
+    EXPECT_NE(out.find("line 2: a quoted key without ':' after it"), std::string::npos) << out;
+    out = malformed_file_error(".yaml", "&:, ");
+    EXPECT_NE(out.find("line 1: a key that is not a plain or quoted string"), std::string::npos)
+        << out;
+    {
+        TempFile f(".yaml", ",/& :");  // a key, unknown
+        const auto r = parse(with_instances({"--config", f.path()}));
+        EXPECT_EQ(r.exit_code, 2);
+        EXPECT_NE(r.output.find("unknown key ',/&'"), std::string::npos) << r.output;
+    }
+    malformed_file_error(".yaml", "  \"h0@00,127.0.0\", ---stream-api-key\"--\nport: 1\n");
+    // Values are one line: quotes and '[' lists end on theirs, nothing but a comment follows.
+    out = malformed_file_error(".yaml", "model: m\nport: \"9100\n");
+    EXPECT_NE(out.find("line 2: a quoted value that does not end on its line"), std::string::npos)
         << out;
     out = malformed_file_error(".yaml", "port: 9100\nprefill: [\"a:1\",\n  \"b:2\"]\n");
-    EXPECT_NE(out.find("line 2 has a '[' or '{' list that does not close on its line"),
-              std::string::npos)
+    EXPECT_NE(out.find("line 2: a '[' list that does not close on its line"), std::string::npos)
         << out;
-    malformed_file_error(".yaml", "{port: 9100,\n host: x}\n");
-    malformed_file_error(".yaml", "model: a, 'b\n");
-    // On one line they are fine; so are brackets and quotes inside plain values and comments.
+    out = malformed_file_error(".yaml", "model: 'a' b\n");
+    EXPECT_NE(out.find("line 1: text after a quoted value"), std::string::npos) << out;
+    out = malformed_file_error(".yaml", "port: 1\nmodel: qwen\n  continued\n");
+    EXPECT_NE(out.find("line 3: more indented than the keys above it"), std::string::npos) << out;
+    out = malformed_file_error(".yaml", "model: a: b\n");
+    EXPECT_NE(out.find("line 1: ': ' inside a plain value (quote the value)"), std::string::npos)
+        << out;
+    // Anchors, aliases, tags, block scalars, directives, flow mappings: refused.
+    out = malformed_file_error(".yaml", "port: 1\nmodel: *m\n");
+    EXPECT_NE(out.find("line 2: '*' where a value starts"), std::string::npos) << out;
+    for (const std::string text :
+         {"port: !!int 9100\n", "model: |\n  m\n", "model: >\n  m\n", "%YAML 1.2\n---\nport: 1\n",
+          "{port: 9100, model: m}\n", "\tport: 1\n", "port: 1\n...\nmodel: m\n",
+          "prefill: [a, [b]]\n", "model: \"\\q\"\n"}) {
+        malformed_file_error(".yaml", text);
+    }
+    // What a config file does use: comments anywhere, quotes with escapes, lists both ways,
+    // brackets and quotes inside plain values, "---" at the start and "..." at the end.
     TempFile ok(".yaml",
-                "prefill: [\"10.0.0.1:1\", '10.0.0.2:2'] # [ an open list in a comment\n"
-                "model: it's-a[1]{x\n"
-                "upstream_api_key: a \"b\" c\n");
-    TempFile ok_map(".yaml", "{port: 9100, model: m}\n");
-    auto r = parse(with_instances({"--config", ok.path()}));
+                "---  # the only document\n"
+                "prefill: [\"10.0.0.1:1\", '10.0.0.2:2', 10.0.0.3:3,] # [ a comment\n"
+                "decode:\n"
+                "- d1:1   # a comment\n"
+                "- \"d2:2\"\n"
+                "model: it's-a[1]{x} \"y\"\n"
+                "upstream_api_key: \"ab\\u00e9\\\"c\\\\d\"\n"
+                "\"port\": 9100\n"
+                "...\n");
+    auto r = parse({"--config", ok.path()});
     ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
-    EXPECT_EQ(r.config.model, "it's-a[1]{x");
-    EXPECT_EQ(r.config.upstream_api_key, "a \"b\" c");
-    r = parse(with_instances({"--config", ok_map.path()}));
-    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(texts(r.config.prefill),
+              (std::vector<std::string>{"10.0.0.1:1", "10.0.0.2:2", "10.0.0.3:3"}));
+    EXPECT_EQ(texts(r.config.decode), (std::vector<std::string>{"d1:1", "d2:2"}));
+    EXPECT_EQ(r.config.model, "it's-a[1]{x} \"y\"");
+    EXPECT_EQ(r.config.upstream_api_key, "ab\xc3\xa9\"c\\d");
     EXPECT_EQ(r.config.port, 9100);
-    EXPECT_EQ(r.config.model, "m");
 }
 
 TEST(ConfigErrors, ConfigFileProblems) {

@@ -176,7 +176,8 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
         }
         if (!res.ok()) {
             last_failure = res.failure;
-            tries.failed(decode->name + ": " + std::string(upstream::to_string(res.failure)));
+            tries.failed(decode->client_name() + ": " +
+                         std::string(upstream::to_string(res.failure)));
             registry_.report_leg_failure(*decode, res.failure, upstream::to_string(res.failure));
             if (!tries.last()) {
                 disagg::log_retry(ex.request_id(), "models", decode->name,
@@ -194,7 +195,8 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
                                        metrics::UpstreamErrorKind::NoInstance);
         co_await server::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
     } else {
-        disagg::log_failure(ex.request_id(), "models", {}, "last try: " + tries.last_error());
+        disagg::log_failure(ex.request_id(), "models", tries.last_failed(),
+                            "last try: " + tries.last_error());
         co_await server::respond_error(ex, disagg::errc_for(last_failure),
                                        "decode instance " + tries.last_error());
     }
@@ -227,7 +229,7 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
     auto names = [this](Role role) {
         disagg::Json list = disagg::Json::array();
         for (const auto& inst : registry_.list(role)) {
-            list.push_back(inst->name);
+            list.push_back(inst->client_name());
         }
         return list;
     };
@@ -247,12 +249,15 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
         disagg::Json coords = disagg::Json::array();
         for (const auto& p : registry_.list(Role::Prefill)) {
             const config::PushCoords& c = p->kv.push;
-            coords.push_back({{"name", p->name},
-                              {"engine_id", c.engine_id},
-                              {"kv_host", c.kv_host.empty() ? p->endpoint.host : c.kv_host},
-                              {"side_channel_port", c.side_channel_port},
-                              {"tp_size", c.tp_size},
-                              {"pp_size", c.pp_size}});
+            disagg::Json entry = {{"name", p->client_name()},
+                                  {"engine_id", c.engine_id},
+                                  {"tp_size", c.tp_size},
+                                  {"pp_size", c.pp_size}};
+            if (!cfg_.hide_instance_addresses) {
+                entry["kv_host"] = c.kv_host.empty() ? p->endpoint.host : c.kv_host;
+                entry["side_channel_port"] = c.side_channel_port;
+            }
+            coords.push_back(std::move(entry));
         }
         body["prefill_kv"] = std::move(coords);
     }
@@ -271,7 +276,7 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
         disagg::Json unusable = disagg::Json::array();
         for (const auto& d : registry_.list(Role::Decode)) {
             if (d->kv.lmcache.empty()) {
-                unusable.push_back({{"name", d->name},
+                unusable.push_back({{"name", d->client_name()},
                                     {"reason",
                                      "no LMCache receiver ports (lmcache_init_ports / "
                                      "lmcache_alloc_ports): never chosen"}});

@@ -29,6 +29,7 @@ instances::InstancePtr InstanceAttempts::next() {
 void InstanceAttempts::failed(std::string error) {
     exclude_ = in_flight_.instance().get();
     last_error_ = std::move(error);
+    last_failed_ = exclude_ != nullptr ? exclude_->name : std::string();
 }
 
 }  // namespace pdr::disagg

@@ -30,9 +30,12 @@ public:
     bool is_retry() const noexcept { return tried_ > 1; }
     // The current instance is the last attempt allowed.
     bool last() const noexcept { return tried_ >= attempts_; }
-    // The current instance failed: the next one will be another; `error` names what happened.
+    // The current instance failed: the next one will be another; `error` names what happened
+    // (the client may see it: it names the instance by Instance::client_name()).
     void failed(std::string error);
     const std::string& last_error() const noexcept { return last_error_; }
+    // The address (Instance::name) of the instance that failed last, for log lines.
+    const std::string& last_failed() const noexcept { return last_failed_; }
 
 private:
     instances::Registry& registry_;
@@ -44,6 +47,7 @@ private:
     instances::InFlight in_flight_;
     const instances::Instance* exclude_ = nullptr;
     std::string last_error_;
+    std::string last_failed_;
 };
 
 }  // namespace pdr::disagg

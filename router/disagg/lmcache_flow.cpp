@@ -109,7 +109,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
                 }
             }
             if (!reason.empty()) {
-                tries.failed(p->name + " " + reason);
+                tries.failed(p->client_name() + " " + reason);
                 if (!tries.last()) {
                     log_retry(req.request_id, "prefill", p->name, reason);
                     continue;
@@ -166,7 +166,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
             deps.registry.report_leg_failure(*p, pre.result.failure, reason);
             if (upstream::request_not_sent(pre.result.failure) && !tries.last()) {
                 side.ready = {};
-                tries.failed(p->name + " " + reason);
+                tries.failed(p->client_name() + " " + reason);
                 log_retry(req.request_id, "prefill", p->name, reason);
                 continue;
             }
@@ -196,7 +196,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
         }
         if (!reason.empty()) {
             // P may have moved KV or notified already: no other P, and D is never called.
-            tries.failed(p->name + " " + reason);
+            tries.failed(p->client_name() + " " + reason);
             log_failure(req.request_id, "prefill", p->name, reason);
             co_await respond_error(req.exchange, last_errc,
                                    "prefill instance " + tries.last_error());
@@ -314,7 +314,7 @@ awaitable<void> run_lmcache_flow(FlowDeps& deps, FlowRequest& req) {
         const std::string why = "KV-ready notifications for req_id " + side.req_id + ": " +
                                 std::to_string(side.ready.received()) + " of " +
                                 std::to_string(side.ready.expected()) + " arrived from " +
-                                side.prefill->name + " within " +
+                                side.prefill->client_name() + " within " +
                                 std::to_string(deps.cfg.kv_ready_timeout.count()) + " ms";
         if (!proceed) {
             log_failure(req.request_id, "prefill", side.prefill->name, why);

@@ -14,7 +14,7 @@ awaitable<void> respond_prefill_attempts_used(FlowDeps& deps, FlowRequest& req,
         co_return;
     }
     log_failure(
-        req.request_id, "prefill", {},
+        req.request_id, "prefill", tries.last_failed(),
         "no other healthy prefill instance to retry on (last try: " + tries.last_error() + ")");
     co_await respond_error(req.exchange, last_errc, "prefill instance " + tries.last_error());
 }
@@ -89,7 +89,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             handle = {};
         }
         if (!reason.empty()) {
-            tries.failed(p->name + " " + reason);
+            tries.failed(p->client_name() + " " + reason);
             if (!last) {
                 log_retry(req.request_id, "prefill", p->name, reason);
                 continue;
@@ -115,7 +115,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
         }
         log_failure(req.request_id, "prefill", p->name, "answer has no kv_transfer_params");
         co_await respond_error(req.exchange, Errc::MissingKvParams,
-                               "prefill instance " + p->name +
+                               "prefill instance " + p->client_name() +
                                    " answered without kv_transfer_params (no KV handle to "
                                    "hand over to decode)");
         co_return PrefillEnd::Answered;

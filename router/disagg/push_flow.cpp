@@ -172,7 +172,7 @@ awaitable<void> prefill_side(FlowDeps& deps, FlowRequest& req, Pair& pair, insta
     if (pair.p_end == Pair::PEnd::Pending) {
         pair.p_end = Pair::PEnd::Failed;
     }
-    pair.p_reason = p.name + " " + reason;
+    pair.p_reason = p.client_name() + " " + reason;
     if (pair.p_end != Pair::PEnd::NotSent) {
         log_failure(req.request_id, "prefill", p.name, reason);
     }
@@ -205,7 +205,7 @@ awaitable<void> decode_side(FlowDeps& deps, FlowRequest& req, Pair& pair, instan
         const upstream::Failure f = opened.failure;
         deps.metrics.upstream_error(Leg::Decode, error_kind_for(f));
         const std::string reason = upstream::describe(f, opened.ec);
-        pair.d_reason = d.name + ": " + reason;
+        pair.d_reason = d.client_name() + ": " + reason;
         pair.d_errc = errc_for(f);
         deps.registry.report_leg_failure(d, f, reason);
         if (upstream::request_not_sent(f) && may_retry) {
@@ -299,7 +299,7 @@ awaitable<PairEnd> run_pair(FlowDeps& deps, FlowRequest& req, instances::Instanc
             }
             pair.p_end = Pair::PEnd::Failed;
             pair.p_errc = Errc::UpstreamProtocol;
-            pair.p_reason = p.name + " reported that the KV transfer failed: " + e.error;
+            pair.p_reason = p.client_name() + " reported that the KV transfer failed: " + e.error;
             log_failure(req.request_id, "prefill", p.name, pair.p_reason);
             prefill_failed(req, pair, p);
         }));
@@ -389,7 +389,7 @@ awaitable<void> run_push_flow(FlowDeps& deps, FlowRequest& req) {
                 co_await respond_no_instance(deps, req, Leg::Decode);
                 co_return;
             }
-            log_failure(req.request_id, "decode", {},
+            log_failure(req.request_id, "decode", d_tries.last_failed(),
                         "no other healthy decode instance to retry on (last try: " +
                             d_tries.last_error() + ")");
             co_await respond_error(req.exchange, Errc::UpstreamConnect,

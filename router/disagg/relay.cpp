@@ -57,11 +57,11 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
     }
     if (f != upstream::Failure::None) {
         count_failure(deps, req, decode, f, false);
-        const std::string why =
-            f == upstream::Failure::TooLarge
-                ? "decode instance " + decode.name + " " + describe_failure(deps.cfg, f, {})
-                : std::string("decode instance failed while answering: ")
-                      .append(upstream::to_string(f));
+        const std::string why = f == upstream::Failure::TooLarge
+                                    ? "decode instance " + decode.client_name() + " " +
+                                          describe_failure(deps.cfg, f, {})
+                                    : std::string("decode instance failed while answering: ")
+                                          .append(upstream::to_string(f));
         co_await respond_error(req.exchange, errc_for(f), why);
         co_return RelayEnd::UpstreamFailed;
     }
@@ -81,7 +81,7 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
             log_failure(req.request_id, "decode", decode.name,
                         "answered something that is not a completion object");
             co_await respond_error(req.exchange, Errc::UpstreamProtocol,
-                                   "decode instance " + decode.name +
+                                   "decode instance " + decode.client_name() +
                                        " answered something that is not a completion object");
             co_return RelayEnd::UpstreamFailed;
         }
@@ -280,7 +280,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
                             "sent a stream event that is not a completion chunk");
                 SseCutter clean;
                 co_await end_with_error(req, clean, decode, Errc::UpstreamProtocol,
-                                        "decode instance " + decode.name +
+                                        "decode instance " + decode.client_name() +
                                             " sent a stream event that is not a completion chunk",
                                         false);
                 co_return RelayEnd::UpstreamFailed;

@@ -41,6 +41,9 @@ struct InstanceKv {
 struct Instance {
     Role role = Role::Prefill;
     std::string name;  // canonical "host:port" / "[v6]:port"
+    // Set by the Registry: "prefill-N" / "decode-N" with --hide-instance-addresses (N in order
+    // of addition per role, never reused), else `name`. Read it through client_name().
+    std::string public_name;
     upstream::Endpoint endpoint;
     InstanceKv kv;
     bool up = true;  // false after a failure, until a probe succeeds
@@ -71,6 +74,12 @@ struct Instance {
     metrics::Gauge* in_flight_gauge = nullptr;
     metrics::Counter* requests_counter = nullptr;
     metrics::Gauge* up_gauge = nullptr;
+
+    // How everything the client port serves names it (GET /status, the instance label of
+    // GET /metrics, error bodies and events). Logs and the admin API use `name`.
+    const std::string& client_name() const noexcept {
+        return public_name.empty() ? name : public_name;
+    }
 };
 using InstancePtr = std::shared_ptr<Instance>;
 

@@ -101,9 +101,13 @@ InstancePtr Registry::insert(Role role, const config::InstanceAddress& a, Instan
     auto inst = std::make_shared<Instance>();
     inst->role = role;
     inst->name = a.text();
+    inst->public_name = cfg_.hide_instance_addresses
+                            ? std::string(to_string(role)) + "-" +
+                                  std::to_string(next_public_number_[index(role)]++)
+                            : inst->name;
     inst->endpoint = upstream::Endpoint{a.host, a.port};
     inst->kv = std::move(kv);
-    auto series = metrics_.instance(metrics_role(role), inst->name);
+    auto series = metrics_.instance(metrics_role(role), inst->public_name);
     inst->in_flight_gauge = &series.in_flight;
     inst->requests_counter = &series.requests;
     inst->up_gauge = &series.up;
@@ -134,7 +138,7 @@ InstancePtr Registry::find(Role role, std::string_view name) const {
 }
 
 // Drops removed instances whose last request has finished, and hides their metric series
-// unless a live instance of the same name (re-added) shares them.
+// unless a live instance of the same public name (re-added, addresses shown) shares them.
 void Registry::prune(Role role) {
     auto& v = instances_[index(role)];
     std::vector<InstancePtr> gone;
@@ -147,10 +151,10 @@ void Registry::prune(Role role) {
     });
     for (const auto& inst : gone) {
         const bool shared = std::any_of(v.begin(), v.end(), [&](const InstancePtr& other) {
-            return other->name == inst->name;
+            return other->public_name == inst->public_name;
         });
         if (!shared) {
-            metrics_.remove_instance(metrics_role(role), inst->name);
+            metrics_.remove_instance(metrics_role(role), inst->public_name);
         }
     }
 }
@@ -316,6 +320,7 @@ nlohmann::json Registry::to_json() const {
             }
             out.push_back({{"role", to_string(inst->role)},
                            {"name", inst->name},
+                           {"public_name", inst->public_name},
                            {"up", inst->up},
                            {"on_trial", inst->on_trial},
                            {"removed", inst->removed},

@@ -112,8 +112,8 @@ public:
     // Instances that are up, not removed, and that `usable` accepts.
     std::size_t count_usable(Role role, bool (*usable)(const Instance&)) const;
     std::vector<InstancePtr> list(Role role) const;  // not removed, in insertion order
-    // GET /instances: [{role,name,up,on_trial,removed,in_flight,load,source,requests,failures,
-    // last_error}] —
+    // GET /instances: [{role,name,public_name,up,on_trial,removed,in_flight,load,source,
+    // requests,failures,last_error}] —
     // also shows removed instances that still have requests in flight.
     nlohmann::json to_json() const;
     // Finds a live (not removed) instance by canonical name.
@@ -167,6 +167,8 @@ private:
     const config::Config& cfg_;
     std::array<std::vector<InstancePtr>, kRoleCount> instances_;
     std::array<std::unique_ptr<Policy>, kRoleCount> policies_;
+    // The N of the next "prefill-N" / "decode-N" (--hide-instance-addresses); never goes back.
+    std::array<std::uint64_t, kRoleCount> next_public_number_{};
     std::vector<std::size_t> candidates_;  // pick()'s scratch list
     std::string router_id_;                // set_self
     std::string listen_host_;

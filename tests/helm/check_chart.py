@@ -34,7 +34,8 @@ EXPECT = {
                      "config": {"prefill_dns": "vllm-prefill.llm.svc.cluster.local:8100",
                                 "decode_dns": "vllm-decode.llm.svc.cluster.local:8200",
                                 "dns_refresh_ms": 2000, "prefill_policy": "prefix_affinity",
-                                "decode_policy": "least_outstanding", "fallback_direct": True}},
+                                "decode_policy": "least_outstanding", "fallback_direct": True,
+                                "hide_instance_addresses": True}},
 }
 
 problems = []

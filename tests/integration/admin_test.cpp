@@ -1,4 +1,5 @@
-// Admin API (/instances/*), /status, /health and /v1/models against real processes.
+// Admin API (/instances/*), /status, /health and /v1/models against real processes, and
+// --hide-instance-addresses.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -375,6 +376,92 @@ TEST_F(AdminTest, StatusHealthModels) {
                      {{"leg", "decode"}, {"kind", "no_instance"}}),
               1.0)
         << after;
+}
+
+// What the client port serves of a cluster that answered one request and failed three: a
+// prefill 500 (error body), a decode that closed before answering (error body), a decode that
+// closed mid-stream (SSE error event).
+struct Served {
+    std::string status, metrics, errors;
+};
+
+Served serve_and_fail(PdCluster& pd) {
+    Served out;
+    const json ok = completion_body("hidden or not", 3, false);
+    EXPECT_TRUE(answer_ok(send_generation(*pd.router, ok), ok));
+    sim_fault(*pd.prefill[0], {{"status", 500}, {"count", 1}});
+    const auto p = send_generation(*pd.router, completion_body("prefill fails", 3, false));
+    EXPECT_EQ(p.status, 502) << p.describe();
+    EXPECT_TRUE(is_openai_error(p.body)) << p.body;
+    sim_fault(*pd.decode[0], {{"close_before_response", true}, {"count", 1}});
+    const auto d = send_generation(*pd.router, completion_body("decode drops it", 3, false));
+    EXPECT_EQ(d.status, 502) << d.describe();
+    EXPECT_TRUE(is_openai_error(d.body)) << d.body;
+    sim_fault(*pd.decode[0], {{"close_after_chunks", 1}, {"count", 1}});
+    const auto m = send_generation(*pd.router, completion_body("decode dies mid-stream", 8, true));
+    EXPECT_EQ(m.status, 200) << m.describe();
+    EXPECT_EQ(error_events(m.body).size(), 1u) << m.body;
+    out.errors = p.body + "\n" + d.body + "\n" + m.body;
+    out.status = http_get(pd.router->port, "/status").body;
+    out.metrics = metrics_text(*pd.router);
+    return out;
+}
+
+// Where `text` shows an address of one of the cluster's engines: "127.0.0.1" or ":<port>".
+std::string address_in(const std::string& text, const PdCluster& pd) {
+    if (text.find("127.0.0.1") != std::string::npos) {
+        return "127.0.0.1";
+    }
+    for (const auto* group : {&pd.prefill, &pd.decode}) {
+        for (const Server* s : *group) {
+            const std::string port = ":" + std::to_string(s->port);
+            if (text.find(port) != std::string::npos) {
+                return port;
+            }
+        }
+    }
+    return {};
+}
+
+// --hide-instance-addresses: /status, /metrics and error bodies and events name instances
+// prefill-N / decode-N, never by address; GET /instances (admin) keeps the address and shows
+// the public name. Without the flag the same answers carry the addresses.
+TEST_F(AdminTest, HideInstanceAddressesFromTheClientPort) {
+    const std::vector<std::string> router{"--admin-api-key", kKey, "--health-interval-ms", "60000"};
+    std::vector<std::string> hiding = router;
+    hiding.push_back("--hide-instance-addresses");
+    auto& hidden = start(PdOptions{}.sim({"--kv-lease-seconds", "1"}).router(hiding));
+    const Served h = serve_and_fail(hidden);
+    for (const auto* text : {&h.status, &h.metrics, &h.errors}) {
+        EXPECT_EQ(address_in(*text, hidden), "") << *text;
+    }
+    const json st = json::parse(h.status);
+    EXPECT_EQ(st["prefill_nodes"], json::array({"prefill-0"})) << h.status;
+    EXPECT_EQ(st["decode_nodes"], json::array({"decode-0"})) << h.status;
+    EXPECT_EQ(metric(h.metrics, "pdrouter_instance_up", {{"instance", "prefill-0"}}), 1.0)
+        << h.metrics;
+    EXPECT_EQ(metric(h.metrics, "pdrouter_instance_requests_total", {{"instance", "decode-0"}})
+                  .value_or(0),
+              3.0)
+        << h.metrics;
+    EXPECT_NE(h.errors.find("prefill instance prefill-0 answered HTTP 500"), std::string::npos)
+        << h.errors;
+    EXPECT_NE(h.errors.find("decode-0: "), std::string::npos) << h.errors;
+    const json p = find_instance(*hidden.router, hidden.prefill[0]->address());
+    EXPECT_EQ(p.value("public_name", ""), "prefill-0") << p.dump();
+    const json d = find_instance(*hidden.router, hidden.decode[0]->address());
+    EXPECT_EQ(d.value("public_name", ""), "decode-0") << d.dump();
+
+    // The same without the flag: the addresses are there.
+    auto& shown = start(PdOptions{}.sim({"--kv-lease-seconds", "1"}).router(router));
+    const Served s = serve_and_fail(shown);
+    const std::string p_addr = shown.prefill[0]->address(), d_addr = shown.decode[0]->address();
+    EXPECT_NE(s.status.find(p_addr), std::string::npos) << s.status;
+    EXPECT_NE(s.status.find(d_addr), std::string::npos) << s.status;
+    EXPECT_NE(s.metrics.find("instance=\"" + d_addr + "\""), std::string::npos) << s.metrics;
+    EXPECT_NE(s.errors.find("prefill instance " + p_addr), std::string::npos) << s.errors;
+    EXPECT_NE(s.errors.find(d_addr + ": "), std::string::npos) << s.errors;
+    EXPECT_EQ(find_instance(*shown.router, d_addr).value("public_name", ""), d_addr);
 }
 
 }  // namespace

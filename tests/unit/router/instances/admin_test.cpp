@@ -53,6 +53,21 @@ TEST_F(AdminTest, AddProbesAndAddsOnce) {
     EXPECT_EQ(reg().count(Role::Prefill, false), 1u);
 }
 
+// --hide-instance-addresses: an admin-added instance is numbered after the static ones; a
+// refused add (duplicate, dead) uses no number.
+TEST_F(AdminTest, AddedInstancesAreNumberedAfterTheStaticOnes) {
+    cfg.hide_instance_addresses = true;
+    FakeHttpServer server(ioc.get_executor(), serving("m"));
+    const std::string name = "127.0.0.1:" + std::to_string(server.start());
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9001));
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9002));
+    EXPECT_EQ(add("decode", "127.0.0.1:9001").status, 409u);
+    ASSERT_EQ(add("decode", name).status, 200u);
+    ASSERT_EQ(add("prefill", name).status, 200u);
+    EXPECT_EQ(reg().find(Role::Decode, name)->client_name(), "decode-2");
+    EXPECT_EQ(reg().find(Role::Prefill, name)->client_name(), "prefill-0");
+}
+
 TEST_F(AdminTest, AddRejectsBadTypeAndAddress) {
     auto r = add("router", "127.0.0.1:1");
     EXPECT_EQ(r.status, 400u);

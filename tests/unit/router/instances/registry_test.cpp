@@ -246,6 +246,52 @@ TEST_F(RegistryTest, ToJsonHasEveryField) {
     EXPECT_EQ(j[0]["last_error"], "boom");
 }
 
+TEST_F(RegistryTest, HiddenAddressesNameInstancesByRoleAndOrder) {
+    cfg.hide_instance_addresses = true;
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9001));
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));  // duplicate: no number used
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8002));
+    auto p0 = reg().find(Role::Prefill, "127.0.0.1:8001");
+    auto p1 = reg().find(Role::Prefill, "127.0.0.1:8002");
+    auto d0 = reg().find(Role::Decode, "127.0.0.1:9001");
+    ASSERT_TRUE(p0 && p1 && d0);
+    EXPECT_EQ(p0->client_name(), "prefill-0");
+    EXPECT_EQ(p1->client_name(), "prefill-1");
+    EXPECT_EQ(d0->client_name(), "decode-0");
+    EXPECT_EQ(p0->name, "127.0.0.1:8001");  // logs and the admin API keep the address
+
+    // The metric series are labelled by the public name only.
+    std::string text = mreg.render();
+    EXPECT_NE(text.find("instance=\"prefill-0\""), std::string::npos) << text;
+    EXPECT_NE(text.find("instance=\"decode-0\""), std::string::npos) << text;
+    EXPECT_EQ(text.find("127.0.0.1"), std::string::npos) << text;
+
+    // GET /instances (admin) maps one to the other.
+    auto j = reg().to_json();
+    ASSERT_EQ(j.size(), 3u);
+    EXPECT_EQ(j[0]["name"], "127.0.0.1:8001");
+    EXPECT_EQ(j[0]["public_name"], "prefill-0");
+
+    // Removed, then added again: a new number, never the old one; the old series goes.
+    EXPECT_EQ(reg().remove("prefill", "127.0.0.1:8001").status, 200u);
+    reg().pick(Role::Prefill);  // prunes
+    reg().add_configured(Role::Prefill, addr("127.0.0.1", 8001));
+    EXPECT_EQ(reg().find(Role::Prefill, "127.0.0.1:8001")->client_name(), "prefill-2");
+    text = mreg.render();
+    EXPECT_EQ(text.find("instance=\"prefill-0\""), std::string::npos) << text;
+    EXPECT_NE(text.find("instance=\"prefill-2\""), std::string::npos) << text;
+}
+
+TEST_F(RegistryTest, AddressesAreShownByDefault) {
+    reg().add_configured(Role::Decode, addr("127.0.0.1", 9001));
+    auto d = reg().find(Role::Decode, "127.0.0.1:9001");
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->client_name(), "127.0.0.1:9001");
+    EXPECT_NE(mreg.render().find("instance=\"127.0.0.1:9001\""), std::string::npos);
+    EXPECT_EQ(reg().to_json()[0]["public_name"], "127.0.0.1:9001");
+}
+
 TEST(ModelMatchTest, ExactOrLastPathComponent) {
     EXPECT_TRUE(model_matches("Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B"));
     EXPECT_TRUE(model_matches("Qwen/Qwen3-0.6B", "Qwen3-0.6B"));

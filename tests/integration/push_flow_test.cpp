@@ -90,7 +90,7 @@ protected:
         return pd;
     }
     static long long held(const PdCluster& pd) { return sum_counter(pd.prefill, "blocks_held"); }
-    static bool blocks_freed(const PdCluster& pd, Ms bound = Ms{1000}) {
+    static bool blocks_freed(const PdCluster& pd, Ms bound = Ms{3000}) {
         return wait_until([&] { return held(pd) == 0; }, bound);
     }
 };
@@ -170,11 +170,12 @@ TEST_F(PushFlowTest, PrefillFailureCancelsTheDecodeAndTheClientGetsItsError) {
     auto r = send_generation(*pd.router, body);
     EXPECT_EQ(r.status, 502) << r.describe();
     EXPECT_NE(r.body.find("prefill instance"), std::string::npos) << r.body;
-    // D's leg was cancelled: it dropped its registration and its blocks.
+    // D's leg was cancelled: it dropped its registration and its blocks. (Bounds for a loaded
+    // machine: 1 s was missed with the suite running beside it.)
     EXPECT_TRUE(
-        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{5000}));
     EXPECT_TRUE(
-        wait_until([&] { return sum_counter(pd.decode, "client_disconnects") == 1; }, Ms{1000}));
+        wait_until([&] { return sum_counter(pd.decode, "client_disconnects") == 1; }, Ms{5000}));
     // P's 4xx goes to the client as it is.
     sim_fault(*pd.prefill[0], {{"status", 400}, {"body", "{\"error\":\"bad prompt\"}"}});
     r = send_generation(*pd.router, body);
@@ -271,7 +272,7 @@ TEST_P(PushTransportTest, PsFailedCopyToTheRouterEndsTheDecodesWaitAtOnce) {
         << metrics_text(*pd.router);
     // D's Abort (its leg was closed) is answered with P's Failed: its blocks are back at once.
     EXPECT_TRUE(
-        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{3000}));
     EXPECT_TRUE(blocks_freed(pd));
     r = send_generation(*pd.router, body);
     EXPECT_TRUE(answer_ok(r, body)) << r.describe();
@@ -310,7 +311,7 @@ TEST_P(PushTransportTest, APrefillKilledMidPushEndsTheRequestWithAClearError) {
     EXPECT_NE(r.body.find("gone"), std::string::npos) << r.body;
     EXPECT_LT(ms, 3000 + 1000) << "within the core's peer-gone bound (3 s) plus slack";
     EXPECT_TRUE(
-        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{1000}));
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{3000}));
     EXPECT_EQ(http_get(pd.router->port, "/health").status, 200);
     r = send_generation(*pd.router, body);
     EXPECT_TRUE(answer_ok(r, body)) << r.describe() << pd.cluster->logs();
@@ -359,7 +360,7 @@ TEST_F(PushFlowTest, APrefillNotInPushModeIsAConfigurationError) {
     // D's leg was cancelled. A P answering as pull never sends D a Failed for the transfer, so
     // D keeps those blocks out of its pool for its bound (pdsim: at most 5 s) before reuse.
     EXPECT_TRUE(
-        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{6000}));
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{10000}));
     EXPECT_NE(pd.router->proc.log().find("transfer_mode"), std::string::npos);
 }
 
@@ -436,7 +437,7 @@ TEST_F(PushFlowTest, PullModeAgentAbortsOnAnUnreachableDecodeAndRenewsByHeartbea
     // Round robin gives the dead D first: the decode leg fails, the Abort frees P's blocks.
     auto g = send_generation(r, body);
     EXPECT_EQ(g.status, 502) << g.describe();
-    EXPECT_TRUE(wait_until([&] { return counter(sim_state(p), "blocks_held") == 0; }, Ms{1000}));
+    EXPECT_TRUE(wait_until([&] { return counter(sim_state(p), "blocks_held") == 0; }, Ms{3000}));
     EXPECT_EQ(counter(sim_state(p), "freed_by_abort"), 1);
     // The next one goes to the live D, which queues it for 3 s (three 1 s leases).
     sim_fault(d, {{"delay_ms", 3000}});

@@ -1167,6 +1167,11 @@ TEST_F(FailureTest, HandleWhoseLeaseLapsedDuringDecodeRetriesIsNeverSentToDecode
     EXPECT_TRUE(kv_freed(pd, Ms{3000}));
 }
 
+// Health probes every 200 ms that fail after 200 ms + 2 s; a down instance is re-probed every
+// 200 ms.
+const std::vector<std::string> kQuickProbes{
+    "--connect-timeout-ms", "200", "--health-interval-ms", "200", "--health-backoff-max-ms", "200"};
+
 // A pdsim stopped with SIGSTOP (its port still accepts; nothing answers), resumed with SIGCONT
 // when the guard ends, on every way out of the test: no stopped process is left behind.
 class StoppedSim {
@@ -1240,12 +1245,8 @@ struct Watched {
 // go to it.
 TEST_F(FailureTest, LegsOnAStoppedDecodeEndWhenItsHealthCheckMarksItDown) {
     // Probe timeout: 200 ms connect + 2 s. A stream of 100 tokens takes 5 s.
-    auto& pd = start(PdOptions{}
-                         .d(2)
-                         .sim(kFastSim)
-                         .decode_sim({"--token-delay-ms", "50"})
-                         .router({"--connect-timeout-ms", "200", "--health-interval-ms", "200",
-                                  "--health-backoff-max-ms", "200"}));
+    auto& pd = start(
+        PdOptions{}.d(2).sim(kFastSim).decode_sim({"--token-delay-ms", "50"}).router(kQuickProbes));
     const Ms client_deadline{14000};
     // Started one by one, each once the previous one is on a decode: round robin puts streams
     // 0 and 2 and the first whole answer on one decode, the others on the other.
@@ -1322,6 +1323,50 @@ TEST_F(FailureTest, LegsOnAStoppedDecodeEndWhenItsHealthCheckMarksItDown) {
     EXPECT_NE(log.find("decode instance " + pd.decode[0]->address() + " is down: failing "),
               std::string::npos)
         << log;
+    stopped.resume();
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+// The prefill side of the same: a prefill leg on a stopped prefill has received nothing since it
+// was sent, so the failed probe ends it at once and it is retried on the other prefill (nothing
+// had reached the client), instead of waiting out --prefill-timeout-ms (300 s).
+TEST_F(FailureTest, PrefillLegOnAStoppedPrefillIsRetriedWhenItsHealthCheckMarksItDown) {
+    auto& pd = start(PdOptions{}
+                         .p(2)
+                         .sim(kFastSim)
+                         .prefill_sim({"--prefill-delay-ms", "1500"})
+                         .router(kQuickProbes));
+    Watched w;
+    w.id = "stuck-prefill";
+    w.body = completion_body("stopped prefill", 4, false);
+    w.start(pd.router->port, Ms{14000});
+    Server* on = nullptr;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            for (Server* p : pd.prefill) {
+                if (!requests_with_id(*p, w.id).empty()) {
+                    on = p;
+                }
+            }
+            return on != nullptr;
+        },
+        Ms{3000}));
+    StoppedSim stopped(*on);
+    const auto stopped_at = Clock::now();
+    w.thread.join();
+    const double took = ms_between(stopped_at, w.end_at);
+    std::cout << "the request on the stopped prefill was answered " << took
+              << " ms after the stop\n";
+    EXPECT_TRUE(answer_ok(w.response, w.body)) << w.response.describe();
+    // The probe fails (200 ms + 2.2 s, or one more round), then the other prefill takes 1.5 s.
+    EXPECT_LT(took, 200 + 2200 + 200 + 2200 + 1500 + 1500.0);
+    Server* other = on == pd.prefill[0] ? pd.prefill[1] : pd.prefill[0];
+    EXPECT_EQ(requests_with_id(*other, w.id).size(), 1u);
+    const std::string m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_legs_failed_on_down_total", {{"role", "prefill"}}).value_or(-1),
+              1.0)
+        << m;
+    EXPECT_GE(metric(m, "pdrouter_retries_total", {{"leg", "prefill"}}).value_or(0), 1.0) << m;
     stopped.resume();
     EXPECT_TRUE(kv_freed(pd, Ms{3000}));
 }

@@ -55,6 +55,18 @@ void Deadline::cancel() noexcept {
     }
 }
 
+void Deadline::expire_now() {
+    const std::shared_ptr<State> s = state_;  // on_expire may end the owner
+    if (s->expired) {
+        return;
+    }
+    cancel();
+    s->expired = true;
+    if (s->on_expire) {
+        s->on_expire();
+    }
+}
+
 bool Deadline::expired() const noexcept {
     return state_->expired;
 }

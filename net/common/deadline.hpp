@@ -29,6 +29,9 @@ public:
     // Disarms and cancels a pending wait now: for objects that go idle for long (pooled
     // connections), so that nothing stays pending on their behalf.
     void cancel() noexcept;
+    // Expires now, whatever the deadline: `on_expire` runs at once and expired() is true (a
+    // stuck peer found by other means ends the pending operation as its timeout would).
+    void expire_now();
     // True once `on_expire` ran for the current deadline (reset by expires_after/never).
     bool expired() const noexcept;
 

@@ -121,15 +121,19 @@ awaitable<Acquired> acquire(Client::Impl& impl, const Endpoint& ep, const std::s
         a.conn = impl.take(key);
         if (a.conn) {
             a.reused = true;
+            a.conn->set_busy(impl.busy);
             co_return a;
         }
     }
     a.conn = std::make_unique<detail::Conn>(impl.executor);
+    a.conn->key = key;
     auto [f, ec] = co_await impl.connect(*a.conn, ep, t);
     a.failure = f;
     a.ec = ec;
     if (f != Failure::None) {
         a.conn.reset();
+    } else {
+        a.conn->set_busy(impl.busy);
     }
     co_return a;
 }
@@ -187,6 +191,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             error_code read_ec;
             while (!read_ec && !parser.is_done()) {
                 read_ec = co_await wire::parse_some(c.stream.socket(), c.buffer, parser);
+                c.quiet_since = Clock::now();  // upstream bytes arrived (or it failed)
             }
             const error_code rec = detail::io_error(c, read_ec);
             if (rec && wec) {  // no early answer either: the write's failure is the story
@@ -291,6 +296,10 @@ void Client::close_idle() {
 
 std::size_t Client::sweep_idle() {
     return impl_->sweep();
+}
+
+std::size_t Client::fail_stalled(const Endpoint& ep, Duration quiet) {
+    return impl_->fail_stalled(ep.authority(), quiet);
 }
 
 void Client::close_idle(const Endpoint& ep) {

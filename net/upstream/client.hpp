@@ -103,6 +103,12 @@ public:
     std::size_t sweep_idle();
     void close_idle(const Endpoint& ep);
     std::size_t idle_connections() const noexcept;
+    // Ends now the exchanges with `ep` whose caller waits on it and that have received nothing
+    // from it for at least `quiet` (an upstream found stopped or hung by other means, e.g. a
+    // failed health probe). Each fails as its own timeout would: Failure::ResponseTimeout
+    // before the answer's head (request(), open()), IdleTimeout in a streamed body. Exchanges
+    // still receiving, and streams whose caller is busy elsewhere, go on. Returns how many ended.
+    std::size_t fail_stalled(const Endpoint& ep, Duration quiet);
 
     struct Impl;
 

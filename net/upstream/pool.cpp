@@ -40,6 +40,32 @@ namespace detail {
 Conn::Conn(const net::any_io_executor& ex)
     : stream(ex), deadline(ex, [this] { close_conn(*this); }) {}
 
+Conn::~Conn() {
+    set_idle();
+}
+
+void Conn::set_busy(const std::shared_ptr<BusyList>& list) {
+    set_idle();
+    busy_ = list;
+    busy_at_ = list->conns.size();
+    list->conns.push_back(this);
+    quiet_since = Clock::now();
+}
+
+void Conn::set_idle() noexcept {
+    quiet_since = Clock::time_point::max();
+    if (!busy_) {
+        return;
+    }
+    // Swap with the last one and pop: O(1).
+    auto& v = busy_->conns;
+    Conn* last = v.back();
+    v[busy_at_] = last;
+    last->busy_at_ = busy_at_;
+    v.pop_back();
+    busy_.reset();
+}
+
 }  // namespace detail
 
 Client::Impl::~Impl() {
@@ -86,6 +112,7 @@ void Client::Impl::give_back(const std::string& key, detail::ConnPtr c) {
     }
     list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(expired));
     idle_count -= expired;
+    c->set_idle();
     c->idle_since = now;
     c->stream.expires_never();
     c->deadline.cancel();
@@ -112,6 +139,23 @@ std::size_t Client::Impl::sweep() {
     }
     idle_count -= closed;
     return closed;
+}
+
+std::size_t Client::Impl::fail_stalled(const std::string& key, Duration quiet) {
+    const auto now = Clock::now();
+    std::vector<detail::Conn*> stalled;
+    for (detail::Conn* c : busy->conns) {
+        if (c->key == key && c->quiet_since != Clock::time_point::max() &&
+            now - c->quiet_since >= quiet && c->stream.socket().is_open()) {
+            stalled.push_back(c);
+        }
+    }
+    // The deadline closes the socket: the pending operation ends (later, in its own
+    // coroutine) as a timeout. Nothing is destroyed here.
+    for (detail::Conn* c : stalled) {
+        c->deadline.expire_now();
+    }
+    return stalled.size();
 }
 
 void Client::Impl::close_all() {

@@ -9,8 +9,19 @@
 
 namespace pdr::upstream::detail {
 
+struct Conn;
+
+// The connections out of the pool for an exchange, where Client::fail_stalled finds them. Shared
+// with them, so a connection that outlives its Client still takes itself off.
+struct BusyList {
+    std::vector<Conn*> conns;
+};
+
 struct Conn {
     explicit Conn(const net::any_io_executor& ex);
+    ~Conn();
+    Conn(const Conn&) = delete;
+    Conn& operator=(const Conn&) = delete;
     // Reads go to stream.socket() under `deadline` (no per-read timer); Beast's own timer is
     // used only for connects and for writes that did not go out at once (wire::send_or_rest).
     beast::tcp_stream stream;
@@ -19,6 +30,19 @@ struct Conn {
     Clock::time_point idle_since{};
     std::unique_ptr<char[]> body_buf;  // StreamImpl's body buffer, reused while pooled
     std::string head_buf;              // scratch for the serialized request head
+    std::string key;                   // the endpoint's authority (its pool's key)
+    // Since when the exchange has waited on the upstream with nothing arriving: its start, the
+    // last bytes received, or (a streamed body) the start of the current read; max() while the
+    // caller is not waiting on it (between two reads of a streamed body).
+    Clock::time_point quiet_since = Clock::time_point::max();
+
+    // Out of the pool for an exchange: on `list` until set_idle() or destruction.
+    void set_busy(const std::shared_ptr<BusyList>& list);
+    void set_idle() noexcept;
+
+private:
+    std::shared_ptr<BusyList> busy_;  // set while busy
+    std::size_t busy_at_ = 0;         // its place in busy_->conns
 };
 using ConnPtr = std::unique_ptr<Conn>;
 
@@ -39,6 +63,7 @@ struct Client::Impl {
     PoolLimits limits;
     std::unordered_map<std::string, std::vector<detail::ConnPtr>> idle;  // by authority
     std::size_t idle_count = 0;
+    std::shared_ptr<detail::BusyList> busy = std::make_shared<detail::BusyList>();
 
     // Newest idle connection that still looks alive, or null.
     detail::ConnPtr take(const std::string& key);
@@ -47,6 +72,7 @@ struct Client::Impl {
     void close_all();
     void close_key(const std::string& key);
     std::size_t sweep();
+    std::size_t fail_stalled(const std::string& key, Duration quiet);
 
     // Connects `c` to `ep` under `t.connect`.
     awaitable<std::pair<Failure, error_code>> connect(detail::Conn& c, const Endpoint& ep,

@@ -37,7 +37,10 @@ awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
     error_code rec;
     while (!rec && !parser_.is_header_done()) {
         rec = co_await wire::parse_some(conn_->stream.socket(), conn_->buffer, parser_);
+        conn_->quiet_since = Clock::now();  // upstream bytes arrived (or it failed)
     }
+    // Until the caller reads the body, it does not wait on the upstream.
+    conn_->quiet_since = Clock::time_point::max();
     const error_code ec = io_error(*conn_, rec);
     if (ec) {
         Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::ResponseTimeout);
@@ -70,6 +73,16 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
     if (closed_ || !conn_) {
         co_return Failure::Read;
     }
+    // Waiting on the upstream from now until this read returns (Client::fail_stalled).
+    struct Waiting {
+        StreamImpl& s;
+        ~Waiting() {
+            if (s.conn_) {
+                s.conn_->quiet_since = Clock::time_point::max();
+            }
+        }
+    } waiting{*this};
+    conn_->quiet_since = Clock::now();
     try {
         for (;;) {
             auto& body = parser_.get().body();
@@ -88,6 +101,7 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
                     break;
                 }
                 conn_->buffer.commit(n);
+                conn_->quiet_since = Clock::now();
             }
             error_code ec = io_error(*conn_, rec);
             if (ec == http::error::need_buffer) {

@@ -369,6 +369,14 @@ RouterMetrics::RouterMetrics(Registry& registry)
                  {"policy", s(config::to_string(static_cast<config::Policy>(p)))}});
         }
     }
+    auto& legs_failed_on_down =
+        counters(registry, "pdrouter_legs_failed_on_down_total",
+                 "Upstream legs ended when their instance failed a health check, because they "
+                 "had received nothing for the probe's timeout, by role.");
+    for (std::size_t r = 0; r < kRoleCount; ++r) {
+        legs_failed_on_down_[r] =
+            &legs_failed_on_down.Add({{"role", s(to_string(static_cast<Role>(r)))}});
+    }
     constexpr std::string_view kDirectReasons[] = {"short_prompt", "no_prefill"};
     add_each(direct_requests_,
              counters(registry, "pdrouter_direct_requests_total",
@@ -450,6 +458,10 @@ void RouterMetrics::mid_stream_error(Leg leg) noexcept {
 
 void RouterMetrics::policy_pick(Role role, config::Policy policy) noexcept {
     policy_picks_[idx(role)][static_cast<std::size_t>(policy)]->Increment();
+}
+
+void RouterMetrics::legs_failed_on_down(Role role, std::size_t n) noexcept {
+    legs_failed_on_down_[idx(role)]->Increment(static_cast<double>(n));
 }
 
 void RouterMetrics::direct_request(DirectReason reason) noexcept {

@@ -138,6 +138,9 @@ public:
     void mid_stream_error(Leg leg) noexcept;
     // pdrouter_flow_requests_total{mode}
     void flow_started(FlowMode mode) noexcept;
+    // pdrouter_legs_failed_on_down_total{role}: `n` exchanges with an instance its health
+    // check found down, ended because they had received nothing for the probe's timeout.
+    void legs_failed_on_down(Role role, std::size_t n) noexcept;
     // pdrouter_policy_picks_total{role,policy}: an instance chosen by the role's policy.
     void policy_pick(Role role, config::Policy policy) noexcept;
     // pdrouter_direct_requests_total{reason="short_prompt"|"no_prefill"}
@@ -214,6 +217,7 @@ private:
     std::array<Counter*, kKvReadyEvictionCount> kv_ready_evictions_{};
     std::array<Counter*, kKvReadyTimeoutPolicyCount> kv_ready_timeouts_{};
     std::array<std::array<Counter*, kPolicyCount>, kRoleCount> policy_picks_{};
+    std::array<Counter*, kRoleCount> legs_failed_on_down_{};
     std::array<Counter*, kDirectReasonCount> direct_requests_{};
     std::array<Counter*, kKvReadyForwardCount> kv_ready_forwards_{};
     std::array<std::array<Counter*, kDiscoveryResultCount>, kDiscoveryRoleCount> resolutions_{};

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "tests/support/checks.hpp"
 #include "tests/support/fixture.hpp"
@@ -1163,6 +1164,210 @@ TEST_F(FailureTest, HandleWhoseLeaseLapsedDuringDecodeRetriesIsNeverSentToDecode
               1.0)
         << m;
     // The refused handle's blocks go back when P's own lease (1 s) ends.
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+// Health probes every 200 ms that fail after 200 ms + 2 s; a down instance is re-probed every
+// 200 ms.
+const std::vector<std::string> kQuickProbes{
+    "--connect-timeout-ms", "200", "--health-interval-ms", "200", "--health-backoff-max-ms", "200"};
+
+// A pdsim stopped with SIGSTOP (its port still accepts; nothing answers), resumed with SIGCONT
+// when the guard ends, on every way out of the test: no stopped process is left behind.
+class StoppedSim {
+public:
+    explicit StoppedSim(Server& s) : s_(s) { s_.proc.signal(SIGSTOP); }
+    ~StoppedSim() { resume(); }
+    StoppedSim(const StoppedSim&) = delete;
+    StoppedSim& operator=(const StoppedSim&) = delete;
+    void resume() {
+        if (stopped_) {
+            stopped_ = false;
+            s_.proc.signal(SIGCONT);
+        }
+    }
+
+private:
+    Server& s_;
+    bool stopped_ = true;
+};
+
+// One request on its own thread: `first_event` once a streamed answer's first event arrived,
+// then the whole answer (until its end, the router's close, or `timeout`: the client's deadline).
+struct Watched {
+    std::string id;
+    json body;
+    std::atomic<bool> first_event{false};
+    HttpResponse response;
+    Clock::time_point end_at{};
+    std::jthread thread;  // joined on destruction, after at most `timeout`
+
+    void start(unsigned short port, Ms timeout) {
+        thread = std::jthread([this, port, timeout] {
+            HttpRequest req{"POST", route_of(body), {{"X-Request-Id", id}}, body.dump()};
+            req.headers.emplace_back("Content-Type", "application/json");
+            Connection c;
+            std::string error;
+            ResponseParser parser;
+            const auto deadline = Clock::now() + timeout;
+            if (c.connect(port, error) && c.write_all(serialize(req), error)) {
+                for (;;) {
+                    bool eof = false, timed_out = false;
+                    const std::string data = c.read_some(deadline, eof, timed_out, error);
+                    if (!data.empty() && !parser.feed(data)) {
+                        break;
+                    }
+                    if (parser.response().body.find("\n\n") != std::string::npos) {
+                        first_event = true;
+                    }
+                    if (parser.done() || timed_out || !error.empty()) {
+                        break;
+                    }
+                    if (eof) {
+                        parser.eof();
+                        break;
+                    }
+                }
+            }
+            response = parser.response();
+            if (response.error.empty()) {
+                response.error = error;
+            }
+            end_at = Clock::now();
+        });
+    }
+};
+
+// Issue 19 §1 #5: a decode stopped with requests on it. Once its health probe fails, the legs on
+// it that have received nothing for the probe's timeout end at once: streams with one error event,
+// a whole answer not yet begun with a 504, long before the client's deadline (or the router's
+// own 120 s idle and 300 s decode timeouts). The other decode's requests go on, and new requests
+// go to it.
+TEST_F(FailureTest, LegsOnAStoppedDecodeEndWhenItsHealthCheckMarksItDown) {
+    // Probe timeout: 200 ms connect + 2 s. A stream of 100 tokens takes 5 s.
+    auto& pd = start(
+        PdOptions{}.d(2).sim(kFastSim).decode_sim({"--token-delay-ms", "50"}).router(kQuickProbes));
+    const Ms client_deadline{14000};
+    // Started one by one, each once the previous one is on a decode: round robin puts streams
+    // 0 and 2 and the first whole answer on one decode, the others on the other.
+    std::vector<std::unique_ptr<Watched>> reqs;
+    for (int i = 0; i < 6; ++i) {
+        auto w = std::make_unique<Watched>();
+        const bool stream = i < 4;
+        w->id = (stream ? "stuck-s" : "stuck-n") + std::to_string(i);
+        w->body = completion_body("stopped decode " + std::to_string(i), 100, stream);
+        w->start(pd.router->port, client_deadline);
+        Watched& started = *w;
+        reqs.push_back(std::move(w));
+        ASSERT_TRUE(wait_until(
+            [&] {
+                if (stream) {
+                    return started.first_event.load();
+                }
+                return !requests_with_id(*pd.decode[0], started.id).empty() ||
+                       !requests_with_id(*pd.decode[1], started.id).empty();
+            },
+            Ms{5000}))
+            << started.id;
+    }
+    std::vector<Watched*> on_stopped, on_other;
+    for (auto& w : reqs) {
+        (requests_with_id(*pd.decode[0], w->id).empty() ? on_other : on_stopped).push_back(w.get());
+    }
+    ASSERT_EQ(on_stopped.size(), 3u);
+    ASSERT_EQ(on_other.size(), 3u);
+
+    StoppedSim stopped(*pd.decode[0]);
+    const auto stopped_at = Clock::now();
+    // Failed within: probe interval + probe timeout, or (a probe sent just before the stop) one
+    // more backoff and probe timeout; plus slack for a loaded machine. Far below the deadline.
+    const double bound_ms = 200 + 2200 + 200 + 2200 + 1500;
+    for (Watched* w : on_stopped) {
+        w->thread.join();
+        const double took = ms_between(stopped_at, w->end_at);
+        std::cout << w->id << " on the stopped decode ended " << took << " ms after the stop\n";
+        EXPECT_LT(took, bound_ms) << w->id << ": " << w->response.describe();
+        if (w->body.value("stream", false)) {
+            EXPECT_EQ(w->response.status, 200) << w->response.describe();
+            const auto events = sse_data(w->response.body);
+            ASSERT_GE(events.size(), 2u) << w->response.body;  // tokens, then the error
+            EXPECT_EQ(error_events(w->response.body).size(), 1u) << w->response.body;
+            EXPECT_NE(events.back().find("upstream_timeout"), std::string::npos)
+                << w->response.body;
+            EXPECT_EQ(w->response.body.find("[DONE]"), std::string::npos) << w->response.body;
+        } else {
+            EXPECT_EQ(w->response.status, 504) << w->response.describe();
+            EXPECT_TRUE(is_openai_error(w->response.body)) << w->response.body;
+        }
+    }
+    // The other decode's requests were not touched.
+    for (Watched* w : on_other) {
+        w->thread.join();
+        EXPECT_TRUE(answer_ok(w->response, w->body)) << w->id;
+    }
+    // New requests go to the decode that answers.
+    for (int i = 0; i < 2; ++i) {
+        json body = completion_body("after the stop " + std::to_string(i), 4, i == 0);
+        const std::string id = "after-stop-" + std::to_string(i);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body, {{"X-Request-Id", id}}), body));
+        EXPECT_EQ(requests_with_id(*pd.decode[1], id).size(), 1u) << id;
+    }
+    const std::string m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_legs_failed_on_down_total", {{"role", "decode"}}).value_or(-1),
+              3.0)
+        << m;
+    EXPECT_EQ(metric(m, "pdrouter_legs_failed_on_down_total", {{"role", "prefill"}}).value_or(-1),
+              0.0)
+        << m;
+    const std::string log = pd.router->proc.log();
+    EXPECT_NE(log.find("decode instance " + pd.decode[0]->address() + " is down: failing "),
+              std::string::npos)
+        << log;
+    stopped.resume();
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+// The prefill side of the same: a prefill leg on a stopped prefill has received nothing since it
+// was sent, so the failed probe ends it at once and it is retried on the other prefill (nothing
+// had reached the client), instead of waiting out --prefill-timeout-ms (300 s).
+TEST_F(FailureTest, PrefillLegOnAStoppedPrefillIsRetriedWhenItsHealthCheckMarksItDown) {
+    auto& pd = start(PdOptions{}
+                         .p(2)
+                         .sim(kFastSim)
+                         .prefill_sim({"--prefill-delay-ms", "1500"})
+                         .router(kQuickProbes));
+    Watched w;
+    w.id = "stuck-prefill";
+    w.body = completion_body("stopped prefill", 4, false);
+    w.start(pd.router->port, Ms{14000});
+    Server* on = nullptr;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            for (Server* p : pd.prefill) {
+                if (!requests_with_id(*p, w.id).empty()) {
+                    on = p;
+                }
+            }
+            return on != nullptr;
+        },
+        Ms{3000}));
+    StoppedSim stopped(*on);
+    const auto stopped_at = Clock::now();
+    w.thread.join();
+    const double took = ms_between(stopped_at, w.end_at);
+    std::cout << "the request on the stopped prefill was answered " << took
+              << " ms after the stop\n";
+    EXPECT_TRUE(answer_ok(w.response, w.body)) << w.response.describe();
+    // The probe fails (200 ms + 2.2 s, or one more round), then the other prefill takes 1.5 s.
+    EXPECT_LT(took, 200 + 2200 + 200 + 2200 + 1500 + 1500.0);
+    Server* other = on == pd.prefill[0] ? pd.prefill[1] : pd.prefill[0];
+    EXPECT_EQ(requests_with_id(*other, w.id).size(), 1u);
+    const std::string m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_legs_failed_on_down_total", {{"role", "prefill"}}).value_or(-1),
+              1.0)
+        << m;
+    EXPECT_GE(metric(m, "pdrouter_retries_total", {{"leg", "prefill"}}).value_or(0), 1.0) << m;
+    stopped.resume();
     EXPECT_TRUE(kv_freed(pd, Ms{3000}));
 }
 

@@ -27,10 +27,14 @@ protected:
         server_->start();
     }
     // /events: three SSE events, each sent only after the client confirms the previous one
-    // (so they cannot be coalesced); /stall: one event, then nothing for 5 s.
+    // (so they cannot be coalesced); /stall: one event, then nothing for 5 s; /silent: nothing
+    // for 5 s, then /stall's answer.
     awaitable<void> handle(server::Exchange& ex) {
         ++requests_;
         const auto target = ex.request().target();
+        if (target == "/silent") {
+            co_await sleep_for(Duration{5000});
+        }
         http::response<http::empty_body> head{http::status::ok, 11};
         head.set(http::field::content_type, "text/event-stream");
         co_await ex.begin_stream(std::move(head));
@@ -43,7 +47,7 @@ protected:
                 next_ = Event(ioc_.get_executor());
             }
             co_await ex.end_stream();
-        } else if (target == "/stall") {
+        } else if (target == "/stall" || target == "/silent") {
             co_await ex.write_chunk("data: first\n\n");
             co_await sleep_for(Duration{5000});
             co_await ex.end_stream();
@@ -53,6 +57,20 @@ protected:
         }
     }
     void run(awaitable<void> body) { run_test(ioc_, std::move(body)); }
+    // Opens /stall and reads its first event: the stream then waits 5 s for more. Null (and a
+    // test failure) when that fails.
+    awaitable<std::unique_ptr<ResponseStream>> open_stall(Client& client, const Timeouts& t) {
+        const Endpoint ep{"127.0.0.1", port_};  // named: see make_req
+        auto o = co_await client.open(ep, make_req(http::verb::get, "/stall"), t);
+        if (!o.stream) {
+            ADD_FAILURE() << to_string(o.failure);
+            co_return nullptr;
+        }
+        std::string got;
+        EXPECT_EQ(co_await o.stream->read_some(got), Failure::None);
+        EXPECT_EQ(got, "data: first\n\n");
+        co_return std::move(o.stream);
+    }
 
     net::io_context ioc_;
     std::unique_ptr<server::HttpServer> server_;
@@ -151,23 +169,85 @@ TEST_F(StreamClientTest, EventsBeforeABrokenChunkArePassedOnBeforeTheFailure) {
 TEST_F(StreamClientTest, StalledStreamHitsIdleTimeout) {
     run([this]() -> awaitable<void> {
         Client client(ioc_.get_executor());
-        const Endpoint ep{"127.0.0.1", port_};
         Timeouts t = quick();
         t.idle = Duration{150};
-        auto o = co_await client.open(ep, make_req(http::verb::get, "/stall"), t);
-        if (!o.stream) {
-            ADD_FAILURE() << to_string(o.failure);
+        auto stream = co_await open_stall(client, t);
+        if (!stream) {
             co_return;
         }
         std::string got;
-        EXPECT_EQ(co_await o.stream->read_some(got), Failure::None);
-        EXPECT_EQ(got, "data: first\n\n");
         const auto t0 = Clock::now();
-        EXPECT_EQ(co_await o.stream->read_some(got), Failure::IdleTimeout);
+        EXPECT_EQ(co_await stream->read_some(got), Failure::IdleTimeout);
         const auto took = Clock::now() - t0;
         EXPECT_GE(took, Duration{100});
         EXPECT_LT(took, Duration{1000});
         EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+// fail_stalled ends a read that has waited at least the given time, as its idle timeout would;
+// not one that has waited less, nor a stream whose caller is not reading, nor another endpoint's.
+TEST_F(StreamClientTest, FailStalledEndsAStalledReadAsATimeout) {
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", port_};
+        Timeouts t = quick();
+        t.idle = Duration{8000};
+        auto stream = co_await open_stall(client, t);
+        if (!stream) {
+            co_return;
+        }
+        // Not reading now: nothing is waiting on the upstream.
+        EXPECT_EQ(client.fail_stalled(ep, Duration{0}), 0u);
+        std::size_t early = 99, other = 99, ended = 99;
+        auto failer = [&]() -> awaitable<void> {
+            co_await sleep_for(Duration{300});
+            early = client.fail_stalled(ep, Duration{5000});
+            other = client.fail_stalled(Endpoint{"127.0.0.1", 1}, Duration{100});
+            ended = client.fail_stalled(ep, Duration{200});
+        };
+        net::co_spawn(co_await net::this_coro::executor, failer(), net::detached);
+        std::string got;
+        const auto t0 = Clock::now();
+        EXPECT_EQ(co_await stream->read_some(got), Failure::IdleTimeout);
+        const auto took = Clock::now() - t0;
+        EXPECT_GE(took, Duration{250});
+        EXPECT_LT(took, Duration{2000});
+        EXPECT_EQ(early, 0u);
+        EXPECT_EQ(other, 0u);
+        EXPECT_EQ(ended, 1u);
+        EXPECT_EQ(client.fail_stalled(ep, Duration{0}), 0u);
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+// Before the answer's head, request() and open() end as their response timeout would.
+TEST_F(StreamClientTest, FailStalledEndsAnExchangeWaitingForItsHead) {
+    run([this]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", port_};
+        Timeouts t = quick();
+        t.response = Duration{8000};
+        std::size_t ended = 99;
+        auto failer = [&]() -> awaitable<void> {
+            co_await sleep_for(Duration{300});
+            ended = client.fail_stalled(ep, Duration{200});
+        };
+        const auto ex = co_await net::this_coro::executor;
+        net::co_spawn(ex, failer(), net::detached);
+        auto t0 = Clock::now();
+        auto r = co_await client.request(ep, make_req(http::verb::get, "/silent"), t);
+        EXPECT_EQ(r.failure, Failure::ResponseTimeout);
+        EXPECT_LT(Clock::now() - t0, Duration{2000});
+        EXPECT_EQ(ended, 1u);
+
+        ended = 99;
+        net::co_spawn(ex, failer(), net::detached);
+        t0 = Clock::now();
+        auto o = co_await client.open(ep, make_req(http::verb::get, "/silent"), t);
+        EXPECT_EQ(o.failure, Failure::ResponseTimeout);
+        EXPECT_LT(Clock::now() - t0, Duration{2000});
+        EXPECT_EQ(ended, 1u);
     }());
 }
 

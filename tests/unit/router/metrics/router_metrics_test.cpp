@@ -62,6 +62,7 @@ TEST(RouterMetrics, HelpersUpdateTheRightSeries) {
     m.retry(Leg::Prefill);
     m.client_disconnect(DisconnectPhase::Decode);
     m.mid_stream_error(Leg::Decode);
+    m.legs_failed_on_down(Role::Decode, 3);
     m.flow_started(FlowMode::Push);
     m.lease_refresh_request(false);
     m.bad_request("invalid_request_error");
@@ -88,6 +89,8 @@ TEST(RouterMetrics, HelpersUpdateTheRightSeries) {
     EXPECT_TRUE(contains(t, "pdrouter_retries_total{leg=\"prefill\"} 1\n"));
     EXPECT_TRUE(contains(t, "pdrouter_client_disconnects_total{phase=\"decode\"} 1\n"));
     EXPECT_TRUE(contains(t, "pdrouter_mid_stream_errors_total{leg=\"decode\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_legs_failed_on_down_total{role=\"decode\"} 3\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_legs_failed_on_down_total{role=\"prefill\"} 0\n"));
     EXPECT_TRUE(contains(t, "pdrouter_flow_requests_total{mode=\"push\"} 1\n"));
     EXPECT_TRUE(contains(t, "pdrouter_lease_refresh_requests_total{result=\"error\"} 1\n"));
     EXPECT_TRUE(contains(t, "pdrouter_bad_requests_total{code=\"invalid_request_error\"} 1\n"));
@@ -186,6 +189,9 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "that the router did not know.",
         "# HELP pdrouter_leg_duration_seconds Duration of one upstream leg (prefill: whole leg; "
         "decode: until the last byte).",
+        "# HELP pdrouter_legs_failed_on_down_total Upstream legs ended when their instance "
+        "failed a health check, because they had received nothing for the probe's timeout, by "
+        "role.",
         "# HELP pdrouter_mid_stream_errors_total Upstream failures after the response head was "
         "sent to the client.",
         "# HELP pdrouter_policy_picks_total Instances chosen, by role and selection policy.",
@@ -222,6 +228,7 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# TYPE pdrouter_lease_refresh_sent_total counter",
         "# TYPE pdrouter_lease_refresh_unknown_total counter",
         "# TYPE pdrouter_leg_duration_seconds histogram",
+        "# TYPE pdrouter_legs_failed_on_down_total counter",
         "# TYPE pdrouter_mid_stream_errors_total counter",
         "# TYPE pdrouter_policy_picks_total counter",
         "# TYPE pdrouter_recomputes_total counter",
@@ -304,6 +311,7 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_leg_duration_seconds_bucket", 38},
         {"pdrouter_leg_duration_seconds_count", 2},
         {"pdrouter_leg_duration_seconds_sum", 2},
+        {"pdrouter_legs_failed_on_down_total", 2},
         {"pdrouter_mid_stream_errors_total", 2},
         {"pdrouter_policy_picks_total", 8},
         {"pdrouter_recomputes_total", 1},

@@ -43,17 +43,25 @@ bool leaks_secret(const std::string& msg) {
             return false;
         }
     }
+    // "invalid value 'V' for key 'NAME' in config file ...: REASON" or, where the check is the
+    // flag's own, "invalid value 'V' for --NAME: REASON". The reason may quote V or a part of it
+    // again (a host name, a port), so past the opening everything is V's: allowed when NAME
+    // does not hold a secret.
     const std::string opening = "invalid value '";
-    const std::string closing = "' for key '";
     const auto v = msg.find(opening);
-    const auto k = msg.rfind(closing);
-    if (v == std::string::npos || k == std::string::npos || !(v < at && at < k) ||
-        msg.find("UPSTREAMSECRET", k) != std::string::npos) {
+    if (v == std::string::npos || at < v) {
         return true;
     }
-    const auto name_at = k + closing.size();
-    const std::string key = msg.substr(name_at, msg.find('\'', name_at) - name_at);
-    return key.find("key") != std::string::npos || key.find("secret") != std::string::npos;
+    std::string key;
+    for (const std::string closing : {"' for key '", "' for --"}) {
+        const auto k = msg.find(closing, v);
+        if (k != std::string::npos && key.empty()) {
+            const auto name_at = k + closing.size();
+            key = msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
+        }
+    }
+    return key.empty() || key.find("key") != std::string::npos ||
+           key.find("secret") != std::string::npos;
 }
 
 }  // namespace

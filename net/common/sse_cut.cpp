@@ -1,5 +1,7 @@
 #include "net/common/sse_cut.hpp"
 
+#include <algorithm>
+
 namespace pdr {
 
 // A blank line ends an event: a line end right after a line end, where a line end is CRLF, LF
@@ -38,16 +40,27 @@ std::string sse_data_event(std::string_view data) {
     return out;
 }
 
+namespace {
+
+constexpr std::size_t kTail = 4;  // "\r\n\r\n": the most a blank line's end spans
+
+}  // namespace
+
 void SseCutter::take(std::string& piece) {
     if (piece.empty()) {
         return;
     }
     if (held_.empty() && ends_an_sse_event(piece)) {
-        at_boundary_ = true;  // the usual case: whole events, passed on as they came
+        // the usual case: whole events, passed on as they came
+        tail_.assign(piece, piece.size() - std::min(piece.size(), kTail));
+        at_boundary_ = true;
         return;
     }
     held_.append(piece);
     std::size_t cut = sse_events_end(held_);
+    if (cut == 0 && !at_boundary_) {
+        cut = end_begun_before();
+    }
     if (cut == 0 && held_.size() > max_held_) {
         cut = held_.size();
     }
@@ -63,10 +76,31 @@ std::string SseCutter::flush() {
     return rest;
 }
 
-void SseCutter::passed_on(std::string_view sent) {
-    if (!sent.empty()) {
-        at_boundary_ = ends_an_sse_event(sent);
+std::size_t SseCutter::end_begun_before() const {
+    if (tail_.empty()) {
+        return 0;
     }
+    // Only the first bytes held can complete a blank line begun before them: any later end is
+    // within what is held, and sse_events_end found none.
+    std::string joined = tail_;
+    joined.append(held_, 0, std::min<std::size_t>(held_.size(), 2));
+    const std::size_t end = sse_events_end(joined);
+    return end > tail_.size() ? end - tail_.size() : 0;
+}
+
+void SseCutter::passed_on(std::string_view sent) {
+    if (sent.empty()) {
+        return;
+    }
+    // Judged on the stream so far, not on `sent` alone: a "\n" that ends an event over the cap
+    // ends it only after the "\n" passed on before it.
+    if (sent.size() >= kTail) {
+        tail_.assign(sent.substr(sent.size() - kTail));
+    } else {
+        tail_.append(sent);
+        tail_.erase(0, tail_.size() - std::min(tail_.size(), kTail));
+    }
+    at_boundary_ = ends_an_sse_event(tail_);
 }
 
 }  // namespace pdr

@@ -37,9 +37,13 @@ public:
 
 private:
     void passed_on(std::string_view sent);
+    // Where what is held ends a blank line begun in what was already passed on (after an event
+    // over the cap went out unfinished, its closing "\n" may come alone); 0 when it does not.
+    std::size_t end_begun_before() const;
 
     std::size_t max_held_;
     std::string held_;
+    std::string tail_;  // the last bytes passed on: at most 4, all a blank line's end needs
     bool at_boundary_ = true;
 };
 

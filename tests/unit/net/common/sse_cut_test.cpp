@@ -141,5 +141,29 @@ TEST(SseCutter, AnEventOverTheCapIsPassedOnUnfinished) {
     EXPECT_EQ(d.held(), 0u);
 }
 
+// After an event over the cap went out unfinished, the line ends that close it may come in
+// pieces of their own: the blank line they complete with what was passed on is an event end.
+// They go out at once, and the stream is at a boundary (fuzzing found the cutter holding a
+// lone "\n" and saying it was inside an event).
+TEST(SseCutter, TheEndOfAnEventOverTheCapIsSeenAcrossPieces) {
+    for (const auto& [last_line_end, closing] : std::vector<std::pair<std::string, std::string>>{
+             {"\n", "\n"}, {"\r\n", "\r\n"}, {"\r", "\r"}, {"\n", "\r\n"}}) {
+        SseCutter c(16);
+        auto sent = feed(c, {"data: 0123456789abcdef" + last_line_end, closing});
+        EXPECT_EQ(sent.back(), closing) << "held back instead of passed on";
+        EXPECT_TRUE(c.at_boundary());
+        EXPECT_EQ(c.held(), 0u);
+        // and the next event passes as a whole one
+        sent = feed(c, {"data: x\n\n"});
+        EXPECT_EQ(sent.back(), "data: x\n\n");
+        EXPECT_TRUE(c.at_boundary());
+    }
+    // A CR passed on, then an LF: one CRLF line end, not a blank line.
+    SseCutter c(16);
+    feed(c, {"data: 0123456789abcdef\r", "\n"});
+    EXPECT_FALSE(c.at_boundary());
+    EXPECT_EQ(c.held(), 1u);
+}
+
 }  // namespace
 }  // namespace pdr

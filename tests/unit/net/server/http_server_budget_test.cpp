@@ -209,9 +209,21 @@ std::size_t rss_kib() {
     return 0;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerAllocator = true;
+#else
+constexpr bool kSanitizerAllocator = false;
+#endif
+
 // 48 bodies of 1 MiB held at once, then all given back: the process's memory comes back down
 // (without the trim, glibc keeps the freed heap, and RSS stays near the peak).
 TEST_F(BudgetTest, MemoryGoesBackAfterABurstOfBodies) {
+    if (kSanitizerAllocator) {
+        // ASan and TSan bring their own allocator, which keeps freed memory in quarantine:
+        // neither glibc's malloc_trim nor tcmalloc's release applies (seen: RSS 210 -> 330 ->
+        // 338 MB under ASan).
+        GTEST_SKIP() << "the sanitizer's allocator keeps freed memory";
+    }
     Limits l;
     l.max_body_bytes = 2 << 20;
     l.max_buffered_body_bytes = 256u << 20;

@@ -190,9 +190,9 @@ struct Cursor {
         return true;
     }
 
-    // One item of a flow list or a block list, or a value: what starts at s[i].
-    // Kind::Mapping / ListOfNonScalars for what is not a scalar.
-    bool scalar_or_other(std::string& out, Kind& kind, bool in_list) {
+    // A single value at s[i] (a list item, or a value that starts with a refused indicator):
+    // quoted or plain; anything else is refused.
+    bool scalar(std::string& out, bool in_list) {
         const char c = peek();
         if (refused_indicator(c)) {
             return fail(std::string("'") + c +
@@ -200,13 +200,11 @@ struct Cursor {
                         "directives are not read in a config file: quote the value)");
         }
         if (c == '"' || c == '\'') {
-            kind = Kind::Scalar;
             return quoted(out);
         }
         if (c == '[' || c == '{' || c == '?') {
             return fail(std::string("'") + c + "' inside a list: list items are single values");
         }
-        kind = Kind::Scalar;
         if (!plain(out, in_list)) {
             return false;
         }
@@ -229,8 +227,7 @@ struct Cursor {
                 return fail("a '[' list that does not close on its line");
             }
             std::string item;
-            Kind kind = Kind::Scalar;
-            if (!scalar_or_other(item, kind, true)) {
+            if (!scalar(item, true)) {
                 return false;
             }
             items.push_back(std::move(item));
@@ -261,9 +258,8 @@ struct Cursor {
             return true;
         }
         std::string v;
-        Kind kind = Kind::Scalar;
         if (refused_indicator(c)) {
-            return scalar_or_other(v, kind, false);
+            return scalar(v, false);
         }
         if (c == '"' || c == '\'') {
             if (!quoted(v) || !(only_comment_left() || fail("text after a quoted value"))) {
@@ -447,8 +443,7 @@ YamlResult read_yaml_subset(std::string_view text) {
                 continue;
             }
             std::string v;
-            Kind kind = Kind::Scalar;
-            if (!cur.scalar_or_other(v, kind, false)) {
+            if (!cur.scalar(v, false)) {
                 return malformed(cur.error);
             }
             if (!cur.only_comment_left()) {

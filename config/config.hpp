@@ -114,6 +114,9 @@ struct Config {
     std::size_t max_buffered_body_bytes = 256u << 20;
     std::size_t max_header_bytes = 16u << 10;
     std::size_t max_concurrent_requests = 1024;
+    // Data-path worker threads (--threads); 0: one per CPU core the process may use
+    // (config::worker_threads resolves it).
+    std::size_t threads = 0;
     std::size_t max_client_connections = 10000;
     // Connections over max_client_connections that may still be served, for GET/HEAD /health and
     // /metrics only (a probe must not fail because clients took every slot).

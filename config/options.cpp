@@ -24,6 +24,10 @@ const std::array kOptions = {
     Option{.name = "port-file", .kind = Kind::Text, .meta = "PATH",
            .help = "write the bound port to PATH once listening (default: none)",
            .text = &Config::port_file},
+    Option{.name = "threads", .kind = Kind::Number, .meta = "N",
+           .help = "worker threads for the data path, each with its own listener (SO_REUSEPORT) "
+                   "and upstream connections; 0: one per CPU core the process may use (default 0)",
+           .size = &Config::threads, .min = 0, .max = 256},
     Option{.name = "prefill", .kind = Kind::Instances, .meta = "HOST:PORT [HOST:PORT ...]",
            .help = "prefill instances (space- or comma-separated; repeatable)",
            .role = Role::Prefill, .group = "Instances"},

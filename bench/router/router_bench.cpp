@@ -4,7 +4,10 @@
 //
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
 //                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
-//                  [--repeat N] [--lmcache]
+//                  [--repeat N] [--lmcache] [--router-threads 1]
+//   pdrouter_bench [--bin-dir DIR] --scaling 1,2,4,8 [--scaling-engines 4]
+//                  [--scaling-load-threads 4] [--concurrency 256] [--requests N]
+//                  [--answers json,stream] [--delays D] [--max-tokens 16]
 //   pdrouter_bench [--bin-dir DIR] --kv-modes pull,push,lmcache|--push [--kv-sizes 1,16,64]
 //                  [--kv-transports shm,tcp] [--kv-requests 40] [--kv-concurrency 1]
 //                  [--kv-rounds 2] [--prefill-delay-ms 20] [--decode-setup-delay-ms 10]
@@ -20,6 +23,9 @@
 // with pdsim moving and verifying real bytes; --kv-requests, --kv-concurrency, --kv-rounds,
 // --prefill-delay-ms and --kv-token-delay-ms shape it. Exits 1 when a request failed.
 //
+// --router-threads N: pdrouter's --threads in the table rows (default 1: nginx runs one worker,
+// and CPU per request is compared at one thread each). --scaling: see bench/router/scaling.hpp.
+//
 // --repeat N runs each nginx-hop and pdrouter row N times, alternating, prints every run, and
 // judges the CPU target on the median (the spread between single runs on a shared 2-core VM is
 // about +-15 %, as large as the margins being judged).
@@ -30,6 +36,7 @@
 #include "bench/router/kv_modes.hpp"
 #include "bench/router/load.hpp"
 #include "bench/router/process.hpp"
+#include "bench/router/scaling.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -62,6 +69,9 @@ struct Options {
     bool lmcache = false;                    // also the lmcache-mode pair
     pdr::bench::KvModesOptions kv;           // --kv-modes: the KV modes side by side
     bool kv_modes = false;
+    int router_threads = 1;  // pdrouter --threads in the table rows (nginx runs one worker)
+    pdr::bench::ScalingOptions scaling;  // --scaling: throughput against --threads
+    bool scale = false;
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -256,6 +266,23 @@ Options parse(int argc, char** argv) {
             o.kv.decode_setup_ms = std::stoi(next());
         } else if (a == "--kv-token-delay-ms") {
             o.kv.token_delay_ms = std::stoi(next());
+        } else if (a == "--scaling") {
+            o.scale = true;
+            o.scaling.threads.clear();
+            for (const auto& v : split(next())) {
+                const int t = std::stoi(v);
+                if (t < 1 || t > 256) {
+                    std::fprintf(stderr, "pdrouter_bench: --scaling: 1..256 threads each\n");
+                    std::exit(2);
+                }
+                o.scaling.threads.push_back(t);
+            }
+        } else if (a == "--router-threads") {
+            o.router_threads = std::clamp(std::stoi(next()), 1, 256);
+        } else if (a == "--scaling-engines") {
+            o.scaling.engines = std::clamp(std::stoi(next()), 1, 64);
+        } else if (a == "--scaling-load-threads") {
+            o.scaling.load_threads = std::clamp(std::stoi(next()), 1, 64);
         } else if (a == "--quick") {
             o.requests = 200;
         } else {
@@ -270,6 +297,18 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) try {
     Options o = parse(argc, argv);
+    if (o.scale) {
+        o.scaling.bin_dir = o.bin_dir;
+        o.scaling.answers = o.answers;
+        o.scaling.concurrency = o.concurrency;
+        o.scaling.requests = o.requests;
+        o.scaling.max_tokens = o.max_tokens;
+        o.scaling.token_delay_ms = o.delays.empty() ? 0 : o.delays.front();
+        std::printf("load average at start %s\n", load_average().c_str());
+        const int code = pdr::bench::run_scaling(o.scaling);
+        std::printf("(load average at end %s)\n", load_average().c_str());
+        return code;
+    }
     if (o.kv_modes) {
         o.kv.bin_dir = o.bin_dir;
         std::printf("pdrouter_bench --kv-modes: load average at start %s\n",
@@ -300,7 +339,8 @@ int main(int argc, char** argv) try {
                      "/tmp/pdr-bench-decode.log");
         Child router(
             {pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()), "--decode",
-             "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn"},
+             "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn", "--threads",
+             std::to_string(o.router_threads)},
             "/tmp/pdr-bench-router.log");
         std::unique_ptr<Child> nginx = start_nginx(o, decode.port());
         // The LMCache pair: P notifies the router's PULL socket; D's receiver on fixed ports.
@@ -324,7 +364,8 @@ int main(int argc, char** argv) try {
                     pdrouter, "--kv-mode", "lmcache", "--kv-ready-bind", ready, "--prefill",
                     "127.0.0.1:" + std::to_string(lm_prefill->port()), "--decode",
                     "127.0.0.1:" + std::to_string(lm_decode->port()), "--lmcache-init-ports", init,
-                    "--lmcache-alloc-ports", alloc, "--log-level", "warn"},
+                    "--lmcache-alloc-ports", alloc, "--log-level", "warn", "--threads",
+                    std::to_string(o.router_threads)},
                 "/tmp/pdr-bench-lm-router.log");
         }
         // Streams and long answers take longer per request: keep each row bounded in time.

@@ -44,6 +44,7 @@ awaitable<bool> BodyBudget::take(std::size_t n, Clock::time_point deadline, Time
     if (waiters_.empty() && used_ + n <= limit_) {
         used_ += n;
         peak_ = std::max(peak_, used_);
+        publish();
         co_return true;
     }
     Timer timer(ex_);
@@ -51,12 +52,14 @@ awaitable<bool> BodyBudget::take(std::size_t n, Clock::time_point deadline, Time
     Waiter w{n, &timer};
     waiters_.push_back(&w);
     const auto pos = std::prev(waiters_.end());
+    publish();
     *wait = &timer;
     co_await timer.async_wait();  // cancelled when granted or closed; expires at the deadline
     *wait = nullptr;
     if (!w.granted) {
         waiters_.erase(pos);
         grant_waiters();  // the head gave up: those behind it may fit now
+        publish();
     }
     co_return w.granted;
 }
@@ -74,6 +77,7 @@ void BodyBudget::give(std::size_t n) noexcept {
         }
         peak_ = 0;
     }
+    publish();
 }
 
 void BodyBudget::grant_waiters() noexcept {
@@ -85,6 +89,7 @@ void BodyBudget::grant_waiters() noexcept {
         w->granted = true;
         w->timer->cancel();
     }
+    publish();
 }
 
 awaitable<bool> BodyCharge::grow_to(std::size_t total, Clock::time_point deadline, Timer** wait) {

@@ -8,6 +8,7 @@
 // to the OS once the budget is empty again. Internal to net/server.
 #include "net/common/io.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <list>
 
@@ -26,8 +27,9 @@ public:
     void give(std::size_t n) noexcept;
 
     std::size_t limit() const noexcept { return limit_; }
-    std::size_t used() const noexcept { return used_; }
-    std::size_t waiting() const noexcept { return waiters_.size(); }
+    // Readable from any thread (the router's /metrics sums its workers' budgets).
+    std::size_t used() const noexcept { return used_seen_.load(std::memory_order_relaxed); }
+    std::size_t waiting() const noexcept { return waiting_seen_.load(std::memory_order_relaxed); }
 
 private:
     struct Waiter {
@@ -36,12 +38,18 @@ private:
         bool granted = false;
     };
     void grant_waiters() noexcept;
+    void publish() noexcept {
+        used_seen_.store(used_, std::memory_order_relaxed);
+        waiting_seen_.store(waiters_.size(), std::memory_order_relaxed);
+    }
 
     net::any_io_executor ex_;
     std::size_t limit_;
     std::size_t used_ = 0;
     std::size_t peak_ = 0;  // since the budget was last empty
     std::list<Waiter*> waiters_;
+    std::atomic<std::size_t> used_seen_{0};
+    std::atomic<std::size_t> waiting_seen_{0};
 };
 
 // The share one connection holds; gives it back when reset or destroyed.

@@ -118,7 +118,7 @@ HttpServer::~HttpServer() {
     }
 }
 
-unsigned short HttpServer::listen(const std::string& host, unsigned short port) {
+unsigned short HttpServer::listen(const std::string& host, unsigned short port, bool reuse_port) {
     error_code ec;
     tcp::endpoint ep;
     auto addr = net::ip::make_address(host, ec);
@@ -138,6 +138,12 @@ unsigned short HttpServer::listen(const std::string& host, unsigned short port) 
         throw_system(ec, "open listen socket");
     }
     acc.set_option(net::socket_base::reuse_address(true), ec);
+    if (reuse_port) {
+        acc.set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
+        if (ec) {
+            throw_system(ec, "set SO_REUSEPORT");
+        }
+    }
     if (ep.address().is_v6()) {
         // "::" listens on both families; a specific v6 address only on v6.
         acc.set_option(net::ip::v6_only(!ep.address().is_unspecified()), ec);

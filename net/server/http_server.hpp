@@ -121,8 +121,10 @@ public:
     HttpServer& operator=(const HttpServer&) = delete;
 
     // Binds and listens (throws std::system_error at start-up on failure). Port 0 picks a
-    // free port; the bound port is returned. Call once, then start().
-    unsigned short listen(const std::string& host, unsigned short port);
+    // free port; the bound port is returned. Call once, then start(). `reuse_port`: with
+    // SO_REUSEPORT, so that other servers (a router's other workers) listen on the same port
+    // and the kernel spreads connections between them.
+    unsigned short listen(const std::string& host, unsigned short port, bool reuse_port = false);
     void start();
     // Called (on the server's executor) for every request the server answers itself before a
     // handler sees it: 413, 431, 400 malformed HTTP, 503 over the connection limit.

@@ -3,6 +3,7 @@
 #include "config/ascii.hpp"
 
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 #include "router/api/log_limit.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/flow.hpp"
@@ -315,7 +316,10 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     }
     instances::Registry::AdminResult result;
     if (action == AdminAction::Add) {
-        result = co_await registry.add(type_s, instance_s, std::move(kv));
+        // The registry is shared: its add (a probe, then the insert) runs on the control
+        // executor.
+        auto add = on_control(registry.executor(), registry.add(type_s, instance_s, std::move(kv)));
+        result = co_await std::move(add);
     } else {
         result = registry.remove(type_s, instance_s);
     }

@@ -1,29 +1,47 @@
 #include "router/api/app.hpp"
+#include "router/api/worker.hpp"
 
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 #include "net/common/uuid.hpp"
 #include "router/api/admin.hpp"
 #include "router/kv/control_agent.hpp"
 #include "router/kv/kv_ready_forwarder.hpp"
 #include "router/kv/kv_ready_listener.hpp"
 
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+
+
 namespace pdr::api {
+
+
 
 namespace {
 
 constexpr std::string_view kLog = "api";
 
-server::Limits limits_from(const config::Config& cfg) {
+// A router-wide limit split between `n` workers (each gets its share, rounded up; 0 stays 0).
+std::size_t share(std::size_t limit, std::size_t n) {
+    return limit == 0 ? 0 : (limit + n - 1) / n;
+}
+
+// One worker's server limits: the connection and body-buffer bounds are the router's divided
+// between the workers (the kernel spreads connections about evenly).
+server::Limits limits_from(const config::Config& cfg, std::size_t workers) {
     server::Limits l;
     l.max_header_bytes = cfg.max_header_bytes;
     l.max_body_bytes = cfg.max_body_bytes;
-    l.max_buffered_body_bytes = cfg.max_buffered_body_bytes;
+    l.max_buffered_body_bytes = share(cfg.max_buffered_body_bytes, workers);
+    if (l.max_buffered_body_bytes != 0) {
+        l.max_buffered_body_bytes = std::max(l.max_buffered_body_bytes, cfg.max_body_bytes);
+    }
     l.read_timeout = cfg.request_read_timeout;
     l.idle_timeout = cfg.client_idle_timeout;
     l.write_timeout = cfg.client_write_timeout;
-    l.max_connections = cfg.max_client_connections;
-    l.reserved_probe_connections = cfg.reserved_probe_connections;
-    l.max_connections_per_source = cfg.max_connections_per_source;
+    l.max_connections = share(cfg.max_client_connections, workers);
+    l.reserved_probe_connections = share(cfg.reserved_probe_connections, workers);
+    l.max_connections_per_source = share(cfg.max_connections_per_source, workers);
     // Liveness and scraping keep working with every client slot taken.
     l.is_probe = [](const http::request_header<>& h) {
         const RouteMatch m = match_route(h.method(), h.target());
@@ -35,10 +53,26 @@ server::Limits limits_from(const config::Config& cfg) {
 
 }  // namespace
 
-App::App(net::any_io_executor executor, config::Config cfg)
+App::Worker::Worker(App& app, std::size_t number, net::io_context* control)
+    : own_ioc(control == nullptr ? std::make_unique<net::io_context>(1) : nullptr),
+      ioc(control != nullptr ? *control : *own_ioc),
+      ex(ioc.get_executor()),
+      client(ex, upstream::PoolLimits{.idle_ttl = app.cfg_.upstream_idle_timeout,
+                                      .max_response_body = app.cfg_.max_upstream_body_bytes}),
+      deps{app.registry_,
+           client,
+           app.lease_keeper_,
+           app.router_metrics_,
+           app.cfg_,
+           app.kv_ready_.get(),
+           app.control_agent_.get()},
+      requests(app.router_metrics_.worker_requests(number)) {}
+
+App::App(net::io_context& control, config::Config cfg, std::size_t workers)
     : cfg_(std::move(cfg)),
       router_id_(make_uuid_v4()),
-      executor_(executor),
+      control_ioc_(control),
+      executor_(locked_executor(control)),
       router_metrics_(metrics_registry_),
       client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout,
                                               .max_response_body = cfg_.max_upstream_body_bytes}),
@@ -64,9 +98,7 @@ App::App(net::any_io_executor executor, config::Config cfg)
                                              .replica_id = cfg_.replica_id,
                                              .forwarder = kv_forwarder_.get()},
                           router_metrics_)
-                    : nullptr),
-      deps_{registry_, client_,         lease_keeper_,       router_metrics_,
-            cfg_,      kv_ready_.get(), control_agent_.get()} {
+                    : nullptr) {
     for (std::size_t i = 0; i < cfg_.prefill.size(); ++i) {
         instances::InstanceKv kv;
         if (i < cfg_.kv_ready_expected.size()) {
@@ -90,12 +122,31 @@ App::App(net::any_io_executor executor, config::Config cfg)
             kv_forwarder_->set_discovered(peers);
         });
     }
-    server_ = std::make_unique<server::HttpServer>(
-        executor_, limits_from(cfg_), [this](server::Exchange& ex) { return handle(ex); });
-    server_->on_reject([this](Errc e) { router_metrics_.bad_request(error_info(e).code); });
+    const std::size_t n = std::max<std::size_t>(workers, 1);
+    for (std::size_t i = 0; i < n; ++i) {
+        auto w = std::make_unique<Worker>(*this, i, i == 0 ? &control_ioc_ : nullptr);
+        Worker& wr = *w;
+        w->server = std::make_unique<server::HttpServer>(
+            w->ex, limits_from(cfg_, n), [this, &wr](server::Exchange& ex) {
+                return handle(ex, wr);
+            });
+        w->server->on_reject([this](Errc e) { router_metrics_.bad_request(error_info(e).code); });
+        workers_.push_back(std::move(w));
+    }
+    // A failed probe ends the stalled legs on the instance wherever they are: on every worker.
+    registry_.set_stalled_legs_handler([this](const instances::Instance& inst, Duration quiet) {
+        for (auto& w : workers_) {
+            net::post(w->ex, [this, c = &w->client, role = inst.role, name = inst.name,
+                              ep = inst.endpoint, quiet] {
+                instances::fail_stalled_legs(*c, router_metrics_, role, name, ep, quiet);
+            });
+        }
+    });
 }
 
-App::~App() = default;
+App::~App() {
+    join_workers();  // a worker thread still running here would be std::terminate
+}
 
 awaitable<bool> App::probe_instances() {
     if (cfg_.model.empty()) {
@@ -139,7 +190,11 @@ bool App::start_transfer_agent(std::string& error) {
 }
 
 unsigned short App::listen() {
-    const unsigned short port = server_->listen(cfg_.host, cfg_.port);
+    const bool shared = workers_.size() > 1;
+    const unsigned short port = workers_.front()->server->listen(cfg_.host, cfg_.port, shared);
+    for (std::size_t i = 1; i < workers_.size(); ++i) {
+        workers_[i]->server->listen(cfg_.host, port, shared);
+    }
     registry_.set_self(router_id_, cfg_.host, port);
     return port;
 }
@@ -157,15 +212,49 @@ std::string App::self_instance() const {
 }
 
 void App::start() {
-    server_->start();
-    registry_.start();
-    discovery_.start();
-    lease_keeper_.start();
+    {
+        SharedLock lock;
+        registry_.start();
+        discovery_.start();
+        lease_keeper_.start();
+    }
+    for (auto& w : workers_) {
+        w->server->start();
+        if (w->own_ioc) {
+            w->keep_running.emplace(w->own_ioc->get_executor());
+            Worker* wp = w.get();
+            w->thread = std::thread([wp] { wp->own_ioc->run(); });
+        }
+    }
+    if (workers_.size() > 1) {
+        PDR_INFO(kLog, std::to_string(workers_.size()) + " worker threads");
+    }
+}
+
+void App::end_grace() {
+    for (auto& w : workers_) {
+        net::post(w->ex, [s = w->server.get()] { s->end_grace(); });
+    }
 }
 
 awaitable<void> App::shutdown(Duration grace) {
     shutting_down_ = true;
-    co_await server_->drain(grace);
+    // Every worker's server drains on its own thread, all at once.
+    using Op = decltype(net::co_spawn(executor_, std::declval<awaitable<void>>(), net::deferred));
+    std::vector<Op> drains;
+    drains.reserve(workers_.size());
+    for (auto& w : workers_) {
+        drains.push_back(net::co_spawn(w->ex, w->server->drain(grace), net::deferred));
+    }
+    auto all = net::experimental::make_parallel_group(std::move(drains));
+    co_await all.async_wait(net::experimental::wait_for_all(), use_tuple);
+    for (auto& w : workers_) {
+        if (w->own_ioc) {
+            net::post(w->ex, [c = &w->client] { c->close_idle(); });
+        } else {
+            w->client.close_idle();
+        }
+    }
     lease_keeper_.stop();
     if (control_agent_) {
         control_agent_->stop();
@@ -178,12 +267,23 @@ awaitable<void> App::shutdown(Duration grace) {
     client_.close_idle();
 }
 
-awaitable<void> App::handle(server::Exchange& raw) {
+void App::join_workers() {
+    for (auto& w : workers_) {
+        if (w->thread.joinable()) {
+            w->keep_running.reset();
+            w->own_ioc->stop();
+            w->thread.join();
+        }
+    }
+}
+
+awaitable<void> App::handle(server::Exchange& raw, Worker& w) {
     const Clock::time_point started = Clock::now();
+    w.requests.Increment();
     TrackedExchange ex(raw, disagg::request_id_for(raw.request()));
     const RouteMatch route = match_route(raw.request().method(), raw.request().target());
     try {
-        co_await dispatch(ex, route, started);
+        co_await dispatch(ex, route, started, w);
         if (!ex.responded() && !ex.client_gone()) {
             co_await server::respond_error(ex, Errc::Internal, "no answer was produced");
         }
@@ -216,7 +316,7 @@ awaitable<void> App::handle(server::Exchange& raw) {
 }
 
 awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
-                              Clock::time_point started) {
+                              Clock::time_point started, Worker& w) {
     if (route.kind == RouteMatch::Kind::NotFound) {
         router_metrics_.bad_request(error_info(Errc::NotFound).code);
         co_await server::respond_error(ex, Errc::NotFound,
@@ -238,10 +338,10 @@ awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
     switch (route.id) {
         case RouteId::Completions:
         case RouteId::ChatCompletions:
-            co_await handle_generation(ex, route.id, route.path, started);
+            co_await handle_generation(ex, route.id, route.path, started, w);
             break;
         case RouteId::Models:
-            co_await handle_models(ex);
+            co_await handle_models(ex, w);
             break;
         case RouteId::Health:
             co_await handle_health(ex);

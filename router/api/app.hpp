@@ -1,7 +1,14 @@
 #pragma once
 // The pdrouter application: wires config → upstream client → instance registry → lease keeper
-// → HTTP server, and dispatches every request to its route handler. Everything runs on one
-// io_context thread (the data path); only metrics are shared with other threads.
+// → HTTP servers, and dispatches every request to its route handler.
+//
+// Threads (--threads N): N workers each run an io_context with their own listener on the same
+// port (SO_REUSEPORT: the kernel spreads connections), their own upstream connection pools and
+// their own FlowDeps; a request lives on the worker that accepted its connection. Worker 0 runs
+// on the io_context of the thread that calls run(), beside the control executor: the shared
+// state (registry and health loop, lease keeper, KV-ready listener, transfer agent, discovery)
+// runs there, on a LockedExecutor, and workers reach it through SharedLock or by co_spawning a
+// coroutine there (net/common/shared_state.hpp). Metrics are atomics.
 #include "config/config.hpp"
 #include "net/server/http_server.hpp"
 #include "net/upstream/client.hpp"
@@ -14,10 +21,13 @@
 #include "router/metrics/metrics.hpp"
 #include "router/metrics/router_metrics.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace pdr::kv {
 class KvReadyForwarder;
@@ -30,7 +40,9 @@ namespace pdr::api {
 class App {
 public:
     // Adds cfg.prefill / cfg.decode to the registry. Nothing runs until listen()/start().
-    App(net::any_io_executor executor, config::Config cfg);
+    // `control`: the io_context the caller runs (the control executor and worker 0);
+    // `workers`: data-path threads, at least 1 (worker_threads()).
+    App(net::io_context& control, config::Config cfg, std::size_t workers);
     ~App();
     App(const App&) = delete;
     App& operator=(const App&) = delete;
@@ -45,17 +57,22 @@ public:
     // --transfer-agent: starts the router's transfer agent. False with a message in `error`
     // when it cannot (no UCX); true at once without the flag.
     bool start_transfer_agent(std::string& error);
-    // Binds cfg.host:cfg.port (throws std::system_error on failure); returns the bound port.
+    // Binds cfg.host:cfg.port, one listener per worker (throws std::system_error on failure);
+    // returns the bound port.
     unsigned short listen();
-    // Starts accepting, the health loop and the lease keeper.
+    // Starts the worker threads, accepting, the health loop and the lease keeper.
     void start();
     // Stops accepting, lets in-flight requests finish for up to `grace`, stops background work.
+    // Run it on the control executor.
     awaitable<void> shutdown(Duration grace);
     // Ends a running shutdown's grace now (a second signal).
-    void end_grace() { server_->end_grace(); }
+    void end_grace();
+    // After shutdown and the control io_context's end: stops and joins the worker threads.
+    void join_workers();
 
-    // The request handler (what the server calls for each request).
-    awaitable<void> handle(server::Exchange& ex);
+    // The control executor: its handlers hold SharedLock.
+    const net::any_io_executor& control_executor() const noexcept { return executor_; }
+    std::size_t workers() const noexcept { return workers_.size(); }
 
     const config::Config& config() const noexcept { return cfg_; }
     // A configured instance that is this router's own listen address (after listen()), or "".
@@ -66,13 +83,17 @@ public:
     std::size_t generations_in_flight() const noexcept { return generations_in_flight_; }
 
 private:
+    struct Worker;
+    // The request handler (what a worker's server calls for each request).
+    awaitable<void> handle(server::Exchange& ex, Worker& w);
     awaitable<void> dispatch(TrackedExchange& ex, const RouteMatch& route,
-                             Clock::time_point started);
+                             Clock::time_point started, Worker& w);
     awaitable<void> handle_generation(TrackedExchange& ex, RouteId id, std::string_view path,
-                                      Clock::time_point started);
-    awaitable<void> handle_models(TrackedExchange& ex);
+                                      Clock::time_point started, Worker& w);
+    awaitable<void> handle_models(TrackedExchange& ex, Worker& w);
     awaitable<void> handle_health(TrackedExchange& ex);
     awaitable<void> handle_status(TrackedExchange& ex);
+    disagg::Json status_body();
     awaitable<void> handle_metrics(TrackedExchange& ex);
     awaitable<void> handle_lease_refresh(TrackedExchange& ex);
     // A request that carries this router's id in X-Pdrouter-Hop: answers 508, true.
@@ -80,10 +101,11 @@ private:
 
     config::Config cfg_;
     std::string router_id_;  // X-Pdrouter-Hop
-    net::any_io_executor executor_;
+    net::io_context& control_ioc_;
+    net::any_io_executor executor_;  // the control executor (locked)
     metrics::Registry metrics_registry_;
     metrics::RouterMetrics router_metrics_;
-    upstream::Client client_;
+    upstream::Client client_;  // the control plane's: probes, lease refreshes, descriptor fetches
     instances::Registry registry_;
     // Before the lease keeper: its refreshes may use the agent until the keeper is gone.
     std::unique_ptr<kv::ControlAgent> control_agent_;  // --transfer-agent only
@@ -91,11 +113,12 @@ private:
     kv::LeaseKeeper lease_keeper_;
     std::unique_ptr<kv::KvReadyForwarder> kv_forwarder_;  // lmcache with a replica id only
     std::unique_ptr<kv::KvReadyListener> kv_ready_;       // lmcache mode only
-    disagg::FlowDeps deps_;
-    std::unique_ptr<server::HttpServer> server_;
-    std::size_t generations_in_flight_ = 0;
+    std::atomic<std::size_t> generations_in_flight_{0};
+    std::mutex request_ids_mutex_;
     std::unordered_set<std::string> request_ids_in_flight_;  // generation requests' ids
-    bool shutting_down_ = false;
+    std::atomic<bool> shutting_down_{false};
+    // Last: destroyed first, while what their pending work refers to still exists.
+    std::vector<std::unique_ptr<Worker>> workers_;
 };
 
 }  // namespace pdr::api

@@ -1,10 +1,12 @@
 // The route handlers of App other than dispatch and admin: generation, models, health, status,
 // metrics and the lease-refresh forwarder.
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 #include "router/api/admin.hpp"
 #include "router/api/app.hpp"
 #include "router/api/log_limit.hpp"
 #include "router/api/validate.hpp"
+#include "router/api/worker.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/run_flow.hpp"
 #include "router/kv/control_agent.hpp"
@@ -12,6 +14,8 @@
 #include "router/kv/kv_ready_listener.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 namespace pdr::api {
 
@@ -35,34 +39,50 @@ void log_bad_request(const TrackedExchange& ex, const ValidationError& err) {
     }
 }
 
-// Counts a generation request in flight (router-wide limit and gauge).
+// Counts a generation request in flight (router-wide limit and gauge), across the workers:
+// taken() is false when `max` were in flight already (nothing is counted then).
 class GenerationSlot {
 public:
-    GenerationSlot(std::size_t& count, metrics::Gauge& gauge) : count_(count), gauge_(gauge) {
-        ++count_;
-        gauge_.Increment();
+    GenerationSlot(std::atomic<std::size_t>& count, std::size_t max, metrics::Gauge& gauge)
+        : count_(count), gauge_(gauge) {
+        std::size_t now = count_.load();
+        while (now < max) {
+            if (count_.compare_exchange_weak(now, now + 1)) {
+                taken_ = true;
+                gauge_.Increment();
+                return;
+            }
+        }
     }
     ~GenerationSlot() {
-        --count_;
-        gauge_.Decrement();
+        if (taken_) {
+            --count_;
+            gauge_.Decrement();
+        }
     }
     GenerationSlot(const GenerationSlot&) = delete;
     GenerationSlot& operator=(const GenerationSlot&) = delete;
+    bool taken() const noexcept { return taken_; }
 
 private:
-    std::size_t& count_;
+    std::atomic<std::size_t>& count_;
     metrics::Gauge& gauge_;
+    bool taken_ = false;
 };
 
-// Claims a request id for as long as its request is in flight; claimed() is false when another
-// request in flight holds it. `id` must outlive the claim. Released by key: an insert that
-// rehashes the set invalidates its iterators.
+// Claims a request id for as long as its request is in flight, on any worker; claimed() is
+// false when another request in flight holds it. `id` must outlive the claim. Released by key:
+// an insert that rehashes the set invalidates its iterators.
 class RequestIdClaim {
 public:
-    RequestIdClaim(std::unordered_set<std::string>& ids, const std::string& id)
-        : ids_(ids), id_(id), claimed_(ids_.insert(id).second) {}
+    RequestIdClaim(std::mutex& m, std::unordered_set<std::string>& ids, const std::string& id)
+        : mutex_(m), ids_(ids), id_(id) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        claimed_ = ids_.insert(id).second;
+    }
     ~RequestIdClaim() {
         if (claimed_) {
+            const std::lock_guard<std::mutex> lock(mutex_);
             ids_.erase(id_);
         }
     }
@@ -71,9 +91,10 @@ public:
     bool claimed() const noexcept { return claimed_; }
 
 private:
+    std::mutex& mutex_;
     std::unordered_set<std::string>& ids_;
     const std::string& id_;
-    bool claimed_;
+    bool claimed_ = false;
 };
 
 awaitable<void> respond_json(server::Exchange& ex, unsigned status, const disagg::Json& body) {
@@ -101,12 +122,14 @@ awaitable<bool> App::refuse_loop(TrackedExchange& ex) {
 }
 
 awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::string_view path,
-                                       Clock::time_point started) {
+                                       Clock::time_point started, Worker& w) {
     if (shutting_down_) {
         co_await server::respond_error(ex, Errc::ShuttingDown, "the router is shutting down");
         co_return;
     }
-    if (generations_in_flight_ >= cfg_.max_concurrent_requests) {
+    GenerationSlot slot(generations_in_flight_, cfg_.max_concurrent_requests,
+                        router_metrics_.requests_in_flight);
+    if (!slot.taken()) {
         router_metrics_.bad_request(error_info(Errc::TooManyRequests).code);
         PDR_INFO(kLog, "rejected: max_concurrent_requests reached", ex.request_id());
         co_await server::respond_error(ex, Errc::TooManyRequests,
@@ -117,11 +140,10 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
     if (co_await refuse_loop(ex)) {
         co_return;
     }
-    GenerationSlot slot(generations_in_flight_, router_metrics_.requests_in_flight);
     const server::Request& request = ex.request();
     // The id is the engines' request id on both legs: two requests in flight with one id would
     // collide there (the second prefill replaces the first's KV blocks).
-    RequestIdClaim id_claim(request_ids_in_flight_, ex.request_id());
+    RequestIdClaim id_claim(request_ids_mutex_, request_ids_in_flight_, ex.request_id());
     if (!id_claim.claimed()) {
         router_metrics_.bad_request(error_info(Errc::DuplicateRequestId).code);
         PDR_INFO(kLog, "rejected: X-Request-Id already in flight", ex.request_id());
@@ -152,10 +174,10 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
                             parsed.stream,
                             started,
                             disagg::leg_headers(request, cfg_.upstream_api_key, router_id_)};
-    co_await disagg::run_flow(deps_, req);
+    co_await disagg::run_flow(w.deps, req);
 }
 
-awaitable<void> App::handle_models(TrackedExchange& ex) {
+awaitable<void> App::handle_models(TrackedExchange& ex, Worker& w) {
     // A model list, not a generation: a decode that stalls on it gets a probe's time, not
     // --decode-timeout-ms, before the next one is asked.
     const upstream::Timeouts timeouts = registry_.probe_timeouts();
@@ -170,7 +192,7 @@ awaitable<void> App::handle_models(TrackedExchange& ex) {
         // Counted like a leg: in flight, and in the instance's request total (its failures are).
         upstream::Request req = disagg::make_leg_request(
             http::verb::get, "/v1/models", ex.request_id(), headers, {}, decode->upstream_key);
-        upstream::Result res = co_await client_.request(decode->endpoint, std::move(req), timeouts);
+        upstream::Result res = co_await w.client.request(decode->endpoint, std::move(req), timeouts);
         if (res.failure == upstream::Failure::Canceled || ex.client_gone()) {
             co_return;
         }
@@ -225,7 +247,13 @@ awaitable<void> App::handle_health(TrackedExchange& ex) {
 }
 
 awaitable<void> App::handle_status(TrackedExchange& ex) {
+    disagg::Json body = status_body();
+    co_await respond_json(ex, 200, body);
+}
+
+disagg::Json App::status_body() {
     using instances::Role;
+    SharedLock lock;  // one consistent view of the shared state
     auto names = [this](Role role) {
         disagg::Json list = disagg::Json::array();
         for (const auto& inst : registry_.list(role)) {
@@ -242,7 +270,7 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
     body["decode_nodes_up"] = registry_.count(Role::Decode, true);
     body["mode"] = config::to_string(cfg_.kv_mode);
     body["model"] = cfg_.model.empty() ? disagg::Json(nullptr) : disagg::Json(cfg_.model);
-    body["requests_in_flight"] = generations_in_flight_;
+    body["requests_in_flight"] = generations_in_flight_.load();
     body["kv_handles_held"] = lease_keeper_.held();
     if (cfg_.kv_mode == config::KvMode::Push) {
         // push mode: each prefill's KV coordinates (what D is sent to register its blocks).
@@ -284,13 +312,20 @@ awaitable<void> App::handle_status(TrackedExchange& ex) {
         }
         body["decode_nodes_unusable"] = std::move(unusable);
     }
+    body["worker_threads"] = workers_.size();
     body["version"] = config::version();
-    co_await respond_json(ex, 200, body);
+    return body;
 }
 
 awaitable<void> App::handle_metrics(TrackedExchange& ex) {
-    router_metrics_.request_body_buffered.Set(static_cast<double>(server_->buffered_body_bytes()));
-    router_metrics_.request_body_waiting.Set(static_cast<double>(server_->body_budget_waiters()));
+    std::size_t buffered = 0;
+    std::size_t waiting = 0;
+    for (const auto& w : workers_) {
+        buffered += w->server->buffered_body_bytes();
+        waiting += w->server->body_budget_waiters();
+    }
+    router_metrics_.request_body_buffered.Set(static_cast<double>(buffered));
+    router_metrics_.request_body_waiting.Set(static_cast<double>(waiting));
     co_await server::respond_relayed(ex, 200, metrics::Registry::kContentType,
                                      metrics_registry_.render());
 }
@@ -311,7 +346,9 @@ awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
         co_await server::respond_error(ex, err.errc, err.message, err.param);
         co_return;
     }
-    kv::LeaseKeeper::ForwardResult r = co_await lease_keeper_.forward(ids);
+    // The lease keeper is shared: its forward runs on the control executor.
+    auto forward = on_control(executor_, lease_keeper_.forward(ids));
+    const kv::LeaseKeeper::ForwardResult r = co_await std::move(forward);
     disagg::Json out = disagg::Json::object();
     out["forwarded"] = r.forwarded;
     out["unknown"] = r.unknown;

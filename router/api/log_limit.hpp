@@ -1,12 +1,13 @@
 #pragma once
 // Per-request warnings that anyone can cause (bad requests, failed admin keys) at most once per
 // period per kind: the lines in between are counted, and the next line that goes out says how
-// many were left out. Runs on the router's one data-path thread: no locks.
+// many were left out. Shared by the worker threads: allow() takes the limiter's own mutex.
 #include "net/common/io.hpp"
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,7 @@ public:
     // True when a line of `kind` may go out now; then `note` is "" or " (N similar lines left
     // out)" to append to it. False: the line is counted and left out.
     bool allow(std::string_view kind, std::string& note) {
+        const std::lock_guard<std::mutex> lock(mutex_);
         auto it = entries_.find(kind);
         if (it == entries_.end()) {
             it = entries_.emplace(std::string(kind), Entry{}).first;
@@ -42,6 +44,7 @@ private:
         std::uint64_t dropped = 0;
     };
     Duration period_;
+    std::mutex mutex_;
     std::map<std::string, Entry, std::less<>> entries_;
 };
 

@@ -3,10 +3,16 @@
 #include "net/common/log.hpp"
 #include "router/api/app.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <string_view>
+#include <thread>
 
 namespace pdr::api {
 
@@ -96,7 +102,7 @@ awaitable<void> run_main(RunState& s) {
     PDR_INFO("main", "signal " + std::to_string(signo) + ": draining (grace " +
                          std::to_string(cfg.shutdown_grace.count()) +
                          " ms; a second signal ends it now)");
-    net::co_spawn(s.ioc, end_grace_on_signal(s), net::detached);
+    net::co_spawn(s.app.control_executor(), end_grace_on_signal(s), net::detached);
     co_await s.app.shutdown(cfg.shutdown_grace);
     error_code ignored;
     s.signals.cancel(ignored);
@@ -125,10 +131,54 @@ bool write_port_file(const std::string& path, unsigned short port, std::string& 
     return true;
 }
 
+std::size_t quota_cores(std::string_view cpu_max) {
+    // cgroup v2 cpu.max: "<quota> <period>" in microseconds, or "max <period>" for no quota.
+    const auto space = cpu_max.find(' ');
+    if (space == std::string_view::npos) {
+        return 0;
+    }
+    const std::string_view quota = cpu_max.substr(0, space);
+    std::string_view period = cpu_max.substr(space + 1);
+    while (!period.empty() && (period.back() == '\n' || period.back() == ' ')) {
+        period.remove_suffix(1);
+    }
+    unsigned long long q = 0;
+    unsigned long long p = 0;
+    const auto qr = std::from_chars(quota.data(), quota.data() + quota.size(), q);
+    const auto pr = std::from_chars(period.data(), period.data() + period.size(), p);
+    if (qr.ec != std::errc{} || qr.ptr != quota.data() + quota.size() || pr.ec != std::errc{} ||
+        pr.ptr != period.data() + period.size() || q == 0 || p == 0) {
+        return 0;
+    }
+    return static_cast<std::size_t>((q + p - 1) / p);  // a part of a core is a thread
+}
+
+std::size_t worker_threads(const config::Config& cfg) {
+    if (cfg.threads > 0) {
+        return cfg.threads;
+    }
+    std::size_t n = std::max(1u, std::thread::hardware_concurrency());
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0) {
+        n = static_cast<std::size_t>(CPU_COUNT(&cpus));
+    }
+    // A container's CPU limit (cgroup v2): no more threads than the cores it may use.
+    std::ifstream cpu_max("/sys/fs/cgroup/cpu.max");
+    std::string line;
+    if (cpu_max && std::getline(cpu_max, line)) {
+        if (const std::size_t cores = quota_cores(line); cores > 0) {
+            n = std::min(n, cores);
+        }
+    }
+    return std::max<std::size_t>(n, 1);
+}
+
 int run(config::Config cfg, const RunHooks& hooks) {
     std::signal(SIGPIPE, SIG_IGN);
     net::io_context ioc(1);
-    App app(ioc.get_executor(), std::move(cfg));
+    const std::size_t workers = worker_threads(cfg);
+    App app(ioc, std::move(cfg), workers);
     RunState state{ioc, app, hooks, net::signal_set(ioc, SIGINT, SIGTERM)};
     // main() blocked them until this handler existed; one that came meanwhile is delivered now.
     sigset_t stop_signals;
@@ -136,7 +186,8 @@ int run(config::Config cfg, const RunHooks& hooks) {
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
-    net::co_spawn(ioc, run_main(state), [&state](std::exception_ptr e) {
+    // The start-up, the signal wait and the shutdown are control work: on the control executor.
+    net::co_spawn(app.control_executor(), run_main(state), [&state](std::exception_ptr e) {
         if (!e) {
             return;
         }
@@ -147,6 +198,7 @@ int run(config::Config cfg, const RunHooks& hooks) {
         }
     });
     ioc.run();
+    app.join_workers();
     return state.exit_code;
 }
 

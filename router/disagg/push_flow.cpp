@@ -286,14 +286,15 @@ awaitable<PairEnd> run_pair(FlowDeps& deps, FlowRequest& req, instances::Instanc
               "push: prefill " + p.name + " (engine " + coords.engine_id + ") and decode " +
                   d.name + " at once, transfer_id " + transfer_id,
               req.request_id);
-    Pair pair(co_await net::this_coro::executor);
+    const net::any_io_executor here = co_await net::this_coro::executor;
+    Pair pair(here);
     // Whatever ends the request without D taking the KV, P is told to drop the transfer.
     AbortGuard abort_unless_taken(deps.control, pair.kv_taken, p.endpoint, req.request_id,
                                   transfer_id);
     // With the transfer agent, P's copy of the write's Failed note ends D's wait at once.
     std::optional<kv::ControlAgent::Watch> watch;
     if (deps.control != nullptr) {
-        watch.emplace(deps.control->watch(transfer_id, [&](const kv::TransferEnd& e) {
+        watch.emplace(deps.control->watch(transfer_id, here, [&](const kv::TransferEnd& e) {
             if (e.ok || (pair.p_end != Pair::PEnd::Pending && pair.p_end != Pair::PEnd::Ok)) {
                 return;
             }

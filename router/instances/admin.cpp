@@ -5,6 +5,7 @@
 #include "config/ascii.hpp"
 #include "net/common/error.hpp"
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 #include "router/instances/registry.hpp"
 
 namespace pdr::instances {
@@ -133,12 +134,14 @@ awaitable<Registry::AdminResult> Registry::add(std::string_view type_in,
 }
 
 void Registry::set_self(std::string router_id, std::string listen_host, unsigned short port) {
+    SharedLock lock;
     router_id_ = std::move(router_id);
     listen_host_ = std::move(listen_host);
     listen_port_ = port;
 }
 
 bool Registry::is_self(const config::InstanceAddress& a) const {
+    SharedLock lock;
     if (listen_port_ == 0 || a.port != listen_port_) {
         return false;
     }
@@ -162,6 +165,7 @@ bool Registry::is_self(const config::InstanceAddress& a) const {
 }
 
 Registry::AdminResult Registry::remove(std::string_view type_in, std::string_view instance_in) {
+    SharedLock lock;
     const std::string type(type_in), instance(instance_in);
     Role role{};
     config::InstanceAddress addr;
@@ -230,6 +234,7 @@ awaitable<bool> Registry::add_discovered(Role role, config::InstanceAddress a, s
 }
 
 void Registry::drain(Role role, std::string_view name) {
+    SharedLock lock;
     if (auto inst = find(role, name)) {
         PDR_INFO(kLog, "draining " + std::string(to_string(role)) + " instance " + inst->name +
                            ", gone from " + inst->source + " (" + std::to_string(inst->in_flight) +

@@ -17,24 +17,6 @@ std::string_view last_component(std::string_view s) noexcept {
     return slash == std::string_view::npos ? s : s.substr(slash + 1);
 }
 
-// `inst` failed a health probe: the exchanges with it that have received nothing for as long as
-// the probe waited are stuck with it (a stopped or hung engine). They end now, each as its own
-// timeout would, so the legs' failure handling runs at once (an error event on a started stream,
-// a retry or a 5xx otherwise) instead of after their own, much longer, timeouts. Legs still
-// receiving go on.
-void fail_stalled_legs(upstream::Client& client, metrics::RouterMetrics& metrics, Instance& inst,
-                       Duration quiet) {
-    const std::size_t n = client.fail_stalled(inst.endpoint, quiet);
-    if (n == 0) {
-        return;
-    }
-    metrics.legs_failed_on_down(inst.role, n);
-    PDR_WARN(kLog, std::string(to_string(inst.role)) + " instance " + inst.name +
-                       " is down: failing " + std::to_string(n) +
-                       " stalled legs (nothing received for " + std::to_string(quiet.count()) +
-                       " ms or more)");
-}
-
 std::string describe(const upstream::Result& r) {
     std::string out(upstream::to_string(r.failure));
     if (r.ec) {
@@ -43,6 +25,26 @@ std::string describe(const upstream::Result& r) {
     return out;
 }
 }  // namespace
+
+void fail_stalled_legs(upstream::Client& client, metrics::RouterMetrics& metrics, Role role,
+                       const std::string& name, const upstream::Endpoint& ep, Duration quiet) {
+    const std::size_t n = client.fail_stalled(ep, quiet);
+    if (n == 0) {
+        return;
+    }
+    metrics.legs_failed_on_down(role, n);
+    PDR_WARN(kLog, std::string(to_string(role)) + " instance " + name + " is down: failing " +
+                       std::to_string(n) + " stalled legs (nothing received for " +
+                       std::to_string(quiet.count()) + " ms or more)");
+}
+
+void Registry::fail_stalled(const Instance& inst, Duration quiet) {
+    if (stalled_handler_) {
+        stalled_handler_(inst, quiet);
+    } else {
+        fail_stalled_legs(client_, metrics_, inst.role, inst.name, inst.endpoint, quiet);
+    }
+}
 
 bool model_matches(std::string_view served, std::string_view wanted) noexcept {
     if (served == wanted) {
@@ -199,7 +201,7 @@ awaitable<void> Registry::run_probe(InstancePtr inst) {
     } else if (inst->up) {
         inst->last_error = outcome.error;
         mark_down(*inst, "health check: " + outcome.error);
-        fail_stalled_legs(client_, metrics_, *inst, probe_timeouts().response);
+        fail_stalled(*inst, probe_timeouts().response);
     } else {
         inst->last_error = outcome.error;
         inst->backoff = std::max<Duration>(
@@ -208,7 +210,7 @@ awaitable<void> Registry::run_probe(InstancePtr inst) {
         PDR_DEBUG(kLog, std::string(to_string(inst->role)) + " instance " + inst->name +
                             " still down: " + outcome.error);
         // Legs that began to wait just before it stopped are caught by a later probe.
-        fail_stalled_legs(client_, metrics_, *inst, probe_timeouts().response);
+        fail_stalled(*inst, probe_timeouts().response);
     }
     wake_health_loop();
 }

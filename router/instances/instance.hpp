@@ -2,7 +2,8 @@
 // One upstream engine instance (prefill or decode) as the router sees it, and the RAII guard
 // that counts a request in flight on it. Instances live in shared_ptrs owned by the Registry
 // (and by whoever holds an InFlight), so their address stays stable after an admin remove.
-// Everything here runs on the router's single data-path executor: no locks.
+// Fields set at insertion (role, name, public_name, endpoint, kv, upstream_key) never change;
+// the others change and are read only under SharedLock (net/common/shared_state.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <functional>

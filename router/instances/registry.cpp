@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 
 namespace pdr::instances {
 
@@ -40,6 +41,7 @@ InFlight::InFlight(InstancePtr inst, std::size_t weight)
     if (!inst_) {
         return;
     }
+    SharedLock lock;
     ++inst_->in_flight;
     inst_->load += weight_;
     ++inst_->requests;
@@ -52,6 +54,7 @@ InFlight::InFlight(InstancePtr inst, std::size_t weight)
 }
 
 InFlight& InFlight::operator=(InFlight&& o) noexcept {
+    SharedLock lock;
     if (this != &o) {
         release();
         inst_ = std::move(o.inst_);
@@ -61,6 +64,7 @@ InFlight& InFlight::operator=(InFlight&& o) noexcept {
 }
 
 void InFlight::release() noexcept {
+    SharedLock lock;
     if (!inst_) {
         return;
     }
@@ -120,6 +124,7 @@ InstancePtr Registry::insert(Role role, const config::InstanceAddress& a, Instan
 }
 
 void Registry::add_configured(Role role, const config::InstanceAddress& a, InstanceKv kv) {
+    SharedLock lock;
     if (find(role, a.text())) {
         PDR_WARN(kLog,
                  "ignoring duplicate " + std::string(to_string(role)) + " instance " + a.text());
@@ -129,6 +134,7 @@ void Registry::add_configured(Role role, const config::InstanceAddress& a, Insta
 }
 
 InstancePtr Registry::find(Role role, std::string_view name) const {
+    SharedLock lock;
     for (const auto& inst : instances_[index(role)]) {
         if (!inst->removed && inst->name == name) {
             return inst;
@@ -172,6 +178,7 @@ void Registry::update_counts(Role role) {
 
 InstancePtr Registry::pick(Role role, const Instance* exclude, bool (*usable)(const Instance&),
                            const PickHint& hint) {
+    SharedLock lock;
     prune(role);
     const auto& v = instances_[index(role)];
     std::vector<std::size_t>& candidates = candidates_;
@@ -193,6 +200,7 @@ InstancePtr Registry::pick(Role role, const Instance* exclude, bool (*usable)(co
 }
 
 void Registry::set_policy(Role role, std::unique_ptr<Policy> policy) {
+    SharedLock lock;
     policies_[index(role)] = std::move(policy);
 }
 
@@ -212,6 +220,7 @@ void Registry::mark_down(Instance& inst, std::string_view reason) {
 }
 
 void Registry::report_failure(Instance& inst, std::string_view reason) {
+    SharedLock lock;
     ++inst.failures;
     inst.last_error = std::string(reason);
     if (inst.up && !inst.removed) {
@@ -220,6 +229,7 @@ void Registry::report_failure(Instance& inst, std::string_view reason) {
 }
 
 void Registry::report_error(Instance& inst, std::string_view reason) {
+    SharedLock lock;
     ++inst.failures;
     inst.last_error = std::string(reason);
     // On trial, the first error is enough: the instance had just failed.
@@ -250,6 +260,7 @@ void Registry::start_trial(Instance& inst) {
 }
 
 void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason) {
+    SharedLock lock;
     // Only an instance that cannot be reached is down at once. A timeout on an answer is counted
     // like a 5xx: one overloaded moment must not take the only decode out of rotation.
     if (f == upstream::Failure::Connect || f == upstream::Failure::ConnectTimeout) {
@@ -260,6 +271,7 @@ void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::stri
 }
 
 void Registry::report_success(Instance& inst) {
+    SharedLock lock;
     inst.consecutive_errors = 0;
     if (inst.on_trial) {
         inst.on_trial = false;
@@ -282,6 +294,7 @@ void Registry::report_success(Instance& inst) {
 }
 
 std::size_t Registry::count(Role role, bool up_only) const {
+    SharedLock lock;
     std::size_t n = 0;
     for (const auto& inst : instances_[index(role)]) {
         if (!inst->removed && (!up_only || inst->up)) {
@@ -292,6 +305,7 @@ std::size_t Registry::count(Role role, bool up_only) const {
 }
 
 std::size_t Registry::count_usable(Role role, bool (*usable)(const Instance&)) const {
+    SharedLock lock;
     std::size_t n = 0;
     for (const auto& inst : instances_[index(role)]) {
         if (!inst->removed && inst->up && usable(*inst)) {
@@ -302,6 +316,7 @@ std::size_t Registry::count_usable(Role role, bool (*usable)(const Instance&)) c
 }
 
 std::vector<InstancePtr> Registry::list(Role role) const {
+    SharedLock lock;
     std::vector<InstancePtr> out;
     for (const auto& inst : instances_[index(role)]) {
         if (!inst->removed) {
@@ -312,6 +327,7 @@ std::vector<InstancePtr> Registry::list(Role role) const {
 }
 
 nlohmann::json Registry::to_json() const {
+    SharedLock lock;
     auto out = nlohmann::json::array();
     for (const auto& v : instances_) {
         for (const auto& inst : v) {

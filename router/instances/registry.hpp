@@ -1,7 +1,10 @@
 #pragma once
 // The instance registry: the prefill and decode instances the router may use, their health,
 // round-robin selection, in-flight accounting and the admin add/remove operations
-// (PROTOCOLS.md §6). Single-threaded: every member runs on the router's data-path executor.
+// (PROTOCOLS.md §6). Shared by the router's worker threads: its executor is the control
+// executor (net/common/shared_state.hpp), whose handlers hold SharedLock, and every public
+// method a worker calls takes SharedLock itself. The coroutines (add, add_discovered,
+// probe_all_at_startup) run on the control executor: workers co_spawn them there.
 //
 // Health: instances start up (a router started before its engines still tries them). A leg that
 // cannot connect or times out marks an instance down at once (report_failure), 3 other errors in
@@ -15,6 +18,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,11 +50,22 @@ struct ModelProbe {
 // ("Qwen/Qwen3-0.6B" matches "Qwen3-0.6B" and "/models/Qwen3-0.6B").
 bool model_matches(std::string_view served, std::string_view wanted) noexcept;
 
+// `ep` (of `role`, named `name`) failed a health probe: the exchanges with it on `client` that
+// have received nothing for `quiet` (as long as the probe waited) are stuck with it (a stopped
+// or hung engine). They end now, each as its own timeout would, so the legs' failure handling
+// runs at once (an error event on a started stream, a retry or a 5xx otherwise) instead of
+// after their own, much longer, timeouts; counted and logged. Legs still receiving go on. Call
+// it on `client`'s thread.
+void fail_stalled_legs(upstream::Client& client, metrics::RouterMetrics& metrics, Role role,
+                       const std::string& name, const upstream::Endpoint& ep, Duration quiet);
+
 class Registry {
 public:
     Registry(net::any_io_executor ex, upstream::Client& client, metrics::RouterMetrics& m,
              const config::Config& cfg);
     metrics::RouterMetrics& metrics() noexcept { return metrics_; }
+    // The control executor: where the coroutines below run.
+    const net::any_io_executor& executor() const noexcept { return ex_; }
     ~Registry();
     Registry(const Registry&) = delete;
     Registry& operator=(const Registry&) = delete;
@@ -131,6 +146,12 @@ public:
     bool is_self(const config::InstanceAddress& a) const;
     const std::string& router_id() const noexcept { return router_id_; }
 
+    // Where the legs on an instance that failed a probe are (fail_stalled_legs): by default the
+    // registry's own client; the router's workers each have their own (--threads), and the
+    // handler posts the call to each of them.
+    using StalledLegsHandler = std::function<void(const Instance&, Duration quiet)>;
+    void set_stalled_legs_handler(StalledLegsHandler h) { stalled_handler_ = std::move(h); }
+
     void start();  // starts the health loop
     void stop();   // cancels the health loop and running probes
 
@@ -160,6 +181,7 @@ private:
     awaitable<void> health_loop();
     awaitable<void> run_probe(InstancePtr inst);
     void wake_health_loop();
+    void fail_stalled(const Instance& inst, Duration quiet);
 
     net::any_io_executor ex_;
     upstream::Client& client_;
@@ -170,6 +192,7 @@ private:
     // The N of the next "prefill-N" / "decode-N" (--hide-instance-addresses); never goes back.
     std::array<std::uint64_t, kRoleCount> next_public_number_{};
     std::vector<std::size_t> candidates_;  // pick()'s scratch list
+    StalledLegsHandler stalled_handler_;
     std::string router_id_;                // set_self
     std::string listen_host_;
     unsigned short listen_port_ = 0;

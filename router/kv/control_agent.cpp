@@ -1,6 +1,7 @@
 #include "router/kv/control_agent.hpp"
 
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 #include "pdx/agent.hpp"
 #include "pdx/asio_pump.hpp"
 
@@ -99,6 +100,7 @@ void ControlAgent::stop() {
 }
 
 std::size_t ControlAgent::peers() const noexcept {
+    SharedLock lock;
     std::size_t n = 0;
     for (const auto& [name, peer] : peers_) {
         n += peer.handle != 0 ? 1 : 0;
@@ -157,6 +159,7 @@ std::uint64_t ControlAgent::cached_peer(const upstream::Endpoint& prefill) const
 }
 
 void ControlAgent::prepare(const upstream::Endpoint& prefill) {
+    SharedLock lock;
     if (!pump_ || tasks_.stopped()) {
         return;
     }
@@ -179,6 +182,7 @@ awaitable<void> ControlAgent::fetch(upstream::Endpoint prefill) {
 
 void ControlAgent::abort(const upstream::Endpoint& prefill, std::string request_id,
                          std::string transfer_id) {
+    SharedLock lock;
     if (!pump_ || tasks_.stopped()) {
         return;
     }
@@ -257,14 +261,15 @@ awaitable<bool> ControlAgent::renew(const upstream::Endpoint& prefill,
     co_return true;
 }
 
-ControlAgent::Watch ControlAgent::watch(std::string transfer_id,
+ControlAgent::Watch ControlAgent::watch(std::string transfer_id, net::any_io_executor where,
                                         std::function<void(const TransferEnd&)> on_end) {
+    SharedLock lock;
     if (!pump_) {
         return {};
     }
     const Clock::time_point now = Clock::now();
     forget_old_watches(now);
-    watches_[transfer_id] = Watcher{std::move(on_end), now};
+    watches_[transfer_id] = Watcher{std::move(on_end), std::move(where), ++next_watch_serial_, now};
     return Watch(this, std::move(transfer_id));
 }
 
@@ -283,6 +288,7 @@ ControlAgent::Watch::~Watch() {
     if (owner_ == nullptr) {
         return;
     }
+    SharedLock lock;
     const auto w = owner_->watches_.find(id_);
     if (w != owner_->watches_.end()) {
         w->second.on_end = nullptr;  // kept a while for a late copy (timing and counting only)
@@ -331,9 +337,22 @@ void ControlAgent::on_note(std::uint64_t /*peer*/, int kind, std::uint64_t trans
         watches_.erase(w);  // a late copy: the request ended already
         return;
     }
-    // The callback may end the watch: call a copy.
-    const auto on_end = w->second.on_end;
-    on_end(end);
+    // On the watcher's thread, if the watch is still there then (it ends on that thread).
+    net::post(w->second.where,
+              [this, id = w->first, serial = w->second.serial, end = std::move(end)] {
+                  std::function<void(const TransferEnd&)> on_end;
+                  {
+                      SharedLock lock;
+                      const auto now = watches_.find(id);
+                      if (now == watches_.end() || now->second.serial != serial) {
+                          return;
+                      }
+                      on_end = now->second.on_end;  // a copy: the callback may end the watch
+                  }
+                  if (on_end) {
+                      on_end(end);
+                  }
+              });
 }
 
 }  // namespace pdr::kv

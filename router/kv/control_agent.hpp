@@ -7,8 +7,9 @@
 // - observation: P copies each push transfer's terminal note (Done/Failed) here; a flow that
 //   watches the transfer id hears of it, and the transfer is timed and counted.
 // An engine without pdx (no GET /internal/pdx/descriptor) is remembered as such for a minute
-// and served over HTTP as before. Single-threaded: the agent runs in EventFd mode, pumped on
-// the router's data-path executor, so its callbacks run there beside everything else.
+// and served over HTTP as before. Threads: the agent runs in EventFd mode, pumped on the
+// control executor (net/common/shared_state.hpp), so its callbacks hold SharedLock; the
+// members a worker calls (prepare, abort, watch, ~Watch, peers) take it themselves.
 #include "net/common/io.hpp"
 #include "net/common/task_group.hpp"
 #include "net/upstream/client.hpp"
@@ -76,8 +77,9 @@ public:
     awaitable<bool> renew(const upstream::Endpoint& prefill,
                           const std::vector<std::string>& ids) override;
 
-    // Watches a push transfer: `on_end` runs (on the executor) when P's copy of its terminal
-    // note arrives, while the Watch lives. Destroy it before what `on_end` refers to.
+    // Watches a push transfer: `on_end` runs on `where` (the watching flow's executor) when P's
+    // copy of its terminal note arrives, if the Watch still lives then. Destroy the Watch on
+    // `where`'s thread, before what `on_end` refers to.
     class Watch {
     public:
         Watch() = default;
@@ -93,7 +95,7 @@ public:
         ControlAgent* owner_ = nullptr;
         std::string id_;
     };
-    [[nodiscard]] Watch watch(std::string transfer_id,
+    [[nodiscard]] Watch watch(std::string transfer_id, net::any_io_executor where,
                               std::function<void(const TransferEnd&)> on_end);
 
     std::size_t peers() const noexcept;  // prefill engines reached as pdx peers now
@@ -106,6 +108,8 @@ private:
     };
     struct Watcher {
         std::function<void(const TransferEnd&)> on_end;  // empty once the Watch is gone
+        net::any_io_executor where;                      // where on_end runs
+        std::uint64_t serial = 0;                        // tells a watch from a later one
         Clock::time_point started;
     };
     void forget_old_watches(Clock::time_point now);
@@ -128,6 +132,7 @@ private:
     std::string descriptor_b64_;
     std::unordered_map<std::string, Peer> peers_;       // by P's authority
     std::unordered_map<std::string, Watcher> watches_;  // by transfer id
+    std::uint64_t next_watch_serial_ = 0;
     // Ended watches, oldest first: kept kLateNoteWindow so a copy that arrives after the
     // request ended (P's note to the router races D's answer) is still timed and counted.
     std::deque<std::pair<Clock::time_point, std::string>> ended_;

@@ -8,16 +8,21 @@
 #include <zmq.hpp>
 
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 #include "router/kv/kv_ready_forwarder.hpp"
 #include "router/kv/kv_ready_frame.hpp"
 #include "router/kv/kv_ready_owner.hpp"
 
 namespace pdr::kv {
 
-// A wait's timer, in the waiting coroutine's frame; the table keeps a pointer to it while the
-// wait runs so that the completing notification (or stop()) can cancel it.
+// A wait's timer, in the waiting coroutine's frame, on the waiter's executor (a worker's); the
+// table keeps a pointer to it while the wait runs so that the completing notification (or
+// stop()) can wake it: wake() posts the cancel to the waiter's executor, where it finds the
+// waker again by id and serial (the wait may have ended meanwhile, on that thread).
 struct KvReadyWaker {
     Timer timer;
+    std::string id;
+    std::uint64_t serial = 0;
 };
 
 namespace {
@@ -107,27 +112,42 @@ KvReadyListener::Registration& KvReadyListener::Registration::operator=(Registra
 
 void KvReadyListener::Registration::reset() {
     if (auto* k = std::exchange(owner_, nullptr)) {
+        SharedLock lock;
         k->table_.release(id_, Clock::now());
         k->publish();
     }
 }
 
 std::size_t KvReadyListener::Registration::received() const {
-    return owner_ == nullptr ? 0 : owner_->table_.received(id_);
+    if (owner_ == nullptr) {
+        return 0;
+    }
+    SharedLock lock;
+    return owner_->table_.received(id_);
 }
 
 bool KvReadyListener::Registration::ready() const {
-    return owner_ != nullptr && owner_->table_.ready(id_);
+    if (owner_ == nullptr) {
+        return false;
+    }
+    SharedLock lock;
+    return owner_->table_.ready(id_);
 }
 
 awaitable<WaitEnd> KvReadyListener::Registration::wait(Clock::time_point deadline) {
     KvReadyListener* k = owner_;
-    if (k == nullptr || k->stopped_) {
+    if (k == nullptr) {
         co_return WaitEnd::Stopped;
     }
-    k->table_.start_wait(id_);
-    if (k->table_.ready(id_)) {
-        co_return WaitEnd::Ready;
+    {
+        SharedLock lock;
+        if (k->stopped_) {
+            co_return WaitEnd::Stopped;
+        }
+        k->table_.start_wait(id_);
+        if (k->table_.ready(id_)) {
+            co_return WaitEnd::Ready;
+        }
     }
     const net::cancellation_state before = co_await net::this_coro::cancellation_state;
     if (before.cancelled() != net::cancellation_type::none) {
@@ -136,23 +156,50 @@ awaitable<WaitEnd> KvReadyListener::Registration::wait(Clock::time_point deadlin
     // Clears the table's pointer to the waker however the frame ends.
     struct Armed {
         KvReadyTable& table;
-        const std::string& id;
         KvReadyWaker waker;
-        ~Armed() { table.set_waker(id, nullptr); }
-    } armed{k->table_, id_, KvReadyWaker{Timer(k->ex_, deadline)}};
-    k->table_.set_waker(id_, &armed.waker);
-    const auto [ec] = co_await armed.waker.timer.async_wait();
-    if (k->table_.ready(id_)) {
-        co_return WaitEnd::Ready;
+        ~Armed() {
+            SharedLock lock;
+            table.set_waker(waker.id, nullptr);
+        }
+    };
+    Armed armed{k->table_, KvReadyWaker{Timer(co_await net::this_coro::executor, deadline), id_, 0}};
+    {
+        SharedLock lock;
+        armed.waker.serial = ++k->next_waker_serial_;
+        k->table_.set_waker(id_, &armed.waker);
+        // What arrived (or stopped the listener) since the check above found no waker to wake.
+        if (k->table_.ready(id_)) {
+            co_return WaitEnd::Ready;
+        }
+        if (k->stopped_) {
+            co_return WaitEnd::Stopped;
+        }
     }
-    if (k->stopped_) {
-        co_return WaitEnd::Stopped;
+    const auto [ec] = co_await armed.waker.timer.async_wait();
+    {
+        SharedLock lock;
+        if (k->table_.ready(id_)) {
+            co_return WaitEnd::Ready;
+        }
+        if (k->stopped_) {
+            co_return WaitEnd::Stopped;
+        }
     }
     const net::cancellation_state after = co_await net::this_coro::cancellation_state;
     if (ec && after.cancelled() != net::cancellation_type::none) {
         co_return WaitEnd::Cancelled;
     }
     co_return WaitEnd::TimedOut;
+}
+
+void KvReadyListener::wake(KvReadyWaker& w) {
+    net::post(w.timer.get_executor(), [this, id = w.id, serial = w.serial] {
+        SharedLock lock;
+        KvReadyWaker* now = table_.waker(id);
+        if (now != nullptr && now->serial == serial) {
+            now->timer.cancel();
+        }
+    });
 }
 
 // ---- Listener -------------------------------------------------------------------------------
@@ -217,13 +264,14 @@ void KvReadyListener::stop() {
     // is not the task group's to emit (see receive_loop). Then the waits and the sweep loop.
     zmq_.reset();
     for (KvReadyWaker* w : table_.wakers()) {
-        w->timer.cancel();
+        wake(*w);
     }
     sweep_timer_.cancel();
     tasks_.stop();
 }
 
 KvReadyListener::Registration KvReadyListener::expect(std::string req_id, std::size_t expected) {
+    SharedLock lock;
     if (stopped_) {
         return Registration(std::string_view("kv-ready listener stopped"));
     }
@@ -285,7 +333,7 @@ void KvReadyListener::on_frame(std::string_view bytes, Clock::time_point now, bo
     const KvReadyTable::Arrival a = table_.arrive(frame.req_id, now);
     metrics_.kv_ready_notification(outcome_of(a.outcome));
     if (a.wake != nullptr) {
-        a.wake->timer.cancel();
+        wake(*a.wake);
     }
     if (a.outcome == KvReadyTable::Outcome::Unknown) {
         ++unknown_since_log_;

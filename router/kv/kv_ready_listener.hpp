@@ -35,8 +35,11 @@
 // (received) and dropped otherwise (not_owner), never forwarded again, so nothing loops. The
 // drops are logged with the malformed summary. A req_id without '@' is this replica's.
 //
-// Single-threaded: every member runs on the executor passed in. Lifetime: Registrations must not
-// outlive the listener; call stop() and let the io_context finish before destroying it.
+// Threads: the executor passed in is the control executor (net/common/shared_state.hpp; its
+// handlers hold SharedLock). expect() and the Registration's members take SharedLock and may be
+// used on any worker thread; a wait's timer is on the waiting coroutine's own executor, and a
+// notification wakes it by posting there. Lifetime: Registrations must not outlive the
+// listener; call stop() and let the io_contexts finish before destroying it.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -147,6 +150,8 @@ private:
     void note_malformed(metrics::KvReadyMalformed reason, Clock::time_point now);
     void log_problems(Clock::time_point now);
     void publish();  // table size and new evictions → metrics
+    // Wakes a wait (its timer's executor, found again there by id and serial).
+    void wake(KvReadyWaker& w);
     awaitable<void> receive_loop();
     awaitable<void> sweep_loop();
 
@@ -154,6 +159,7 @@ private:
     KvReadyOptions opts_;
     metrics::RouterMetrics& metrics_;
     KvReadyTable table_;
+    std::uint64_t next_waker_serial_ = 0;
     KvReadyTable::Evictions published_;
     std::unique_ptr<Zmq> zmq_;
     std::string endpoint_;

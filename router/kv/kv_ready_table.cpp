@@ -174,6 +174,11 @@ bool KvReadyTable::ready(std::string_view id) const {
            e->received >= e->expected;
 }
 
+KvReadyWaker* KvReadyTable::waker(std::string_view id) const {
+    const Entry* e = find(id);
+    return e == nullptr ? nullptr : e->waker;
+}
+
 std::vector<KvReadyWaker*> KvReadyTable::wakers() const {
     std::vector<KvReadyWaker*> out;
     for (const auto& [id, e] : entries_) {

@@ -83,6 +83,8 @@ public:
     std::size_t size() const noexcept { return entries_.size(); }
     std::size_t unclaimed() const noexcept { return unclaimed_.size(); }
     const Evictions& evictions() const noexcept { return evictions_; }
+    // The waker set for `id` now, or null.
+    KvReadyWaker* waker(std::string_view id) const;
     // The wakers set now (to wake every waiter at shutdown).
     std::vector<KvReadyWaker*> wakers() const;
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 
 namespace pdr::kv {
 
@@ -37,6 +38,7 @@ LeaseKeeper::Hold& LeaseKeeper::Hold::operator=(Hold&& o) noexcept {
 }
 
 Clock::time_point LeaseKeeper::Hold::lease_until() const {
+    SharedLock lock;
     return keeper_->entries_.at(token_).confirmed + keeper_->cfg_.kv_lease_timeout;
 }
 
@@ -69,6 +71,7 @@ LeaseKeeper::~LeaseKeeper() {
 
 LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::Endpoint& prefill,
                                     bool with_key) {
+    SharedLock lock;
     if (!enabled_) {
         return Hold{};
     }
@@ -95,6 +98,7 @@ LeaseKeeper::Hold LeaseKeeper::hold(std::string p_request_id, const upstream::En
 }
 
 void LeaseKeeper::stop_refreshing(std::uint64_t token) {
+    SharedLock lock;
     auto it = entries_.find(token);
     if (it == entries_.end() || !it->second.refreshing) {
         return;
@@ -106,6 +110,7 @@ void LeaseKeeper::stop_refreshing(std::uint64_t token) {
 }
 
 void LeaseKeeper::release(std::uint64_t token) {
+    SharedLock lock;
     stop_refreshing(token);
     auto it = entries_.find(token);
     if (it == entries_.end()) {

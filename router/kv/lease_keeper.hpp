@@ -7,8 +7,10 @@
 // refreshing ids has its own due time, set one period after its first id was held and one
 // period after each refresh; when due, all of that P's ids go out in batched POSTs
 // {P}/internal/nixl/lease_refresh {"request_ids": [...]} (at most kMaxBatch ids each), in a
-// coroutine of its own so a slow P never delays another. Single-threaded: every member runs on
-// the router's data-path executor. hold(), first_byte() and ~Hold() are O(1).
+// coroutine of its own so a slow P never delays another. Shared by the router's worker threads:
+// its executor is the control executor (net/common/shared_state.hpp; its handlers hold
+// SharedLock); hold(), first_byte(), lease_until() and ~Hold() take SharedLock and are O(1);
+// workers co_spawn forward() on the control executor.
 //
 // Lifetime: Holds must not outlive the LeaseKeeper; call stop() and let the io_context finish
 // before destroying it.

@@ -278,7 +278,10 @@ RouterMetrics::RouterMetrics(Registry& registry)
       instance_requests_(counters(registry, "pdrouter_instance_requests_total",
                                   "Upstream requests sent to one instance.")),
       instance_up_(gauges(registry, "pdrouter_instance_up",
-                          "1 if the instance passed its last health probe, else 0.")) {
+                          "1 if the instance passed its last health probe, else 0.")),
+      worker_requests_(counters(registry, "pdrouter_worker_requests_total",
+                                "Client requests handled, by the worker thread whose listener "
+                                "accepted their connection (--threads).")) {
     // The transfer agent's note series are bounded: all of them exist from start-up.
     for (const char* kind : {"abort", "heartbeat"}) {
         for (const char* result : {"ok", "failed", "no_pdx"}) {
@@ -511,6 +514,10 @@ void RouterMetrics::bad_request(std::string_view code) {
 
 void RouterMetrics::admin_request(std::string_view action, std::string_view result) {
     admin_requests_.Add({{"action", s(action)}, {"result", s(result)}}).Increment();
+}
+
+Counter& RouterMetrics::worker_requests(std::size_t worker) {
+    return worker_requests_.Add({{"worker", std::to_string(worker)}});
 }
 
 void RouterMetrics::transfer_note_sent(std::string_view kind, std::string_view result) {

@@ -179,6 +179,9 @@ public:
     // removed instance's series). `instance` is the InstanceAddress::text() form.
     InstanceMetrics instance(Role role, std::string_view instance);
     void remove_instance(Role role, std::string_view instance);
+    // pdrouter_worker_requests_total{worker}: the series of worker `worker` (0-based), made on
+    // the first call; keep the reference.
+    Counter& worker_requests(std::size_t worker);
     // pdrouter_instances{role,health="up"|"down"}
     void set_instance_counts(Role role, std::size_t up, std::size_t down) noexcept;
 
@@ -230,6 +233,7 @@ private:
     prometheus::Family<Gauge>& instance_in_flight_;
     prometheus::Family<Counter>& instance_requests_;
     prometheus::Family<Gauge>& instance_up_;
+    prometheus::Family<Counter>& worker_requests_;
 
     void set_instance_visible(const Labels& labels, bool visible);
 };

@@ -1,0 +1,228 @@
+// --threads N with real processes: requests accepted by every worker thread succeed and are
+// counted once; the shared state is one for all workers (an admin change, a request id in
+// flight, a lease held by a request on one worker and refreshed through another); the default is
+// one worker per CPU the router may run on. Connections reach the workers through SO_REUSEPORT:
+// each test checks that its requests did land on more than one worker.
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "router/api/run.hpp"
+#include "tests/support/checks.hpp"
+#include "tests/support/fixture.hpp"
+
+namespace pdr::test {
+namespace {
+
+using nlohmann::json;
+
+class ThreadsTest : public ClusterTest {};
+
+constexpr int kWorkers = 4;
+constexpr const char* kKey = "threads-admin-key";
+
+// pdrouter_worker_requests_total of each worker (0 for a worker with no series yet).
+std::vector<double> per_worker(const Server& router, int workers) {
+    const std::string m = metrics_text(router);
+    std::vector<double> out;
+    for (int i = 0; i < workers; ++i) {
+        out.push_back(
+            metric(m, "pdrouter_worker_requests_total", {{"worker", std::to_string(i)}}).value_or(0));
+    }
+    return out;
+}
+
+// How many workers handled at least one request between `before` and `after`.
+int workers_used(const std::vector<double>& before, const std::vector<double>& after) {
+    int n = 0;
+    for (std::size_t i = 0; i < after.size(); ++i) {
+        n += after[i] > before[i] ? 1 : 0;
+    }
+    return n;
+}
+
+// Sends `n` generation requests at once, each on its own connection; returns the answers.
+std::vector<HttpResponse> send_at_once(const Server& router, const std::vector<json>& bodies,
+                                       const std::string& id_prefix) {
+    std::vector<HttpResponse> answers(bodies.size());
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+        threads.emplace_back([&, i] {
+            answers[i] = send_generation(router, bodies[i],
+                                         {{"X-Request-Id", id_prefix + std::to_string(i)}}, Ms{30000});
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    return answers;
+}
+
+TEST_F(ThreadsTest, RequestsOnEveryWorkerSucceedAndAreCountedOnce) {
+    auto& pd = start(PdOptions{}.p(2).d(2).router({"--threads", std::to_string(kWorkers)}));
+    const json status = http_get(pd.router->port, "/status").json();
+    EXPECT_EQ(status.value("worker_threads", 0), kWorkers) << status.dump();
+    constexpr int kN = 64;
+    std::vector<json> bodies;
+    for (int i = 0; i < kN; ++i) {
+        const std::string prompt = "worker prompt " + std::to_string(i);
+        bodies.push_back(i % 2 == 0 ? completion_body(prompt, 3 + i % 7, i % 4 == 0)
+                                    : chat_body(prompt, 3 + i % 5, i % 4 == 1));
+    }
+    const auto before = per_worker(*pd.router, kWorkers);
+    const auto answers = send_at_once(*pd.router, bodies, "w-");
+    const auto after = per_worker(*pd.router, kWorkers);
+    int ok = 0;
+    for (int i = 0; i < kN; ++i) {
+        const auto res = answer_ok(answers[i], bodies[i]);
+        EXPECT_TRUE(res) << "request " << i;
+        ok += res ? 1 : 0;
+    }
+    EXPECT_EQ(ok, kN);
+    EXPECT_GE(workers_used(before, after), 2) << "every connection went to one worker";
+    double handled = 0;
+    for (int i = 0; i < kWorkers; ++i) {
+        handled += after[i] - before[i];
+    }
+    EXPECT_EQ(handled, kN + 1);  // and the /metrics scrape that read `before`
+    EXPECT_EQ(sum_counter(pd.prefill, "requests"), kN);
+    EXPECT_EQ(sum_counter(pd.decode, "requests"), kN);
+    const std::string m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_requests_total", {{"route", "completions"}, {"status_class", "2xx"}})
+                      .value_or(0) +
+                  metric(m, "pdrouter_requests_total",
+                         {{"route", "chat_completions"}, {"status_class", "2xx"}})
+                      .value_or(0),
+              kN)
+        << m;
+    EXPECT_EQ(metric(m, "pdrouter_requests_in_flight").value_or(-1), 0) << m;
+    EXPECT_EQ(metric(m, "pdrouter_instance_in_flight").value_or(-1), 0) << m;
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
+TEST_F(ThreadsTest, AnAdminChangeIsSeenByEveryWorker) {
+    auto& pd = start(PdOptions{}.p(1).d(2).router(
+        {"--threads", std::to_string(kWorkers), "--admin-api-key", kKey}));
+    const Headers auth{{"X-API-Key", kKey}};
+    Server& gone = *pd.decode[1];
+    auto rm = http_post_json(pd.router->port, "/instances/remove",
+                             {{"type", "decode"}, {"instance", gone.address()}}, auth);
+    ASSERT_EQ(rm.status, 200) << rm.describe();
+    std::vector<json> bodies(16, completion_body("after the remove", 3, false));
+    auto before = per_worker(*pd.router, kWorkers);
+    for (const auto& a : send_at_once(*pd.router, bodies, "rm-")) {
+        EXPECT_TRUE(answer_ok(a, bodies[0]));
+    }
+    EXPECT_GE(workers_used(before, per_worker(*pd.router, kWorkers)), 2);
+    EXPECT_EQ(counter(sim_state(gone), "requests"), 0) << "a worker still picked the removed decode";
+
+    auto add = http_post_json(pd.router->port, "/instances/add",
+                              {{"type", "decode"}, {"instance", gone.address()}}, auth);
+    ASSERT_EQ(add.status, 200) << add.describe();
+    before = per_worker(*pd.router, kWorkers);
+    for (const auto& a : send_at_once(*pd.router, bodies, "add-")) {
+        EXPECT_TRUE(answer_ok(a, bodies[0]));
+    }
+    EXPECT_GE(workers_used(before, per_worker(*pd.router, kWorkers)), 2);
+    // Round robin over both decodes again, whichever worker picked.
+    EXPECT_EQ(counter(sim_state(gone), "requests"), 8);
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 16 + 8);
+    EXPECT_TRUE(no_violations(pd));
+}
+
+TEST_F(ThreadsTest, ARequestIdInFlightIsRefusedOnEveryWorker) {
+    auto& pd = start(PdOptions{}.router({"--threads", std::to_string(kWorkers)}));
+    sim_fault(*pd.decode[0], {{"delay_ms", 3000}, {"count", 1}});
+    const json body = completion_body("hold this id", 3, false);
+    HttpResponse first;
+    std::thread holder(
+        [&] { first = send_generation(*pd.router, body, {{"X-Request-Id", "dup-1"}}, Ms{10000}); });
+    ASSERT_TRUE(
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; }, Ms{5000}));
+    const auto before = per_worker(*pd.router, kWorkers);
+    constexpr int kN = 12;
+    std::vector<HttpResponse> again(kN);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kN; ++i) {
+        threads.emplace_back([&, i] {
+            again[i] = send_generation(*pd.router, body, {{"X-Request-Id", "dup-1"}}, Ms{5000});
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    const auto after = per_worker(*pd.router, kWorkers);
+    for (const auto& a : again) {
+        EXPECT_EQ(a.status, 409) << a.describe();
+    }
+    EXPECT_GE(workers_used(before, after), 2);
+    holder.join();
+    EXPECT_TRUE(answer_ok(first, body));
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 1);
+}
+
+TEST_F(ThreadsTest, ALeaseHeldOnOneWorkerIsRefreshedThroughAnyOther) {
+    const Headers admin{{"X-API-Key", kKey}};
+    auto& pd = start(PdOptions{}.router({"--threads", std::to_string(kWorkers),
+                                         "--kv-lease-timeout-ms", "60000", "--admin-api-key",
+                                         kKey}));
+    sim_fault(*pd.decode[0], {{"delay_ms", 3000}, {"count", 1}});
+    const json body = completion_body("refresh me from anywhere", 3, false);
+    HttpResponse r;
+    std::thread client(
+        [&] { r = send_generation(*pd.router, body, {{"X-Request-Id", "held-1"}}, Ms{10000}); });
+    ASSERT_TRUE(
+        wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; }, Ms{5000}));
+    const auto calls = counter(sim_state(*pd.prefill[0]), "lease_refresh_calls");
+    const auto before = per_worker(*pd.router, kWorkers);
+    constexpr int kN = 8;
+    std::vector<HttpResponse> answers(kN);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kN; ++i) {
+        threads.emplace_back([&, i] {
+            answers[i] = http_post_json(pd.router->port, "/internal/nixl/lease_refresh",
+                                        {{"request_ids", {"held-1"}}}, admin);
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    const auto after = per_worker(*pd.router, kWorkers);
+    for (const auto& a : answers) {
+        ASSERT_EQ(a.status, 200) << a.describe();
+        EXPECT_EQ(a.json().value("forwarded", -1), 1) << a.body;
+        EXPECT_EQ(a.json().value("unknown", -1), 0) << a.body;
+    }
+    EXPECT_GE(workers_used(before, after), 2);
+    EXPECT_TRUE(wait_until(
+        [&] { return counter(sim_state(*pd.prefill[0]), "lease_refresh_calls") >= calls + kN; },
+        Ms{3000}));
+    client.join();
+    EXPECT_TRUE(answer_ok(r, body));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(ThreadsTest, TheDefaultIsOneWorkerPerCpuTheRouterMayUse) {
+    auto& pd = start(PdOptions{});
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+    std::size_t expected = static_cast<std::size_t>(CPU_COUNT(&cpus));
+    std::ifstream cpu_max("/sys/fs/cgroup/cpu.max");
+    std::string line;
+    if (cpu_max && std::getline(cpu_max, line) && api::quota_cores(line) > 0) {
+        expected = std::min(expected, api::quota_cores(line));
+    }
+    const json status = http_get(pd.router->port, "/status").json();
+    EXPECT_EQ(status.value("worker_threads", std::size_t{0}), expected) << status.dump();
+}
+
+}  // namespace
+}  // namespace pdr::test

@@ -4,7 +4,7 @@
 //
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
 //                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
-//                  [--repeat N] [--lmcache] [--router-threads 1]
+//                  [--repeat N] [--lmcache] [--router-threads 1] [--sim-kv-transfer pdx|http]
 //   pdrouter_bench [--bin-dir DIR] --scaling 1,2,4,8 [--scaling-engines 4]
 //                  [--scaling-load-threads 4] [--concurrency 256] [--requests N]
 //                  [--answers json,stream] [--delays D] [--max-tokens 16]
@@ -70,6 +70,7 @@ struct Options {
     pdr::bench::KvModesOptions kv;           // --kv-modes: the KV modes side by side
     bool kv_modes = false;
     int router_threads = 1;  // pdrouter --threads in the table rows (nginx runs one worker)
+    std::string sim_kv_transfer;  // pdsim --kv-transfer (pdx|http); "": pdsim's default
     pdr::bench::ScalingOptions scaling;  // --scaling: throughput against --threads
     bool scale = false;
 };
@@ -162,6 +163,9 @@ std::unique_ptr<Child> start_nginx(const Options& o, unsigned short decode_port)
          << "http {\n  access_log off;\n"
          << "  client_body_temp_path " << dir << "/body;\n"
          << "  proxy_temp_path " << dir << "/proxy;\n"
+         << "  fastcgi_temp_path " << dir << "/fastcgi;\n"
+         << "  uwsgi_temp_path " << dir << "/uwsgi;\n"
+         << "  scgi_temp_path " << dir << "/scgi;\n"
          << "  upstream decode { server 127.0.0.1:" << decode_port << "; keepalive 64; }\n"
          << "  server {\n    listen 127.0.0.1:" << listen << ";\n"
          << "    location / {\n      proxy_pass http://decode;\n"
@@ -277,6 +281,13 @@ Options parse(int argc, char** argv) {
                 }
                 o.scaling.threads.push_back(t);
             }
+        } else if (a == "--sim-kv-transfer") {
+            o.sim_kv_transfer = next();
+            if (o.sim_kv_transfer != "pdx" && o.sim_kv_transfer != "http") {
+                std::fprintf(stderr, "pdrouter_bench: --sim-kv-transfer: pdx or http\n");
+                std::exit(2);
+            }
+            o.scaling.sim_kv_transfer = o.sim_kv_transfer;
         } else if (a == "--router-threads") {
             o.router_threads = std::clamp(std::stoi(next()), 1, 256);
         } else if (a == "--scaling-engines") {
@@ -331,12 +342,19 @@ int main(int argc, char** argv) try {
     std::ostringstream verdicts;
     double peak_rss = 0;
     for (int delay : o.delays) {
-        Child prefill(
-            {pdsim, "--role", "prefill", "--kv-lease-seconds", "5", "--log-level", "warn"},
-            "/tmp/pdr-bench-prefill.log");
-        Child decode({pdsim, "--role", "decode", "--token-delay-ms", std::to_string(delay),
-                      "--log-level", "warn"},
-                     "/tmp/pdr-bench-decode.log");
+        std::vector<std::string> kv_transfer;
+        if (!o.sim_kv_transfer.empty()) {
+            kv_transfer = {"--kv-transfer", o.sim_kv_transfer};
+        }
+        std::vector<std::string> p_args{pdsim,         "--role",     "prefill", "--kv-lease-seconds",
+                                        "5",           "--log-level", "warn"};
+        p_args.insert(p_args.end(), kv_transfer.begin(), kv_transfer.end());
+        Child prefill(p_args, "/tmp/pdr-bench-prefill.log");
+        std::vector<std::string> d_args{
+            pdsim, "--role", "decode", "--token-delay-ms", std::to_string(delay), "--log-level",
+            "warn"};
+        d_args.insert(d_args.end(), kv_transfer.begin(), kv_transfer.end());
+        Child decode(d_args, "/tmp/pdr-bench-decode.log");
         Child router(
             {pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()), "--decode",
              "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn", "--threads",

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -49,6 +50,20 @@ LoadResult run_parallel(const LoadSpec& spec, int threads) {
     return all;
 }
 
+// pdrouter_shared_lock_waits_total{how="block"} from the router's /metrics (-1 when it cannot
+// be read): the waits that slept in the kernel.
+double lock_waits(unsigned short port) {
+    const HttpAnswer m = http_call(port, "GET", "/metrics");
+    for (const std::string name : {"\npdrouter_shared_lock_waits_total{how=\"block\"} ",
+                                   "\npdrouter_shared_lock_waits_total "}) {
+        const auto at = m.body.find(name);
+        if (m.status == 200 && at != std::string::npos) {
+            return std::strtod(m.body.c_str() + at + name.size(), nullptr);
+        }
+    }
+    return -1;
+}
+
 }  // namespace
 
 int run_scaling(const ScalingOptions& o) {
@@ -56,19 +71,25 @@ int run_scaling(const ScalingOptions& o) {
     const std::string pdrouter = o.bin_dir + "/router/pdrouter";
     std::vector<std::unique_ptr<Child>> prefill, decode;
     std::vector<std::string> router_args{pdrouter, "--log-level", "warn", "--prefill"};
+    std::vector<std::string> kv_transfer;
+    if (!o.sim_kv_transfer.empty()) {
+        kv_transfer = {"--kv-transfer", o.sim_kv_transfer};
+    }
     for (int i = 0; i < o.engines; ++i) {
+        std::vector<std::string> args{pdsim, "--role", "prefill", "--kv-lease-seconds", "5",
+                                      "--log-level", "warn"};
+        args.insert(args.end(), kv_transfer.begin(), kv_transfer.end());
         prefill.push_back(std::make_unique<Child>(
-            std::vector<std::string>{pdsim, "--role", "prefill", "--kv-lease-seconds", "5",
-                                     "--log-level", "warn"},
-            "/tmp/pdr-scaling-prefill-" + std::to_string(i) + ".log"));
+            args, "/tmp/pdr-scaling-prefill-" + std::to_string(i) + ".log"));
         router_args.push_back("127.0.0.1:" + std::to_string(prefill.back()->port()));
     }
     router_args.push_back("--decode");
     for (int i = 0; i < o.engines; ++i) {
+        std::vector<std::string> args{pdsim, "--role", "decode", "--token-delay-ms",
+                                      std::to_string(o.token_delay_ms), "--log-level", "warn"};
+        args.insert(args.end(), kv_transfer.begin(), kv_transfer.end());
         decode.push_back(std::make_unique<Child>(
-            std::vector<std::string>{pdsim, "--role", "decode", "--token-delay-ms",
-                                     std::to_string(o.token_delay_ms), "--log-level", "warn"},
-            "/tmp/pdr-scaling-decode-" + std::to_string(i) + ".log"));
+            args, "/tmp/pdr-scaling-decode-" + std::to_string(i) + ".log"));
         router_args.push_back("127.0.0.1:" + std::to_string(decode.back()->port()));
     }
     std::printf(
@@ -78,8 +99,9 @@ int run_scaling(const ScalingOptions& o) {
         o.token_delay_ms, std::thread::hardware_concurrency());
     std::printf(
         "| answer | --threads | req/s | router cores busy | router CPU us/req | req/s per router "
-        "core | events/s | events/s per router core | p50 ms | p99 ms | failed |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "core | events/s | events/s per router core | blocking lock waits per 1000 req | p50 ms | p99 ms | "
+        "failed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
     bool all_ok = true;
     for (bool stream : o.answers) {
@@ -99,21 +121,26 @@ int run_scaling(const ScalingOptions& o) {
             LoadSpec warm = spec;
             warm.requests = std::max<std::size_t>(o.requests / 10, o.concurrency);
             run_parallel(warm, o.load_threads);
+            const double w0 = lock_waits(router.port());
             const double c0 = router.cpu_seconds();
             const LoadResult r = run_parallel(spec, o.load_threads);
             const double cpu = router.cpu_seconds() - c0;
+            const double w1 = lock_waits(router.port());
             const double cores = r.seconds > 0 ? cpu / r.seconds : 0;
             const double served = static_cast<double>(r.ok + r.failed);
             const double us_per_req = served > 0 ? cpu * 1e6 / served : -1;
             const double events = stream ? r.rps() * o.max_tokens : 0;
-            std::printf("| %s | %d | %.0f | %.2f | %.0f | %.0f | %s | %s | %.2f | %.2f | %zu |\n",
+            const double waits_per_k =
+                w0 >= 0 && w1 >= 0 && served > 0 ? (w1 - w0) * 1000 / served : -1;
+            std::printf("| %s | %d | %.0f | %.2f | %.0f | %.0f | %s | %s | %.1f | %.2f | %.2f | %zu |\n",
                         stream ? "stream" : "json", t, r.rps(), cores, us_per_req,
                         cores > 0 ? r.rps() / cores : 0,
                         stream ? std::to_string(static_cast<long long>(events)).c_str() : "-",
                         stream && cores > 0
                             ? std::to_string(static_cast<long long>(events / cores)).c_str()
                             : "-",
-                        percentile(r.latency_ms, 50), percentile(r.latency_ms, 99), r.failed);
+                        waits_per_k, percentile(r.latency_ms, 50), percentile(r.latency_ms, 99),
+                        r.failed);
             if (r.failed > 0) {
                 std::printf("<!-- first error: %s -->\n", r.first_error.c_str());
             }

@@ -21,7 +21,8 @@ struct ScalingOptions {
     int load_threads = 4;
     std::size_t requests = 20'000;  // measured per row
     int max_tokens = 16;
-    int token_delay_ms = 0;  // the decode's per-token delay
+    int token_delay_ms = 0;       // the decode's per-token delay
+    std::string sim_kv_transfer;  // pdsim --kv-transfer (pdx|http); "": pdsim's default
 };
 
 // Prints a Markdown table; returns 0 when every request of every row succeeded, 1 otherwise.

@@ -16,6 +16,7 @@
 // from here. Recursive: a locked call may make another.
 #include "net/common/io.hpp"
 
+#include <cstdint>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -24,14 +25,28 @@ namespace pdr {
 
 std::recursive_mutex& shared_state_mutex() noexcept;
 
+// Acquisitions of the lock that found it held by another thread (the contention figures,
+// pdrouter_shared_lock_waits_total{how}): `spun` got it by spinning a few microseconds (the
+// holder's calls are that short), `blocked` had to sleep in the kernel.
+struct SharedLockWaits {
+    std::uint64_t spun = 0;
+    std::uint64_t blocked = 0;
+};
+SharedLockWaits shared_lock_waits() noexcept;
+
 class SharedLock {
 public:
-    SharedLock() : lock_(shared_state_mutex()) {}
+    SharedLock() : lock_(shared_state_mutex(), std::try_to_lock) {
+        if (!lock_.owns_lock()) {
+            wait();
+        }
+    }
     SharedLock(const SharedLock&) = delete;
     SharedLock& operator=(const SharedLock&) = delete;
 
 private:
-    std::lock_guard<std::recursive_mutex> lock_;
+    void wait();  // spins, then blocks
+    std::unique_lock<std::recursive_mutex> lock_;
 };
 
 // Wraps an executor so that each function it runs holds SharedLock. Queries go to the inner

@@ -21,6 +21,15 @@ namespace {
 
 constexpr std::string_view kLog = "api";
 
+prometheus::Family<metrics::Counter>& lock_waits_family(metrics::Registry& r) {
+    return prometheus::BuildCounter()
+        .Name("pdrouter_shared_lock_waits_total")
+        .Help("Calls into the state the worker threads share that found its lock held by "
+              "another thread, by how they got it: spin (within microseconds) or block (slept "
+              "in the kernel). The contention of --threads.")
+        .Register(r.families());
+}
+
 // A router-wide limit split between `n` workers (each gets its share, rounded up; 0 stays 0).
 std::size_t share(std::size_t limit, std::size_t n) {
     return limit == 0 ? 0 : (limit + n - 1) / n;
@@ -74,6 +83,7 @@ App::App(net::io_context& control, config::Config cfg, std::size_t workers)
       control_ioc_(control),
       executor_(locked_executor(control)),
       router_metrics_(metrics_registry_),
+
       client_(executor_, upstream::PoolLimits{.idle_ttl = cfg_.upstream_idle_timeout,
                                               .max_response_body = cfg_.max_upstream_body_bytes}),
       registry_(executor_, client_, router_metrics_, cfg_),
@@ -122,6 +132,9 @@ App::App(net::io_context& control, config::Config cfg, std::size_t workers)
             kv_forwarder_->set_discovered(peers);
         });
     }
+    auto& lock_waits = lock_waits_family(metrics_registry_);
+    lock_spins_ = &lock_waits.Add({{"how", "spin"}});
+    lock_blocks_ = &lock_waits.Add({{"how", "block"}});
     const std::size_t n = std::max<std::size_t>(workers, 1);
     for (std::size_t i = 0; i < n; ++i) {
         auto w = std::make_unique<Worker>(*this, i, i == 0 ? &control_ioc_ : nullptr);

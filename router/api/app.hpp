@@ -105,6 +105,13 @@ private:
     net::any_io_executor executor_;  // the control executor (locked)
     metrics::Registry metrics_registry_;
     metrics::RouterMetrics router_metrics_;
+    // pdrouter_shared_lock_waits_total{how="spin"|"block"}, brought up to shared_lock_waits()
+    // at each scrape.
+    metrics::Counter* lock_spins_ = nullptr;
+    metrics::Counter* lock_blocks_ = nullptr;
+    std::mutex lock_waits_mutex_;
+    std::uint64_t lock_spins_seen_ = 0;
+    std::uint64_t lock_blocks_seen_ = 0;
     upstream::Client client_;  // the control plane's: probes, lease refreshes, descriptor fetches
     instances::Registry registry_;
     // Before the lease keeper: its refreshes may use the agent until the keeper is gone.

@@ -324,6 +324,14 @@ awaitable<void> App::handle_metrics(TrackedExchange& ex) {
         buffered += w->server->buffered_body_bytes();
         waiting += w->server->body_budget_waiters();
     }
+    {
+        const std::lock_guard<std::mutex> lock(lock_waits_mutex_);
+        const SharedLockWaits waits = shared_lock_waits();
+        lock_spins_->Increment(static_cast<double>(waits.spun - lock_spins_seen_));
+        lock_blocks_->Increment(static_cast<double>(waits.blocked - lock_blocks_seen_));
+        lock_spins_seen_ = waits.spun;
+        lock_blocks_seen_ = waits.blocked;
+    }
     router_metrics_.request_body_buffered.Set(static_cast<double>(buffered));
     router_metrics_.request_body_waiting.Set(static_cast<double>(waiting));
     co_await server::respond_relayed(ex, 200, metrics::Registry::kContentType,

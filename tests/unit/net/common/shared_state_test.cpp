@@ -88,6 +88,40 @@ TEST(LockedExecutor, AnotherThreadsSharedLockWaitsForTheHandler) {
     EXPECT_TRUE(saw_handler_done);
 }
 
+std::uint64_t waits() {
+    const SharedLockWaits w = shared_lock_waits();
+    return w.spun + w.blocked;
+}
+
+TEST(SharedLock, AWaitForAnotherThreadIsCountedAndTheOwnersNestedLockIsNot) {
+    const std::uint64_t before = waits();
+    const std::uint64_t blocked_before = shared_lock_waits().blocked;
+    {
+        SharedLock outer;
+        SharedLock nested;  // recursive: the owner does not wait
+    }
+    EXPECT_EQ(waits(), before);
+    std::promise<void> held;
+    std::promise<void> release;
+    std::thread owner([&] {
+        SharedLock lock;
+        held.set_value();
+        release.get_future().wait_for(3s);
+    });
+    ASSERT_EQ(held.get_future().wait_for(3s), std::future_status::ready);
+    std::thread waiter([] { SharedLock lock; });
+    // The waiter spins, then counts its wait as it blocks: release the owner once it has.
+    const auto until = Clock::now() + 3s;
+    while (shared_lock_waits().blocked == blocked_before && Clock::now() < until) {
+        std::this_thread::yield();
+    }
+    release.set_value();
+    owner.join();
+    waiter.join();
+    EXPECT_EQ(shared_lock_waits().blocked, blocked_before + 1);
+    EXPECT_EQ(waits(), before + 1);
+}
+
 TEST(LockedExecutor, ExecutorsOverTheSameContextCompareEqual) {
     net::io_context ioc;
     net::io_context other;

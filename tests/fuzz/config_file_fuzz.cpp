@@ -52,12 +52,19 @@ bool leaks_secret(const std::string& msg) {
     if (v == std::string::npos || at < v) {
         return true;
     }
+    // The value may itself hold "' for --" (the fuzzer copies the message's own words into it):
+    // the key is the first name after such a closing that is a key's name ([a-z0-9_-]+).
     std::string key;
     for (const std::string closing : {"' for key '", "' for --"}) {
-        const auto k = msg.find(closing, v);
-        if (k != std::string::npos && key.empty()) {
+        for (auto k = msg.find(closing, v); k != std::string::npos && key.empty();
+             k = msg.find(closing, k + 1)) {
             const auto name_at = k + closing.size();
-            key = msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
+            const std::string name =
+                msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
+            if (!name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") ==
+                                     std::string::npos) {
+                key = name;
+            }
         }
     }
     return key.empty() || key.find("key") != std::string::npos ||

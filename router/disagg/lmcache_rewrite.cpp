@@ -440,7 +440,10 @@ bool AnswerShaper::stream_events(std::string_view events, std::string& out) {
             if (!text.empty() || fr.is_null()) {
                 delta["content"] = text;
             }
-            chat_choices.push_back({{"index", c.value("index", 0)},
+            // D's index as it is when it is a number (json::value() throws on another type).
+            const auto index = c.find("index");
+            Json index_of = index != c.end() && index->is_number() ? *index : Json(0);
+            chat_choices.push_back({{"index", std::move(index_of)},
                                     {"delta", std::move(delta)},
                                     {"logprobs", nullptr},
                                     {"finish_reason", std::move(fr)}});

@@ -6,10 +6,12 @@
 // Build and run: scripts/fuzz config_file SECONDS. Seeds: corpus/config_file/.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 #include "config/config.hpp"
@@ -23,6 +25,27 @@ const std::string& scratch_path() {
         return std::string(dir) + "/pdr-config-fuzz-" + std::to_string(getpid()) + ".yaml";
     }();
     return path;
+}
+
+// The names a refusal can give a key: every option of --help, as a flag ("admin-api-key") and as
+// a config file key ("admin_api_key").
+const std::set<std::string>& option_names() {
+    static const std::set<std::string> names = [] {
+        std::set<std::string> out;
+        const std::string help = pdr::config::help_text();
+        for (auto at = help.find("--"); at != std::string::npos; at = help.find("--", at + 2)) {
+            const auto end =
+                help.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-", at + 2);
+            std::string name = help.substr(at + 2, end - at - 2);
+            if (!name.empty()) {
+                out.insert(name);
+                std::replace(name.begin(), name.end(), '-', '_');
+                out.insert(name);
+            }
+        }
+        return out;
+    }();
+    return names;
 }
 
 // Whether a refusal shows the secret seeded in the corpus (an api key's value). A refusal may
@@ -52,12 +75,18 @@ bool leaks_secret(const std::string& msg) {
     if (v == std::string::npos || at < v) {
         return true;
     }
+    // The value may itself hold "' for --" (the fuzzer copies the message's own words into it):
+    // the key is the first name after such a closing that is an option's name.
     std::string key;
     for (const std::string closing : {"' for key '", "' for --"}) {
-        const auto k = msg.find(closing, v);
-        if (k != std::string::npos && key.empty()) {
+        for (auto k = msg.find(closing, v); k != std::string::npos && key.empty();
+             k = msg.find(closing, k + 1)) {
             const auto name_at = k + closing.size();
-            key = msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
+            const std::string name =
+                msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
+            if (option_names().count(name) != 0) {
+                key = name;
+            }
         }
     }
     return key.empty() || key.find("key") != std::string::npos ||

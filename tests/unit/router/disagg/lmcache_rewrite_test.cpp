@@ -250,6 +250,25 @@ TEST(LmcacheAnswer, ChatStreamHasRoleThenPsTokenThenDsChunksUnderOneId) {
     EXPECT_EQ(out, "data: {\"error\":{\"message\":\"x\"}}\n\n");  // D's error event as it is
 }
 
+TEST(LmcacheAnswer, AChatChunkWhoseIndexIsNotANumberGetsIndexZero) {
+    // Found by the sse fuzzer: "index": null (or a string, a list) threw from json::value().
+    Scanned s(R"({"messages":[],"stream":true})");
+    AnswerShaper shaper(ask_of(s, Api::Chat, true), "rid", first_token(), 5, 1700);
+    shaper.stream_start();
+    for (const char* index : {"null", "\"1\"", "[1]", "{}", "true", "2"}) {
+        std::string out;
+        ASSERT_TRUE(shaper.stream_events(std::string("data: {\"id\":\"cmpl-d\",\"choices\":[{"
+                                                     "\"index\":") +
+                                             index + ",\"text\":\"x\"}]}\n\n",
+                                         out))
+            << index;
+        const std::vector<std::string> d = data_of(out);
+        ASSERT_EQ(d.size(), 1u) << out;
+        EXPECT_EQ(Json::parse(d[0])["choices"][0]["index"], std::string(index) == "2" ? 2 : 0)
+            << index;
+    }
+}
+
 TEST(LmcacheAnswer, FirstOnlyAnswersCarryPsTokenAlone) {
     Scanned s(R"({"prompt":"x","max_tokens":1,"stream":true,
                  "stream_options":{"include_usage":true}})");

@@ -69,7 +69,7 @@ struct Options {
     bool lmcache = false;                    // also the lmcache-mode pair
     pdr::bench::KvModesOptions kv;           // --kv-modes: the KV modes side by side
     bool kv_modes = false;
-    int router_threads = 1;  // pdrouter --threads in the table rows (nginx runs one worker)
+    int router_threads = 1;       // pdrouter --threads in the table rows (nginx runs one worker)
     std::string sim_kv_transfer;  // pdsim --kv-transfer (pdx|http); "": pdsim's default
     pdr::bench::ScalingOptions scaling;  // --scaling: throughput against --threads
     bool scale = false;
@@ -346,20 +346,19 @@ int main(int argc, char** argv) try {
         if (!o.sim_kv_transfer.empty()) {
             kv_transfer = {"--kv-transfer", o.sim_kv_transfer};
         }
-        std::vector<std::string> p_args{pdsim,         "--role",     "prefill", "--kv-lease-seconds",
-                                        "5",           "--log-level", "warn"};
+        std::vector<std::string> p_args{pdsim, "--role",      "prefill", "--kv-lease-seconds",
+                                        "5",   "--log-level", "warn"};
         p_args.insert(p_args.end(), kv_transfer.begin(), kv_transfer.end());
         Child prefill(p_args, "/tmp/pdr-bench-prefill.log");
         std::vector<std::string> d_args{
-            pdsim, "--role", "decode", "--token-delay-ms", std::to_string(delay), "--log-level",
-            "warn"};
+            pdsim,         "--role", "decode", "--token-delay-ms", std::to_string(delay),
+            "--log-level", "warn"};
         d_args.insert(d_args.end(), kv_transfer.begin(), kv_transfer.end());
         Child decode(d_args, "/tmp/pdr-bench-decode.log");
-        Child router(
-            {pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()), "--decode",
-             "127.0.0.1:" + std::to_string(decode.port()), "--log-level", "warn", "--threads",
-             std::to_string(o.router_threads)},
-            "/tmp/pdr-bench-router.log");
+        Child router({pdrouter, "--prefill", "127.0.0.1:" + std::to_string(prefill.port()),
+                      "--decode", "127.0.0.1:" + std::to_string(decode.port()), "--log-level",
+                      "warn", "--threads", std::to_string(o.router_threads)},
+                     "/tmp/pdr-bench-router.log");
         std::unique_ptr<Child> nginx = start_nginx(o, decode.port());
         // The LMCache pair: P notifies the router's PULL socket; D's receiver on fixed ports.
         std::unique_ptr<Child> lm_prefill, lm_decode, lm_router;

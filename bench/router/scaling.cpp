@@ -76,8 +76,8 @@ int run_scaling(const ScalingOptions& o) {
         kv_transfer = {"--kv-transfer", o.sim_kv_transfer};
     }
     for (int i = 0; i < o.engines; ++i) {
-        std::vector<std::string> args{pdsim, "--role", "prefill", "--kv-lease-seconds", "5",
-                                      "--log-level", "warn"};
+        std::vector<std::string> args{pdsim, "--role",      "prefill", "--kv-lease-seconds",
+                                      "5",   "--log-level", "warn"};
         args.insert(args.end(), kv_transfer.begin(), kv_transfer.end());
         prefill.push_back(std::make_unique<Child>(
             args, "/tmp/pdr-scaling-prefill-" + std::to_string(i) + ".log"));
@@ -85,11 +85,12 @@ int run_scaling(const ScalingOptions& o) {
     }
     router_args.push_back("--decode");
     for (int i = 0; i < o.engines; ++i) {
-        std::vector<std::string> args{pdsim, "--role", "decode", "--token-delay-ms",
-                                      std::to_string(o.token_delay_ms), "--log-level", "warn"};
+        std::vector<std::string> args{
+            pdsim,         "--role", "decode", "--token-delay-ms", std::to_string(o.token_delay_ms),
+            "--log-level", "warn"};
         args.insert(args.end(), kv_transfer.begin(), kv_transfer.end());
-        decode.push_back(std::make_unique<Child>(
-            args, "/tmp/pdr-scaling-decode-" + std::to_string(i) + ".log"));
+        decode.push_back(
+            std::make_unique<Child>(args, "/tmp/pdr-scaling-decode-" + std::to_string(i) + ".log"));
         router_args.push_back("127.0.0.1:" + std::to_string(decode.back()->port()));
     }
     std::printf(
@@ -99,7 +100,8 @@ int run_scaling(const ScalingOptions& o) {
         o.token_delay_ms, std::thread::hardware_concurrency());
     std::printf(
         "| answer | --threads | req/s | router cores busy | router CPU us/req | req/s per router "
-        "core | events/s | events/s per router core | blocking lock waits per 1000 req | p50 ms | p99 ms | "
+        "core | events/s | events/s per router core | blocking lock waits per 1000 req | p50 ms | "
+        "p99 ms | "
         "failed |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
@@ -132,15 +134,14 @@ int run_scaling(const ScalingOptions& o) {
             const double events = stream ? r.rps() * o.max_tokens : 0;
             const double waits_per_k =
                 w0 >= 0 && w1 >= 0 && served > 0 ? (w1 - w0) * 1000 / served : -1;
-            std::printf("| %s | %d | %.0f | %.2f | %.0f | %.0f | %s | %s | %.1f | %.2f | %.2f | %zu |\n",
-                        stream ? "stream" : "json", t, r.rps(), cores, us_per_req,
-                        cores > 0 ? r.rps() / cores : 0,
-                        stream ? std::to_string(static_cast<long long>(events)).c_str() : "-",
-                        stream && cores > 0
-                            ? std::to_string(static_cast<long long>(events / cores)).c_str()
-                            : "-",
-                        waits_per_k, percentile(r.latency_ms, 50), percentile(r.latency_ms, 99),
-                        r.failed);
+            std::printf(
+                "| %s | %d | %.0f | %.2f | %.0f | %.0f | %s | %s | %.1f | %.2f | %.2f | %zu |\n",
+                stream ? "stream" : "json", t, r.rps(), cores, us_per_req,
+                cores > 0 ? r.rps() / cores : 0,
+                stream ? std::to_string(static_cast<long long>(events)).c_str() : "-",
+                stream && cores > 0 ? std::to_string(static_cast<long long>(events / cores)).c_str()
+                                    : "-",
+                waits_per_k, percentile(r.latency_ms, 50), percentile(r.latency_ms, 99), r.failed);
             if (r.failed > 0) {
                 std::printf("<!-- first error: %s -->\n", r.first_error.c_str());
             }

@@ -57,9 +57,9 @@ public:
     explicit LockedExecutor(Inner inner) noexcept : inner_(std::move(inner)) {}
 
     template <class Property>
-    auto query(const Property& p) const noexcept(noexcept(net::query(std::declval<const Inner&>(),
-                                                                     p)))
-        -> decltype(net::query(std::declval<const Inner&>(), p)) {
+    auto query(const Property& p) const
+        noexcept(noexcept(net::query(std::declval<const Inner&>(), p)))
+            -> decltype(net::query(std::declval<const Inner&>(), p)) {
         return net::query(inner_, p);
     }
     template <class Property>
@@ -104,9 +104,9 @@ private:
 // coroutine on another thread through a pointer that the caller's side may free first).
 template <class T>
 awaitable<T> on_control(const net::any_io_executor& control, awaitable<T> op) {
-    auto hop = net::co_spawn(control, std::move(op),
-                             net::bind_cancellation_slot(net::cancellation_slot(),
-                                                         net::use_awaitable));
+    auto hop =
+        net::co_spawn(control, std::move(op),
+                      net::bind_cancellation_slot(net::cancellation_slot(), net::use_awaitable));
     co_return co_await std::move(hop);
 }
 

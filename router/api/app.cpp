@@ -12,10 +12,7 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 
-
 namespace pdr::api {
-
-
 
 namespace {
 
@@ -24,9 +21,10 @@ constexpr std::string_view kLog = "api";
 prometheus::Family<metrics::Counter>& lock_waits_family(metrics::Registry& r) {
     return prometheus::BuildCounter()
         .Name("pdrouter_shared_lock_waits_total")
-        .Help("Calls into the state the worker threads share that found its lock held by "
-              "another thread, by how they got it: spin (within microseconds) or block (slept "
-              "in the kernel). The contention of --threads.")
+        .Help(
+            "Calls into the state the worker threads share that found its lock held by "
+            "another thread, by how they got it: spin (within microseconds) or block (slept "
+            "in the kernel). The contention of --threads.")
         .Register(r.families());
 }
 
@@ -68,12 +66,8 @@ App::Worker::Worker(App& app, std::size_t number, net::io_context* control)
       ex(ioc.get_executor()),
       client(ex, upstream::PoolLimits{.idle_ttl = app.cfg_.upstream_idle_timeout,
                                       .max_response_body = app.cfg_.max_upstream_body_bytes}),
-      deps{app.registry_,
-           client,
-           app.lease_keeper_,
-           app.router_metrics_,
-           app.cfg_,
-           app.kv_ready_.get(),
+      deps{app.registry_,           client,   app.lease_keeper_,
+           app.router_metrics_,     app.cfg_, app.kv_ready_.get(),
            app.control_agent_.get()},
       requests(app.router_metrics_.worker_requests(number)) {}
 
@@ -140,9 +134,8 @@ App::App(net::io_context& control, config::Config cfg, std::size_t workers)
         auto w = std::make_unique<Worker>(*this, i, i == 0 ? &control_ioc_ : nullptr);
         Worker& wr = *w;
         w->server = std::make_unique<server::HttpServer>(
-            w->ex, limits_from(cfg_, n), [this, &wr](server::Exchange& ex) {
-                return handle(ex, wr);
-            });
+            w->ex, limits_from(cfg_, n),
+            [this, &wr](server::Exchange& ex) { return handle(ex, wr); });
         w->server->on_reject([this](Errc e) { router_metrics_.bad_request(error_info(e).code); });
         workers_.push_back(std::move(w));
     }

@@ -192,7 +192,8 @@ awaitable<void> App::handle_models(TrackedExchange& ex, Worker& w) {
         // Counted like a leg: in flight, and in the instance's request total (its failures are).
         upstream::Request req = disagg::make_leg_request(
             http::verb::get, "/v1/models", ex.request_id(), headers, {}, decode->upstream_key);
-        upstream::Result res = co_await w.client.request(decode->endpoint, std::move(req), timeouts);
+        upstream::Result res =
+            co_await w.client.request(decode->endpoint, std::move(req), timeouts);
         if (res.failure == upstream::Failure::Canceled || ex.client_gone()) {
             co_return;
         }

@@ -1,7 +1,8 @@
 #pragma once
 // Runs pdrouter with a parsed configuration until SIGINT/SIGTERM: worker_threads(cfg) data-path
-// threads (the calling thread is worker 0 and runs the control executor); start-up model probe (mismatch → exit 2); the `pdrouter listening on
-// HOST:PORT` line on stdout and --port-file; drain on signal (--shutdown-grace-ms) → exit 0.
+// threads (the calling thread is worker 0 and runs the control executor); start-up model probe
+// (mismatch → exit 2); the `pdrouter listening on HOST:PORT` line on stdout and --port-file; drain
+// on signal (--shutdown-grace-ms) → exit 0.
 #include "config/config.hpp"
 
 #include <cstddef>

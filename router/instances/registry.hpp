@@ -193,7 +193,7 @@ private:
     std::array<std::uint64_t, kRoleCount> next_public_number_{};
     std::vector<std::size_t> candidates_;  // pick()'s scratch list
     StalledLegsHandler stalled_handler_;
-    std::string router_id_;                // set_self
+    std::string router_id_;  // set_self
     std::string listen_host_;
     unsigned short listen_port_ = 0;
 

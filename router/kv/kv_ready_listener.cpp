@@ -162,7 +162,8 @@ awaitable<WaitEnd> KvReadyListener::Registration::wait(Clock::time_point deadlin
             table.set_waker(waker.id, nullptr);
         }
     };
-    Armed armed{k->table_, KvReadyWaker{Timer(co_await net::this_coro::executor, deadline), id_, 0}};
+    Armed armed{k->table_,
+                KvReadyWaker{Timer(co_await net::this_coro::executor, deadline), id_, 0}};
     {
         SharedLock lock;
         armed.waker.serial = ++k->next_waker_serial_;

@@ -32,8 +32,8 @@ std::vector<double> per_worker(const Server& router, int workers) {
     const std::string m = metrics_text(router);
     std::vector<double> out;
     for (int i = 0; i < workers; ++i) {
-        out.push_back(
-            metric(m, "pdrouter_worker_requests_total", {{"worker", std::to_string(i)}}).value_or(0));
+        out.push_back(metric(m, "pdrouter_worker_requests_total", {{"worker", std::to_string(i)}})
+                          .value_or(0));
     }
     return out;
 }
@@ -54,8 +54,8 @@ std::vector<HttpResponse> send_at_once(const Server& router, const std::vector<j
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < bodies.size(); ++i) {
         threads.emplace_back([&, i] {
-            answers[i] = send_generation(router, bodies[i],
-                                         {{"X-Request-Id", id_prefix + std::to_string(i)}}, Ms{30000});
+            answers[i] = send_generation(
+                router, bodies[i], {{"X-Request-Id", id_prefix + std::to_string(i)}}, Ms{30000});
         });
     }
     for (auto& t : threads) {
@@ -94,12 +94,13 @@ TEST_F(ThreadsTest, RequestsOnEveryWorkerSucceedAndAreCountedOnce) {
     EXPECT_EQ(sum_counter(pd.prefill, "requests"), kN);
     EXPECT_EQ(sum_counter(pd.decode, "requests"), kN);
     const std::string m = metrics_text(*pd.router);
-    EXPECT_EQ(metric(m, "pdrouter_requests_total", {{"route", "completions"}, {"status_class", "2xx"}})
-                      .value_or(0) +
-                  metric(m, "pdrouter_requests_total",
-                         {{"route", "chat_completions"}, {"status_class", "2xx"}})
-                      .value_or(0),
-              kN)
+    EXPECT_EQ(
+        metric(m, "pdrouter_requests_total", {{"route", "completions"}, {"status_class", "2xx"}})
+                .value_or(0) +
+            metric(m, "pdrouter_requests_total",
+                   {{"route", "chat_completions"}, {"status_class", "2xx"}})
+                .value_or(0),
+        kN)
         << m;
     EXPECT_EQ(metric(m, "pdrouter_requests_in_flight").value_or(-1), 0) << m;
     EXPECT_EQ(metric(m, "pdrouter_instance_in_flight").value_or(-1), 0) << m;
@@ -121,7 +122,8 @@ TEST_F(ThreadsTest, AnAdminChangeIsSeenByEveryWorker) {
         EXPECT_TRUE(answer_ok(a, bodies[0]));
     }
     EXPECT_GE(workers_used(before, per_worker(*pd.router, kWorkers)), 2);
-    EXPECT_EQ(counter(sim_state(gone), "requests"), 0) << "a worker still picked the removed decode";
+    EXPECT_EQ(counter(sim_state(gone), "requests"), 0)
+        << "a worker still picked the removed decode";
 
     auto add = http_post_json(pd.router->port, "/instances/add",
                               {{"type", "decode"}, {"instance", gone.address()}}, auth);
@@ -142,8 +144,9 @@ TEST_F(ThreadsTest, ARequestIdInFlightIsRefusedOnEveryWorker) {
     sim_fault(*pd.decode[0], {{"delay_ms", 3000}, {"count", 1}});
     const json body = completion_body("hold this id", 3, false);
     HttpResponse first;
-    std::thread holder(
-        [&] { first = send_generation(*pd.router, body, {{"X-Request-Id", "dup-1"}}, Ms{10000}); });
+    std::thread holder([&] {
+        first = send_generation(*pd.router, body, {{"X-Request-Id", "dup-1"}}, Ms{10000});
+    });
     ASSERT_TRUE(
         wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; }, Ms{5000}));
     const auto before = per_worker(*pd.router, kWorkers);
@@ -170,14 +173,15 @@ TEST_F(ThreadsTest, ARequestIdInFlightIsRefusedOnEveryWorker) {
 
 TEST_F(ThreadsTest, ALeaseHeldOnOneWorkerIsRefreshedThroughAnyOther) {
     const Headers admin{{"X-API-Key", kKey}};
-    auto& pd = start(PdOptions{}.router({"--threads", std::to_string(kWorkers),
-                                         "--kv-lease-timeout-ms", "60000", "--admin-api-key",
-                                         kKey}));
+    auto& pd =
+        start(PdOptions{}.router({"--threads", std::to_string(kWorkers), "--kv-lease-timeout-ms",
+                                  "60000", "--admin-api-key", kKey}));
     sim_fault(*pd.decode[0], {{"delay_ms", 3000}, {"count", 1}});
     const json body = completion_body("refresh me from anywhere", 3, false);
     HttpResponse r;
-    std::thread client(
-        [&] { r = send_generation(*pd.router, body, {{"X-Request-Id", "held-1"}}, Ms{10000}); });
+    std::thread client([&] {
+        r = send_generation(*pd.router, body, {{"X-Request-Id", "held-1"}}, Ms{10000});
+    });
     ASSERT_TRUE(
         wait_until([&] { return counter(sim_state(*pd.decode[0]), "requests") == 1; }, Ms{5000}));
     const auto calls = counter(sim_state(*pd.prefill[0]), "lease_refresh_calls");

@@ -17,10 +17,13 @@ using namespace std::chrono_literals;
 
 // True when another thread cannot take the lock now (it is held by someone).
 bool held_elsewhere() {
-    return std::async(std::launch::async, [] {
-               std::unique_lock<std::recursive_mutex> l(shared_state_mutex(), std::try_to_lock);
-               return !l.owns_lock();
-           }).get();
+    return std::async(std::launch::async,
+                      [] {
+                          std::unique_lock<std::recursive_mutex> l(shared_state_mutex(),
+                                                                   std::try_to_lock);
+                          return !l.owns_lock();
+                      })
+        .get();
 }
 
 TEST(LockedExecutor, APostedFunctionRunsHoldingTheLock) {

@@ -162,8 +162,9 @@ awaitable<WaitEnd> KvReadyListener::Registration::wait(Clock::time_point deadlin
             table.set_waker(waker.id, nullptr);
         }
     };
-    Armed armed{k->table_,
-                KvReadyWaker{Timer(co_await net::this_coro::executor, deadline), id_, 0}};
+    // The executor first: no temporaries in a co_await's full expression (GCC 12).
+    const net::any_io_executor here = co_await net::this_coro::executor;
+    Armed armed{k->table_, KvReadyWaker{Timer(here, deadline), id_, 0}};
     {
         SharedLock lock;
         armed.waker.serial = ++k->next_waker_serial_;

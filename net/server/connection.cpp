@@ -139,22 +139,23 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
     conn.probe_only = probe_only;
     state->connections.push_front(&conn);
     conn.pos = state->connections.begin();
-    state->probe_connections += probe_only ? 1 : 0;
+    // admit() counted the connection; given back here, however it ends.
     const bool per_source = state->limits.max_connections_per_source > 0;
-    if (per_source) {
-        ++state->per_source[conn.remote.address()];
-    }
     struct Guard {
         ServerState& s;
         Connection& c;
         bool per_source;
         ~Guard() {
             s.connections.erase(c.pos);
-            s.probe_connections -= c.probe_only ? 1 : 0;
-            if (per_source) {
-                const auto it = s.per_source.find(c.remote.address());
-                if (it != s.per_source.end() && --it->second == 0) {
-                    s.per_source.erase(it);
+            {
+                ConnectionCounts& n = *s.counts;
+                const std::lock_guard<std::mutex> lock(n.m);
+                (c.probe_only ? n.probe : n.open) -= 1;
+                if (per_source) {
+                    const auto it = n.per_source.find(c.remote.address());
+                    if (it != n.per_source.end() && --it->second == 0) {
+                        n.per_source.erase(it);
+                    }
                 }
             }
             s.connection_ended();

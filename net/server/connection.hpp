@@ -7,6 +7,7 @@
 
 #include <list>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,21 @@ struct Connection {
     void close() noexcept;
 };
 
+}  // namespace pdr::server::detail
+
+namespace pdr::server {
+
+struct ConnectionCounts {
+    std::mutex m;
+    std::size_t open = 0;   // served connections not on a reserved probe slot
+    std::size_t probe = 0;  // connections on reserved probe slots
+    std::map<net::ip::address, std::size_t> per_source;  // all of them, per client address
+};
+
+}  // namespace pdr::server
+
+namespace pdr::server::detail {
+
 // The part of HttpServer that the connection coroutines share (kept alive by them).
 struct ServerState {
     ServerState(net::any_io_executor ex, Limits l, Handler h);
@@ -69,10 +85,10 @@ struct ServerState {
     bool draining = false;
     bool grace_over = false;  // end_grace() was called during a drain
     std::list<Connection*> connections;
-    std::size_t pending_rejects = 0;    // over-limit connections being answered 503
-    std::size_t probe_connections = 0;  // of `connections`, those on reserved probe slots
-    std::map<net::ip::address, std::size_t> per_source;  // open connections per client address
-    BodyBudget body_budget;                              // Limits::max_buffered_body_bytes
+    std::size_t pending_rejects = 0;  // over-limit connections being answered 503
+    // Admitted connections, with those of the servers sharing limits.counts (else this one's).
+    std::shared_ptr<ConnectionCounts> counts;
+    BodyBudget body_budget;               // Limits::max_buffered_body_bytes
     Timer drain_event;                    // cancelled when the last connection ends while draining
     std::function<void(Errc)> on_reject;  // see HttpServer::on_reject
 

@@ -7,6 +7,10 @@
 
 namespace pdr::server {
 
+std::shared_ptr<ConnectionCounts> make_connection_counts() {
+    return std::make_shared<ConnectionCounts>();
+}
+
 namespace {
 
 [[noreturn]] void throw_system(const error_code& ec, const std::string& what) {
@@ -16,25 +20,35 @@ namespace {
 enum class Admission { Serve, ProbeOnly, Full, PerSource };
 
 // Whether a new connection is served: under --max-client-connections, yes; past it, on one of
-// the reserved probe slots while one is free; never past the per-source limit.
+// the reserved probe slots while one is free; never past the per-source limit. A served one is
+// counted at once (run_connection gives its count back), in the counts the server may share.
 template <class Socket>
-Admission admit(const detail::ServerState& state, const Socket& sock) {
+Admission admit(detail::ServerState& state, const Socket& sock) {
     const Limits& l = state.limits;
-    if (l.max_connections_per_source > 0) {
-        error_code ec;
-        const tcp::endpoint remote = sock.remote_endpoint(ec);
-        const auto it = ec ? state.per_source.end() : state.per_source.find(remote.address());
-        if (it != state.per_source.end() && it->second >= l.max_connections_per_source) {
+    ConnectionCounts& c = *state.counts;
+    error_code ec;
+    const tcp::endpoint remote = sock.remote_endpoint(ec);
+    const std::lock_guard<std::mutex> lock(c.m);
+    if (l.max_connections_per_source > 0 && !ec) {
+        const auto it = c.per_source.find(remote.address());
+        if (it != c.per_source.end() && it->second >= l.max_connections_per_source) {
             return Admission::PerSource;
         }
     }
-    if (state.connections.size() - state.probe_connections < l.max_connections) {
-        return Admission::Serve;
+    Admission a = Admission::Full;
+    if (c.open < l.max_connections) {
+        ++c.open;
+        a = Admission::Serve;
+    } else if (c.probe < l.reserved_probe_connections && l.is_probe) {
+        ++c.probe;
+        a = Admission::ProbeOnly;
+    } else {
+        return Admission::Full;
     }
-    if (state.probe_connections < l.reserved_probe_connections && l.is_probe) {
-        return Admission::ProbeOnly;
+    if (l.max_connections_per_source > 0 && !ec) {
+        ++c.per_source[remote.address()];
     }
-    return Admission::Full;
+    return a;
 }
 
 awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
@@ -90,6 +104,7 @@ ServerState::ServerState(net::any_io_executor ex, Limits l, Handler h)
       limits(l),
       handler(std::move(h)),
       acceptor(ex),
+      counts(l.counts ? l.counts : make_connection_counts()),
       body_budget(ex, l.max_buffered_body_bytes),
       drain_event(ex) {}
 

@@ -21,6 +21,12 @@
 
 namespace pdr::server {
 
+// Connection counts that several servers share, so that their connection limits
+// (max_connections, reserved_probe_connections, max_connections_per_source) bound them together:
+// a router's worker threads each run a server on one port. Thread-safe; opaque.
+struct ConnectionCounts;
+std::shared_ptr<ConnectionCounts> make_connection_counts();
+
 struct Limits {
     std::size_t max_header_bytes = 16 * 1024;
     std::size_t max_body_bytes = 8 * 1024 * 1024;
@@ -33,6 +39,8 @@ struct Limits {
     std::size_t reserved_probe_connections = 0;
     std::function<bool(const http::request_header<>&)> is_probe;
     std::size_t max_connections_per_source = 0;  // per client address; 0: no limit
+    // Shared with other servers (make_connection_counts); null: this server counts alone.
+    std::shared_ptr<ConnectionCounts> counts;
     // Request-body bytes all connections may buffer together, counting bodies still being
     // received (their whole Content-Length); a request that would go over waits for bytes to
     // be given back until its read deadline, then gets 503 server_busy. 0: no limit.

@@ -33,9 +33,10 @@ std::size_t share(std::size_t limit, std::size_t n) {
     return limit == 0 ? 0 : (limit + n - 1) / n;
 }
 
-// One worker's server limits: the connection and body-buffer bounds are the router's divided
-// between the workers (the kernel spreads connections about evenly).
-server::Limits limits_from(const config::Config& cfg, std::size_t workers) {
+// One worker's server limits: the connection limits are router-wide (every worker's server
+// counts in `counts`); the body-buffer budget is the router's divided between the workers.
+server::Limits limits_from(const config::Config& cfg, std::size_t workers,
+                           std::shared_ptr<server::ConnectionCounts> counts) {
     server::Limits l;
     l.max_header_bytes = cfg.max_header_bytes;
     l.max_body_bytes = cfg.max_body_bytes;
@@ -46,9 +47,10 @@ server::Limits limits_from(const config::Config& cfg, std::size_t workers) {
     l.read_timeout = cfg.request_read_timeout;
     l.idle_timeout = cfg.client_idle_timeout;
     l.write_timeout = cfg.client_write_timeout;
-    l.max_connections = share(cfg.max_client_connections, workers);
-    l.reserved_probe_connections = share(cfg.reserved_probe_connections, workers);
-    l.max_connections_per_source = share(cfg.max_connections_per_source, workers);
+    l.max_connections = cfg.max_client_connections;
+    l.reserved_probe_connections = cfg.reserved_probe_connections;
+    l.max_connections_per_source = cfg.max_connections_per_source;
+    l.counts = std::move(counts);
     // Liveness and scraping keep working with every client slot taken.
     l.is_probe = [](const http::request_header<>& h) {
         const RouteMatch m = match_route(h.method(), h.target());
@@ -130,11 +132,12 @@ App::App(net::io_context& control, config::Config cfg, std::size_t workers)
     lock_spins_ = &lock_waits.Add({{"how", "spin"}});
     lock_blocks_ = &lock_waits.Add({{"how", "block"}});
     const std::size_t n = std::max<std::size_t>(workers, 1);
+    const auto counts = server::make_connection_counts();
     for (std::size_t i = 0; i < n; ++i) {
         auto w = std::make_unique<Worker>(*this, i, i == 0 ? &control_ioc_ : nullptr);
         Worker& wr = *w;
         w->server = std::make_unique<server::HttpServer>(
-            w->ex, limits_from(cfg_, n),
+            w->ex, limits_from(cfg_, n, counts),
             [this, &wr](server::Exchange& ex) { return handle(ex, wr); });
         w->server->on_reject([this](Errc e) { router_metrics_.bad_request(error_info(e).code); });
         workers_.push_back(std::move(w));

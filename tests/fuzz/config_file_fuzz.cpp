@@ -84,7 +84,10 @@ bool leaks_secret(const std::string& msg) {
             const auto name_at = k + closing.size();
             const std::string name =
                 msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
-            if (option_names().count(name) != 0) {
+            // A file key may mix '-' and '_' ("client_write-timeout_ms"): the loader takes both.
+            std::string canonical = name;
+            std::replace(canonical.begin(), canonical.end(), '-', '_');
+            if (option_names().count(canonical) != 0) {
                 key = name;
             }
         }

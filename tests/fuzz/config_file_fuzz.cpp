@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "config/config.hpp"
 
@@ -27,8 +28,8 @@ const std::string& scratch_path() {
     return path;
 }
 
-// The names a refusal can give a key: every option of --help, as a flag ("admin-api-key") and as
-// a config file key ("admin_api_key").
+// The names a refusal can give a key: every option of --help, spelled with '_' for '-'
+// ("admin_api_key"), as leaks_secret looks them up.
 const std::set<std::string>& option_names() {
     static const std::set<std::string> names = [] {
         std::set<std::string> out;
@@ -38,9 +39,8 @@ const std::set<std::string>& option_names() {
                 help.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-", at + 2);
             std::string name = help.substr(at + 2, end - at - 2);
             if (!name.empty()) {
-                out.insert(name);
                 std::replace(name.begin(), name.end(), '-', '_');
-                out.insert(name);
+                out.insert(std::move(name));
             }
         }
         return out;
@@ -84,7 +84,10 @@ bool leaks_secret(const std::string& msg) {
             const auto name_at = k + closing.size();
             const std::string name =
                 msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
-            if (option_names().count(name) != 0) {
+            // A file key may mix '-' and '_' ("client_write-timeout_ms"): the loader takes both.
+            std::string canonical = name;
+            std::replace(canonical.begin(), canonical.end(), '-', '_');
+            if (option_names().count(canonical) != 0) {
                 key = name;
             }
         }

@@ -134,25 +134,26 @@ void Connection::close() noexcept {
 }
 
 awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
-                               net::cancellation_signal& cancel, bool probe_only) {
+                               net::cancellation_signal& cancel, bool probe_only,
+                               std::optional<net::ip::address> source) {
     Connection conn(*state, std::move(sock));
     conn.probe_only = probe_only;
     state->connections.push_front(&conn);
     conn.pos = state->connections.begin();
-    // admit() counted the connection; given back here, however it ends.
-    const bool per_source = state->limits.max_connections_per_source > 0;
+    // admit() counted the connection (and its source, when it did); given back here, however it
+    // ends.
     struct Guard {
         ServerState& s;
         Connection& c;
-        bool per_source;
+        std::optional<net::ip::address> source;
         ~Guard() {
             s.connections.erase(c.pos);
             {
                 ConnectionCounts& n = *s.counts;
                 const std::lock_guard<std::mutex> lock(n.m);
                 (c.probe_only ? n.probe : n.open) -= 1;
-                if (per_source) {
-                    const auto it = n.per_source.find(c.remote.address());
+                if (source) {
+                    const auto it = n.per_source.find(*source);
                     if (it != n.per_source.end() && --it->second == 0) {
                         n.per_source.erase(it);
                     }
@@ -160,7 +161,7 @@ awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket s
             }
             s.connection_ended();
         }
-    } guard{*state, conn, per_source};
+    } guard{*state, conn, std::move(source)};
 
     const Limits& limits = state->limits;
     bool first = true;

@@ -8,6 +8,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,7 +98,8 @@ struct ServerState {
 
 // `cancel` is the signal bound to this coroutine's cancellation slot.
 awaitable<void> run_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
-                               net::cancellation_signal& cancel, bool probe_only);
+                               net::cancellation_signal& cancel, bool probe_only,
+                               std::optional<net::ip::address> source);
 // Answers 503 too_many_connections with `why` and closes.
 awaitable<void> reject_connection(std::shared_ptr<ServerState> state, tcp::socket sock,
                                   std::string why);

@@ -19,11 +19,16 @@ namespace {
 
 enum class Admission { Serve, ProbeOnly, Full, PerSource };
 
+struct Admitted {
+    Admission how = Admission::Full;
+    std::optional<net::ip::address> source;  // counted in per_source (given back at the end)
+};
+
 // Whether a new connection is served: under --max-client-connections, yes; past it, on one of
 // the reserved probe slots while one is free; never past the per-source limit. A served one is
 // counted at once (run_connection gives its count back), in the counts the server may share.
 template <class Socket>
-Admission admit(detail::ServerState& state, const Socket& sock) {
+Admitted admit(detail::ServerState& state, const Socket& sock) {
     const Limits& l = state.limits;
     ConnectionCounts& c = *state.counts;
     error_code ec;
@@ -32,21 +37,22 @@ Admission admit(detail::ServerState& state, const Socket& sock) {
     if (l.max_connections_per_source > 0 && !ec) {
         const auto it = c.per_source.find(remote.address());
         if (it != c.per_source.end() && it->second >= l.max_connections_per_source) {
-            return Admission::PerSource;
+            return {Admission::PerSource, {}};
         }
     }
-    Admission a = Admission::Full;
+    Admitted a;
     if (c.open < l.max_connections) {
         ++c.open;
-        a = Admission::Serve;
+        a.how = Admission::Serve;
     } else if (c.probe < l.reserved_probe_connections && l.is_probe) {
         ++c.probe;
-        a = Admission::ProbeOnly;
+        a.how = Admission::ProbeOnly;
     } else {
-        return Admission::Full;
+        return a;
     }
     if (l.max_connections_per_source > 0 && !ec) {
         ++c.per_source[remote.address()];
+        a.source = remote.address();
     }
     return a;
 }
@@ -65,9 +71,9 @@ awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
             co_await pause.async_wait();
             continue;
         }
-        const Admission admission = admit(*state, sock);
-        if (admission == Admission::PerSource || admission == Admission::Full) {
-            std::string why = admission == Admission::PerSource
+        Admitted admitted = admit(*state, sock);
+        if (admitted.how == Admission::PerSource || admitted.how == Admission::Full) {
+            std::string why = admitted.how == Admission::PerSource
                                   ? "too many connections from this address"
                                   : "too many client connections";
             net::co_spawn(state->executor,
@@ -75,13 +81,14 @@ awaitable<void> accept_loop(std::shared_ptr<detail::ServerState> state) {
                           net::detached);
             continue;
         }
-        const bool probe_only = admission == Admission::ProbeOnly;
+        const bool probe_only = admitted.how == Admission::ProbeOnly;
         // The signal cancels the handler when its client goes away (see watch_client); the
         // completion handler owns it, so it outlives the coroutine and its slot.
         auto cancel = std::make_shared<net::cancellation_signal>();
         auto slot = cancel->slot();
         net::co_spawn(state->executor,
-                      detail::run_connection(state, std::move(sock), *cancel, probe_only),
+                      detail::run_connection(state, std::move(sock), *cancel, probe_only,
+                                             std::move(admitted.source)),
                       net::bind_cancellation_slot(slot, [cancel](const std::exception_ptr& e) {
                           if (!e) {
                               return;

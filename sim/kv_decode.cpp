@@ -157,6 +157,13 @@ awaitable<KvOutcome> SimServer::Impl::push_receive(server::Exchange& x, const Pu
                          http::status::bad_request);
     }
     PeerRef peer = co_await agent->peer_at(client, p.host, p.port);
+    // The client may have gone while the descriptor was fetched: the request's cancellation
+    // came then, and a wait below would not see it again.
+    if (x.client_gone()) {
+        KvOutcome o;
+        o.cancelled = true;
+        co_return o;  // nothing taken, nothing registered
+    }
     if (peer.handle == pdx::kNoPeer || peer.name != p.engine_id) {
         ++state.counters.kv_read_failures;
         co_return failed("KV push from prefill " + from + " impossible: " +

@@ -48,52 +48,102 @@ const std::set<std::string>& option_names() {
     return names;
 }
 
+// Searches of the refusal, made without sanitizer coverage: libFuzzer learns the strings that
+// instrumented code compares (its memcmp/strstr hooks feed its dictionary), and a harness that
+// looks for "' for key '" in the message teaches the fuzzer to put those words into values,
+// which is how it fooled earlier versions of this check. A plain loop is not hooked.
+__attribute__((no_sanitize("coverage"))) std::size_t plain_find(const std::string& hay,
+                                                                 const std::string& needle,
+                                                                 std::size_t from = 0) {
+    for (std::size_t i = from; i + needle.size() <= hay.size(); ++i) {
+        std::size_t j = 0;
+        while (j < needle.size() && hay[i + j] == needle[j]) {
+            ++j;
+        }
+        if (j == needle.size()) {
+            return i;
+        }
+    }
+    return std::string::npos;
+}
+
+__attribute__((no_sanitize("coverage"))) std::size_t plain_rfind(const std::string& hay,
+                                                                  const std::string& needle,
+                                                                  std::size_t before) {
+    std::size_t found = std::string::npos;
+    for (auto at = plain_find(hay, needle); at != std::string::npos && at < before;
+         at = plain_find(hay, needle, at + 1)) {
+        found = at;
+    }
+    return found;
+}
+
+bool holds_secret(std::string key) {
+    std::replace(key.begin(), key.end(), '-', '_');
+    return plain_find(key, "key") != std::string::npos ||
+           plain_find(key, "secret") != std::string::npos;
+}
+
 // Whether a refusal shows the secret seeded in the corpus (an api key's value). A refusal may
 // name an unknown or repeated key, and quote the value of the one key it refuses ("invalid value
 // '...' for key 'prefill'"), and the fuzzer copies the secret into such values too: that is allowed
 // unless the key holds a secret (its name says key or secret).
-bool leaks_secret(const std::string& msg) {
-    const auto at = msg.find("UPSTREAMSECRET");
+__attribute__((no_sanitize("coverage"))) bool leaks_secret(const std::string& msg) {
+    const auto at = plain_find(msg, "UPSTREAMSECRET");
     if (at == std::string::npos) {
         return false;
     }
+    // The file's own path closes the part of a refusal that the file's text can fill: the
+    // fuzzer does not know it (a per-process name, compared only here, without coverage).
+    const std::string in_file = "' in config file '" + scratch_path() + "'";
+    const auto file_at = plain_find(msg, in_file);
     // A key's name is no secret: an unknown or repeated key is named ("unknown key 'X' in
     // config file '...'"), and the fuzzer copies the secret into key names too.
     for (const std::string named : {"pdrouter: unknown key '", "pdrouter: duplicate key '"}) {
-        const auto end = msg.rfind("' in config file '");
-        if (msg.starts_with(named) && end != std::string::npos && named.size() <= at && at < end &&
-            msg.find("UPSTREAMSECRET", end) == std::string::npos) {
+        if (plain_find(msg, named) == 0 && file_at != std::string::npos && named.size() <= at &&
+            at < file_at && plain_find(msg, "UPSTREAMSECRET", file_at) == std::string::npos) {
             return false;
         }
     }
-    // "invalid value 'V' for key 'NAME' in config file ...: REASON" or, where the check is the
-    // flag's own, "invalid value 'V' for --NAME: REASON". The reason may quote V or a part of it
-    // again (a host name, a port), so past the opening everything is V's: allowed when NAME
+    // "invalid value 'V' for key 'NAME' in config file 'PATH': REASON" or, where the check is
+    // the flag's own, "invalid value 'V' for --NAME: REASON". The reason may quote V or a part
+    // of it again (a host name, a port): past the opening, everything is V's. Allowed when NAME
     // does not hold a secret.
-    const std::string opening = "invalid value '";
-    const auto v = msg.find(opening);
-    if (v == std::string::npos || at < v) {
+    const std::string opening = "pdrouter: invalid value '";
+    if (plain_find(msg, opening) != 0) {
         return true;
     }
-    // The value may itself hold "' for --" (the fuzzer copies the message's own words into it):
-    // the key is the first name after such a closing that is an option's name.
     std::string key;
-    for (const std::string closing : {"' for key '", "' for --"}) {
-        for (auto k = msg.find(closing, v); k != std::string::npos && key.empty();
-             k = msg.find(closing, k + 1)) {
-            const auto name_at = k + closing.size();
-            const std::string name =
-                msg.substr(name_at, msg.find_first_of("': ", name_at) - name_at);
-            // A file key may mix '-' and '_' ("client_write-timeout_ms"): the loader takes both.
-            std::string canonical = name;
-            std::replace(canonical.begin(), canonical.end(), '-', '_');
-            if (option_names().count(canonical) != 0) {
+    if (file_at != std::string::npos) {
+        // NAME is what stands between the last "' for key '" before the path and the path.
+        const std::string for_key = "' for key '";
+        const auto k = plain_rfind(msg, for_key, file_at);
+        if (k == std::string::npos || k < opening.size()) {
+            return true;
+        }
+        key = msg.substr(k + for_key.size(), file_at - k - for_key.size());
+    } else {
+        // The flag's own check: the first option name after a "' for --" (V may hold the words
+        // too; then the name after them is not an option's, or is V's and no secret's).
+        for (auto k = plain_find(msg, "' for --", opening.size());
+             k != std::string::npos && key.empty(); k = plain_find(msg, "' for --", k + 1)) {
+            const auto name_at = k + 8;
+            auto name_end = name_at;
+            while (name_end < msg.size() && msg[name_end] != '\'' && msg[name_end] != ':' &&
+                   msg[name_end] != ' ') {
+                ++name_end;
+            }
+            std::string name = msg.substr(name_at, name_end - name_at);
+            std::replace(name.begin(), name.end(), '-', '_');
+            if (option_names().count(name) != 0) {
                 key = name;
             }
         }
+        if (key.empty()) {
+            return true;
+        }
     }
-    return key.empty() || key.find("key") != std::string::npos ||
-           key.find("secret") != std::string::npos;
+    return holds_secret(key);
 }
 
 }  // namespace

@@ -12,9 +12,6 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 
-#include <pthread.h>
-#include <signal.h>
-
 namespace pdr::api {
 
 namespace {
@@ -230,14 +227,6 @@ void App::start() {
         discovery_.start();
         lease_keeper_.start();
     }
-    // The workers' threads are made with SIGINT/SIGTERM blocked (a thread inherits its maker's
-    // mask), so that a stop signal always lands on this (the control) thread.
-    sigset_t stop_signals;
-    sigset_t before;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, &before);
     for (auto& w : workers_) {
         w->server->start();
         if (w->own_ioc) {
@@ -246,7 +235,6 @@ void App::start() {
             w->thread = std::thread([wp] { wp->own_ioc->run(); });
         }
     }
-    pthread_sigmask(SIG_SETMASK, &before, nullptr);
     if (workers_.size() > 1) {
         PDR_INFO(kLog, std::to_string(workers_.size()) + " worker threads");
     }

@@ -53,8 +53,8 @@ const std::set<std::string>& option_names() {
 // looks for "' for key '" in the message teaches the fuzzer to put those words into values,
 // which is how it fooled earlier versions of this check. A plain loop is not hooked.
 __attribute__((no_sanitize("coverage"))) std::size_t plain_find(const std::string& hay,
-                                                                 const std::string& needle,
-                                                                 std::size_t from = 0) {
+                                                                const std::string& needle,
+                                                                std::size_t from = 0) {
     for (std::size_t i = from; i + needle.size() <= hay.size(); ++i) {
         std::size_t j = 0;
         while (j < needle.size() && hay[i + j] == needle[j]) {
@@ -68,8 +68,8 @@ __attribute__((no_sanitize("coverage"))) std::size_t plain_find(const std::strin
 }
 
 __attribute__((no_sanitize("coverage"))) std::size_t plain_rfind(const std::string& hay,
-                                                                  const std::string& needle,
-                                                                  std::size_t before) {
+                                                                 const std::string& needle,
+                                                                 std::size_t before) {
     std::size_t found = std::string::npos;
     for (auto at = plain_find(hay, needle); at != std::string::npos && at < before;
          at = plain_find(hay, needle, at + 1)) {

@@ -19,11 +19,13 @@
 
 namespace {
 
-// One file per fuzzing process, rewritten for each input (tmpfs when there is one).
+// One file per fuzzing process, rewritten for each input (tmpfs when there is one). Named
+// neither .json nor .yaml: the loader takes such a name at its word, and decides by content
+// otherwise, so both parsers get the inputs.
 const std::string& scratch_path() {
     static const std::string path = [] {
         const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        return std::string(dir) + "/pdr-config-fuzz-" + std::to_string(getpid()) + ".yaml";
+        return std::string(dir) + "/pdr-config-fuzz-" + std::to_string(getpid()) + ".conf";
     }();
     return path;
 }
@@ -113,7 +115,6 @@ __attribute__((no_sanitize("coverage"))) bool leaks_secret(const std::string& ms
     if (plain_find(msg, opening) != 0) {
         return true;
     }
-    std::string key;
     if (file_at != std::string::npos) {
         // NAME is what stands between the last "' for key '" before the path and the path.
         const std::string for_key = "' for key '";
@@ -121,29 +122,27 @@ __attribute__((no_sanitize("coverage"))) bool leaks_secret(const std::string& ms
         if (k == std::string::npos || k < opening.size()) {
             return true;
         }
-        key = msg.substr(k + for_key.size(), file_at - k - for_key.size());
-    } else {
-        // The flag's own check: the first option name after a "' for --" (V may hold the words
-        // too; then the name after them is not an option's, or is V's and no secret's).
-        for (auto k = plain_find(msg, "' for --", opening.size());
-             k != std::string::npos && key.empty(); k = plain_find(msg, "' for --", k + 1)) {
-            const auto name_at = k + 8;
-            auto name_end = name_at;
-            while (name_end < msg.size() && msg[name_end] != '\'' && msg[name_end] != ':' &&
-                   msg[name_end] != ' ') {
-                ++name_end;
-            }
-            std::string name = msg.substr(name_at, name_end - name_at);
-            std::replace(name.begin(), name.end(), '-', '_');
-            if (option_names().count(name) != 0) {
-                key = name;
-            }
+        return holds_secret(msg.substr(k + for_key.size(), file_at - k - for_key.size()));
+    }
+    // The flag's own check ("' for --NAME: "), made only for options that hold no secret
+    // (--host, --port-file, ...). V may hold the same words with a secret option's name
+    // (the fuzzer learns them from the refusals): the refusal is taken as a leak only when
+    // no such name in it is a non-secret option's.
+    for (auto k = plain_find(msg, "' for --", opening.size()); k != std::string::npos;
+         k = plain_find(msg, "' for --", k + 1)) {
+        const auto name_at = k + 8;
+        auto name_end = name_at;
+        while (name_end < msg.size() && msg[name_end] != '\'' && msg[name_end] != ':' &&
+               msg[name_end] != ' ') {
+            ++name_end;
         }
-        if (key.empty()) {
-            return true;
+        std::string name = msg.substr(name_at, name_end - name_at);
+        std::replace(name.begin(), name.end(), '-', '_');
+        if (option_names().count(name) != 0 && !holds_secret(name)) {
+            return false;
         }
     }
-    return holds_secret(key);
+    return true;  // no option named, or only secret ones
 }
 
 }  // namespace

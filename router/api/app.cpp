@@ -142,6 +142,13 @@ App::App(net::io_context& control, config::Config cfg, std::size_t workers)
         w->server->on_reject([this](Errc e) { router_metrics_.bad_request(error_info(e).code); });
         workers_.push_back(std::move(w));
     }
+    // The health loop's tick also closes the workers' expired or closed pooled connections
+    // (CLOSE_WAIT otherwise lingers while no request takes them), each on its own thread.
+    registry_.set_idle_sweep_handler([this] {
+        for (auto& w : workers_) {
+            net::post(w->ex, [c = &w->client] { c->sweep_idle(); });
+        }
+    });
     // A failed probe ends the stalled legs on the instance wherever they are: on every worker.
     registry_.set_stalled_legs_handler([this](const instances::Instance& inst, Duration quiet) {
         for (auto& w : workers_) {

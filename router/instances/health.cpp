@@ -171,6 +171,9 @@ awaitable<void> Registry::health_loop() {
         // The same tick closes pooled connections the instances closed or that idled too long,
         // so they do not linger (CLOSE_WAIT) while no request uses their endpoint.
         client_.sweep_idle();
+        if (sweep_handler_) {
+            sweep_handler_();
+        }
         health_timer_.expires_at(next);
         co_await health_timer_.async_wait();
         if (!alive) {

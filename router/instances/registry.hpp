@@ -151,6 +151,10 @@ public:
     // handler posts the call to each of them.
     using StalledLegsHandler = std::function<void(const Instance&, Duration quiet)>;
     void set_stalled_legs_handler(StalledLegsHandler h) { stalled_handler_ = std::move(h); }
+    // The health loop's tick closes the idle pooled connections that expired or that their
+    // instance closed: the registry's own client's, and (this handler) the workers' pools,
+    // each on its own thread.
+    void set_idle_sweep_handler(std::function<void()> h) { sweep_handler_ = std::move(h); }
 
     void start();  // starts the health loop
     void stop();   // cancels the health loop and running probes
@@ -193,6 +197,7 @@ private:
     std::array<std::uint64_t, kRoleCount> next_public_number_{};
     std::vector<std::size_t> candidates_;  // pick()'s scratch list
     StalledLegsHandler stalled_handler_;
+    std::function<void()> sweep_handler_;
     std::string router_id_;  // set_self
     std::string listen_host_;
     unsigned short listen_port_ = 0;

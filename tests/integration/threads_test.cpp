@@ -7,8 +7,11 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -226,6 +229,66 @@ TEST_F(ThreadsTest, TheDefaultIsOneWorkerPerCpuTheRouterMayUse) {
     }
     const json status = http_get(pd.router->port, "/status").json();
     EXPECT_EQ(status.value("worker_threads", std::size_t{0}), expected) << status.dump();
+}
+
+// The router's TCP connections to the instances that are open (ESTABLISHED) or closed by the
+// instance only (CLOSE_WAIT): its sockets (/proc/PID/fd) whose peer port is an instance's.
+int pooled_to(const PdCluster& pd) {
+    std::set<std::string> inodes;
+    const std::string fd_dir = "/proc/" + std::to_string(pd.router->proc.pid()) + "/fd";
+    for (const auto& e : std::filesystem::directory_iterator(fd_dir)) {
+        std::error_code ec;
+        const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+        if (!ec && target.rfind("socket:[", 0) == 0) {
+            inodes.insert(target.substr(8, target.size() - 9));
+        }
+    }
+    std::set<unsigned long> ports;
+    for (const Server* s : pd.prefill) {
+        ports.insert(s->port);
+    }
+    for (const Server* s : pd.decode) {
+        ports.insert(s->port);
+    }
+    std::ifstream in("/proc/net/tcp");
+    std::string line;
+    std::getline(in, line);  // the header
+    int n = 0;
+    while (std::getline(in, line)) {
+        std::istringstream fields(line);
+        std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+        fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+            timeout >> inode;
+        const auto colon = remote.find(':');
+        if (colon == std::string::npos || (state != "01" && state != "08")) {
+            continue;
+        }
+        n += ports.count(std::stoul(remote.substr(colon + 1), nullptr, 16)) != 0 &&
+                     inodes.count(inode) != 0
+                 ? 1
+                 : 0;
+    }
+    return n;
+}
+
+// Every worker's pool is swept: idle connections past --upstream-idle-timeout-ms are closed by
+// the health loop's tick on each worker, not only on the thread that probes.
+TEST_F(ThreadsTest, IdlePooledConnectionsOfEveryWorkerAreClosed) {
+    auto& pd = start(PdOptions{}.p(1).d(1).router({"--threads", std::to_string(kWorkers),
+                                                   "--upstream-idle-timeout-ms", "300",
+                                                   "--health-interval-ms", "100"}));
+    const int before = pooled_to(pd);
+    std::vector<json> bodies(32, completion_body("pool me", 3, false));
+    const auto b = per_worker(*pd.router, kWorkers);
+    for (const auto& a : send_at_once(*pd.router, bodies, "pool-")) {
+        EXPECT_TRUE(answer_ok(a, bodies[0]));
+    }
+    ASSERT_GE(workers_used(b, per_worker(*pd.router, kWorkers)), 2);
+    EXPECT_GT(pooled_to(pd), before + 2) << "the workers kept no connection";
+    // What stays is at most the health probes' own connection to each instance.
+    const int probes = std::max(before, 2);
+    EXPECT_TRUE(wait_until([&] { return pooled_to(pd) <= probes; }, Ms{5000}))
+        << pooled_to(pd) << " connections to the instances left, " << before << " before the load";
 }
 
 }  // namespace

@@ -684,14 +684,24 @@ TEST_F(FailureTest, ProbesAreServedWithEveryClientSlotTaken) {
     EXPECT_NE(work.body.find("too_many_connections"), std::string::npos) << work.body;
     auto status = http_get(pd.router->port, "/status");
     EXPECT_EQ(status.status, 503) << status.describe();
-    // Two idle connections hold both probe slots: now a probe is refused too.
-    for (int i = 0; i < 2; ++i) {
-        held.push_back(std::make_unique<Connection>());
-        std::string error;
-        ASSERT_TRUE(held.back()->connect(pd.router->port, error)) << error;
-    }
-    EXPECT_TRUE(
-        wait_until([&] { return http_get(pd.router->port, "/health").status == 503; }, Ms{3000}));
+    // Two idle connections hold both probe slots: now a probe is refused too. (The probe
+    // slots of the probes above are given back when the router sees those connections end, on
+    // whichever worker thread holds them: a connection made just before that is refused, so
+    // the two are made again until they hold the slots.)
+    const std::size_t clients = held.size();
+    EXPECT_TRUE(wait_until(
+        [&] {
+            held.resize(clients);
+            for (int i = 0; i < 2; ++i) {
+                held.push_back(std::make_unique<Connection>());
+                std::string error;
+                if (!held.back()->connect(pd.router->port, error)) {
+                    return false;
+                }
+            }
+            return http_get(pd.router->port, "/health").status == 503;
+        },
+        Ms{3000}));
     held.clear();
     EXPECT_TRUE(wait_until(
         [&] {

@@ -1,5 +1,7 @@
 #include "router/disagg/attempts.hpp"
 
+#include "net/common/shared_state.hpp"
+
 #include <algorithm>
 
 namespace pdr::disagg {
@@ -18,6 +20,9 @@ instances::InstancePtr InstanceAttempts::next() {
     if (tried_ >= attempts_) {
         return nullptr;
     }
+    // Picked and counted in flight in one step: another worker thread could otherwise pick the
+    // same instance on trial in between, or an admin remove prune it.
+    const SharedLock lock;
     instances::InstancePtr inst = registry_.pick(role_, exclude_, usable_, hint_);
     if (inst) {
         ++tried_;

@@ -1,6 +1,7 @@
 #include "router/disagg/lmcache_flow.hpp"
 
 #include "net/common/log.hpp"
+#include "net/common/shared_state.hpp"
 #include "router/disagg/attempts.hpp"
 #include "router/disagg/decode_leg.hpp"
 #include "router/disagg/lmcache_rewrite.hpp"
@@ -270,12 +271,20 @@ awaitable<void> run_lmcache_flow(FlowDeps& deps, FlowRequest& req) {
 
     // D is chosen first: P sends the KV straight to its receiver. D is held in flight for the
     // whole request.
-    const instances::InstancePtr decode = deps.registry.pick(Role::Decode, nullptr, has_receiver);
+    // Picked and counted in flight in one step (see InstanceAttempts::next).
+    instances::InstancePtr decode;
+    instances::InFlight decode_held;
+    {
+        const SharedLock lock;
+        decode = deps.registry.pick(Role::Decode, nullptr, has_receiver);
+        if (decode) {
+            decode_held = deps.registry.acquire(decode);
+        }
+    }
     if (!decode) {  // went down meanwhile (nothing above awaited, so not in practice)
         co_await respond_no_instance(deps, req, Leg::Decode);
         co_return;
     }
-    instances::InFlight decode_held = deps.registry.acquire(decode);
 
     // 1-2. Tokenize and prefill: P computes the prompt's KV, sends it to D's receiver, notifies
     // the router once per TP rank, and answers the first token.

@@ -31,11 +31,18 @@ template <class Socket>
 Admitted admit(detail::ServerState& state, const Socket& sock) {
     const Limits& l = state.limits;
     ConnectionCounts& c = *state.counts;
-    error_code ec;
-    const tcp::endpoint remote = sock.remote_endpoint(ec);
+    // The peer's address only where a per-source limit needs it (one syscall per accept).
+    std::optional<net::ip::address> source;
+    if (l.max_connections_per_source > 0) {
+        error_code ec;
+        const tcp::endpoint remote = sock.remote_endpoint(ec);
+        if (!ec) {
+            source = remote.address();
+        }
+    }
     const std::lock_guard<std::mutex> lock(c.m);
-    if (l.max_connections_per_source > 0 && !ec) {
-        const auto it = c.per_source.find(remote.address());
+    if (source) {
+        const auto it = c.per_source.find(*source);
         if (it != c.per_source.end() && it->second >= l.max_connections_per_source) {
             return {Admission::PerSource, {}};
         }
@@ -50,9 +57,9 @@ Admitted admit(detail::ServerState& state, const Socket& sock) {
     } else {
         return a;
     }
-    if (l.max_connections_per_source > 0 && !ec) {
-        ++c.per_source[remote.address()];
-        a.source = remote.address();
+    if (source) {
+        ++c.per_source[*source];
+        a.source = std::move(source);
     }
     return a;
 }

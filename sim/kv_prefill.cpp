@@ -173,6 +173,9 @@ awaitable<void> SimServer::Impl::accept_register(std::string tid, PushRegistrati
                       json{{"transfer_id", tid},
                            {"request_id", e.request_id},
                            {"error", "the transfer was aborted"}});
+            // Kept: D's own Abort may still come (its client left as this Failed crossed it),
+            // and D keeps its blocks out of its pool until that Abort is answered too.
+            e.reg = std::move(reg);
             break;
     }
 }

@@ -139,7 +139,7 @@ test('the router reports push mode; no violations, no blocks left on either side
     if (p.blocks_held === 0 && d.kv_blocks_taken === 0) break;
     await sleep(25);
   } while (Date.now() < deadline);
-  assert.equal(p.blocks_held, 0);
-  assert.equal(d.kv_blocks_taken, 0);
+  assert.equal(p.blocks_held, 0, JSON.stringify(p));
+  assert.equal(d.kv_blocks_taken, 0, JSON.stringify(d));
   assert.ok(p.kv_transfer_bytes > 0, 'P counted its KV writes');
 });

@@ -362,6 +362,13 @@ TEST_P(PdxSimTest, RouterAgentAbortFreesAtOnceAndGetsPushCopies) {
     auto late = decode(body, "abort-me", push_params("abort-me", "xfer-a"), Ms{5000});
     EXPECT_EQ(late.status, 500) << late.describe();
     EXPECT_NE(late.body.find("aborted"), std::string::npos) << late.body;
+    // An Abort after that Register is answered to D as well: D sends one when its client leaves
+    // as P's Failed crosses it, and keeps its blocks out of its pool until it is answered
+    // (CI once saw D's block held past 3 s this way). D has no wait left: it counts the note.
+    const long long unknown = d_counter("kv_notes_unknown");
+    router.note(pdx::NotifyKind::Abort, pdx_id("abort-me"),
+                {{"request_id", "abort-me"}, {"transfer_id", "xfer-a"}});
+    EXPECT_TRUE(wait_until([&] { return d_counter("kv_notes_unknown") == unknown + 1; }, Ms{2000}));
     // A push that lands: the router's agent gets P's copy of Done.
     params["transfer_id"] = "xfer-ok";
     ASSERT_EQ(prefill(body, "ok", params).status, 200);

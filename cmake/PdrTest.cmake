@@ -6,6 +6,14 @@ function(pdr_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
+  # The timeouts are release bounds; sanitized builds run the same tests several times slower
+  # (ASan about 3x, more on a loaded machine: integration_lmcache_sim took 95 s of its 150 under
+  # ASan in one local CI run and timed out in the next), so their bounds scale.
+  if(PDR_SANITIZE MATCHES "thread")
+    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 3")
+  elseif(PDR_SANITIZE)
+    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 2")
+  endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main pdr::warnings)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})

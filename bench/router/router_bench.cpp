@@ -435,7 +435,9 @@ int main(int argc, char** argv) try {
                     double c0 = nginx->cpu_seconds();
                     Row g{"nginx hop", delay, stream, pdr::bench::run_load(hop)};
                     double c1 = nginx->cpu_seconds();
-                    std::size_t served = g.result.ok + g.result.failed + n / 10;
+                    // Only the timed requests ran between c0 and c1: the hop's warm-up ran
+                    // before c0 (the router's row counts its own warm-up, which runs inside).
+                    std::size_t served = g.result.ok + g.result.failed + hop.warmup;
                     g.cpu_us_per_req = (c1 - c0) * 1e6 / static_cast<double>(served);
                     nginx_cpu.push_back(g.cpu_us_per_req);
                     print_row(g);

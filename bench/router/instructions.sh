@@ -13,11 +13,18 @@
 #   bench/router/instructions.sh                                   # build/release, all rows
 #   bench/router/instructions.sh --pdrouter old/pdrouter --pdrouter build/release/router/pdrouter
 #   bench/router/instructions.sh --rows 0:json,0:stream
+#   bench/router/instructions.sh --nginx /usr/sbin/nginx --rows 10:json   # nginx's too, same runs
+#
+# With --nginx, the bench's one-nginx-hop reference runs under callgrind as well, and its
+# instructions per request are printed beside pdrouter's (nginx serves n + n/10 per row: its
+# warm-up and the timed run; pdrouter n + 2 n/10: its pool warm-up, its row's warm-up and the
+# row).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 bin_dir=build/release
 binaries=()
+nginx=""
 rows="0:json,0:stream,10:json,10:stream"
 n1=${N1:-400}
 n2=${N2:-1600}
@@ -26,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --bin-dir) bin_dir=$2; shift 2 ;;
     --pdrouter) binaries+=("$(realpath "$2")"); shift 2 ;;
     --rows) rows=$2; shift 2 ;;
+    --nginx) nginx=$(realpath "$2"); shift 2 ;;
     *) echo "instructions.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -45,30 +53,52 @@ cat > "$work/bin/router/pdrouter" <<EOF
 exec valgrind --tool=callgrind --callgrind-out-file=$work/out/cg.%p.out "\$PDR_UNDER_TEST" "\$@"
 EOF
 chmod +x "$work/bin/router/pdrouter"
+if [[ -n $nginx ]]; then
+  cat > "$work/nginx" <<EOF
+#!/usr/bin/env bash
+exec valgrind --tool=callgrind --callgrind-out-file=$work/out/ng.%p.out "$nginx" "\$@"
+EOF
+  chmod +x "$work/nginx"
+fi
 
-# Instructions of pdrouter for one bench run of `count` requests per row.
+# Instructions of pdrouter (and of nginx, with --nginx) for one bench run of `count` requests per
+# row: "PDROUTER NGINX".
 instructions() {
-  local delay=$1 answer=$2 count=$3
-  rm -f "$work"/out/cg.*.out
+  local delay=$1 answer=$2 count=$3 ng=0 reference=none
+  [[ -z $nginx ]] || reference=$work/nginx
+  rm -f "$work"/out/cg.*.out "$work"/out/ng.*.out
   "$bench" --bin-dir "$work/bin" --concurrency 32 --requests "$count" --max-tokens 16 \
-    --delays "$delay" --answers "$answer" --nginx none >"$work/bench.txt" 2>&1 \
-    || { cat "$work/bench.txt" >&2; return 1; }
-  grep -h '^totals:' "$work"/out/cg.*.out | awk '{print $2}'
+    --delays "$delay" --answers "$answer" --nginx "$reference" \
+    >"$work/bench.txt" 2>&1 || { cat "$work/bench.txt" >&2; return 1; }
+  [[ -z $nginx ]] || ng=$(grep -h '^totals:' "$work"/out/ng.*.out | awk '{print $2}')
+  echo "$(grep -h '^totals:' "$work"/out/cg.*.out | awk '{print $2}') $ng"
 }
 
-printf '| pdrouter | decode delay | answer | instructions/request |\n|---|---|---|---|\n'
+if [[ -n $nginx ]]; then
+  printf '| pdrouter | decode delay | answer | instructions/request | nginx hop | ratio |\n'
+  printf '|---|---|---|---|---|---|\n'
+else
+  printf '| pdrouter | decode delay | answer | instructions/request |\n|---|---|---|---|\n'
+fi
 for binary in "${binaries[@]}"; do
   export PDR_UNDER_TEST=$binary
   IFS=, read -ra list <<<"$rows"
   for row in "${list[@]}"; do
     delay=${row%%:*}
     answer=${row#*:}
-    i1=$(instructions "$delay" "$answer" "$n1")
-    i2=$(instructions "$delay" "$answer" "$n2")
-    # Rows at a decode delay run --requests / 2; each row adds a 10 % warm-up.
-    s1=$n1; s2=$n2
-    if [[ $delay -gt 0 ]]; then s1=$((n1 / 2)); s2=$((n2 / 2)); fi
-    s1=$((s1 + s1 / 10)); s2=$((s2 + s2 / 10))
-    printf '| %s | %s ms | %s | %d |\n' "$binary" "$delay" "$answer" $(((i2 - i1) / (s2 - s1)))
+    read -r i1 g1 <<<"$(instructions "$delay" "$answer" "$n1")"
+    read -r i2 g2 <<<"$(instructions "$delay" "$answer" "$n2")"
+    # Rows at a decode delay run --requests / 2. pdrouter serves its pool warm-up (10 %), the
+    # row's own warm-up (10 %) and the row; nginx its warm-up (10 %) and the row.
+    r1=$n1; r2=$n2
+    if [[ $delay -gt 0 ]]; then r1=$((n1 / 2)); r2=$((n2 / 2)); fi
+    p=$(((i2 - i1) / (r2 + 2 * (r2 / 10) - r1 - 2 * (r1 / 10))))
+    if [[ -n $nginx ]]; then
+      g=$(((g2 - g1) / (r2 + r2 / 10 - r1 - r1 / 10)))
+      printf '| %s | %s ms | %s | %d | %d | %s |\n' "$binary" "$delay" "$answer" "$p" "$g" \
+        "$(awk -v a="$p" -v b="$g" 'BEGIN { printf "%.2fx", a / b }')"
+    else
+      printf '| %s | %s ms | %s | %d |\n' "$binary" "$delay" "$answer" "$p"
+    fi
   done
 done

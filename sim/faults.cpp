@@ -149,6 +149,7 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
         !read_bool(obj, "close_delimited", f.close_delimited, error) ||
         !read_int(obj, "kv_write_delay_ms", f.kv_write_delay_ms, error) ||
         !read_int(obj, "kv_register_delay_ms", f.kv_register_delay_ms, error) ||
+        !read_int(obj, "kv_hold_after_ms", f.kv_hold_after_ms, error) ||
         !read_bool(obj, "kv_corrupt_block", f.kv_corrupt_block, error) ||
         !read_bool(obj, "kv_answer_pull", f.kv_answer_pull, error) ||
         !read_bool(obj, "kv_failed_to_router_only", f.kv_failed_to_router_only, error) ||
@@ -170,8 +171,9 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
     if (f.retry_after_s >= 0 && f.status == 0) {
         return "'retry_after_s' needs 'status'";
     }
-    if (f.kv_write_delay_ms < 0 || f.kv_register_delay_ms < 0) {
-        return "'kv_write_delay_ms' and 'kv_register_delay_ms' must not be negative";
+    if (f.kv_write_delay_ms < 0 || f.kv_register_delay_ms < 0 || f.kv_hold_after_ms < 0) {
+        return "'kv_write_delay_ms', 'kv_register_delay_ms' and 'kv_hold_after_ms' must not be "
+               "negative";
     }
     if (f.delay_ms < 0) {
         return "'delay_ms' must not be negative";

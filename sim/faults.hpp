@@ -49,6 +49,7 @@ struct Fault {
     // KV over the transfer core (docs/pdsim.md, "Faults").
     int kv_write_delay_ms = 0;      // push, prefill: wait this long before writing to D
     int kv_register_delay_ms = 0;   // push, decode: wait this long before registering with P
+    int kv_hold_after_ms = 0;       // push, decode: hold this long after P's Done or Failed
     bool kv_corrupt_block = false;  // prefill: one byte of one held block is wrong
     bool kv_answer_pull = false;    // push, prefill: answer a pull handle (transfer_mode "pull")
     // push, prefill: the write fails without being made, and its Failed reaches only the

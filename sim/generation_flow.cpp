@@ -441,8 +441,9 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
             got.message = "push-mode KV needs a decode started with --kv-transfer pdx";
         } else if (push) {
             const int register_delay = fault ? fault->kv_register_delay_ms : 0;
+            const int hold_after = fault ? fault->kv_hold_after_ms : 0;
             const int n = blocks_for(g.prompt_tokens, cfg.block_size_tokens);
-            got = co_await push_receive(x, *push, n, register_delay, taken);
+            got = co_await push_receive(x, *push, n, register_delay, hold_after, taken);
         } else if (agent) {
             got = co_await pull_pdx(*handle, taken);
         } else {

@@ -148,7 +148,7 @@ awaitable<KvOutcome> SimServer::Impl::pull_pdx(const KvHandle& h, TakenBlocks& t
 
 awaitable<KvOutcome> SimServer::Impl::push_receive(server::Exchange& x, const PushParams& p,
                                                    int blocks, int register_delay_ms,
-                                                   TakenBlocks& taken) {
+                                                   int hold_after_ms, TakenBlocks& taken) {
     auto self = shared_from_this();
     const std::string from = authority(p.host, p.port);
     const std::uint64_t key = pdx_id(p.transfer_id);
@@ -220,6 +220,21 @@ awaitable<KvOutcome> SimServer::Impl::push_receive(server::Exchange& x, const Pu
         co_return failed("could not register KV blocks with prefill " + from);
     }
     const auto end = co_await wait_signal(w->signal, Clock::now() + cfg.kv_wait_timeout, true);
+    if (end == WaitEnd::Fired && hold_after_ms > 0) {  // fault: the client may leave meanwhile
+        ++state.counters.kv_fault_holds;
+        Timer t(ex);
+        t.expires_after(Duration{hold_after_ms});
+        co_await t.async_wait();
+    }
+    if (end == WaitEnd::Fired && x.client_gone()) {
+        // P's last word (Done, or Failed: nothing was or will be written) came before the
+        // client left: nothing more lands in the blocks, which go back now. An Abort here
+        // would find P's entry gone and go unanswered, and the blocks would wait out the
+        // quarantine.
+        KvOutcome o;
+        o.cancelled = true;
+        co_return o;
+    }
     if (end == WaitEnd::Cancelled || x.client_gone()) {
         abort();
         KvOutcome o;

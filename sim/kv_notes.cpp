@@ -218,6 +218,7 @@ json SimServer::Impl::kv_state_json() const {
            {"kv_control_copies", c.kv_control_copies},
            {"kv_push_failed_notes", c.kv_push_failed_notes},
            {"kv_wait_timeouts", c.kv_wait_timeouts},
+           {"kv_fault_holds", c.kv_fault_holds},
            {"kv_aborts_sent", c.kv_aborts_sent},
            {"kv_pushes_pending", pushes.size()},
            {"kv_waits_pending", waits.size()},

@@ -170,7 +170,7 @@ struct SimServer::Impl : std::enable_shared_from_this<Impl> {
     awaitable<KvOutcome> pull_pdx(const KvHandle& h, TakenBlocks& taken);
     awaitable<KvOutcome> pull_http(const KvHandle& h);
     awaitable<KvOutcome> push_receive(server::Exchange& x, const PushParams& p, int blocks,
-                                      int register_delay_ms, TakenBlocks& taken);
+                                      int register_delay_ms, int hold_after_ms, TakenBlocks& taken);
     // Checks every word of the received blocks; the outcome names the first bad one.
     KvOutcome verify_blocks(const std::string& request_id, const TakenBlocks& taken,
                             const std::string& from);

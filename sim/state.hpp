@@ -59,6 +59,7 @@ struct Counters {
     std::uint64_t kv_control_copies = 0;       // prefill: terminal notes copied to a control peer
     std::uint64_t kv_push_failed_notes = 0;    // decode: Failed notes that ended a wait
     std::uint64_t kv_wait_timeouts = 0;        // decode: no Done/Failed within the bound
+    std::uint64_t kv_fault_holds = 0;          // decode: kv_hold_after_ms holds begun
     std::uint64_t kv_aborts_sent = 0;          // decode: Abort notes sent to a prefill
     // Bytes this engine's KV transfers moved and their wall time, summed over transfers that
     // succeeded: pull, D's reads; push, P's writes; lmcache, P's sends (all ranks at once).

@@ -331,6 +331,35 @@ TEST_P(PdxSimTest, PushFaultsDelayedWriteDelayedRegisterAndCorruptBlock) {
     EXPECT_EQ(d_counter("kv_blocks_taken"), 0);
 }
 
+// A decode whose client leaves after P's Done came (the KV landed) gives its blocks back at once:
+// an Abort then would find P's entry gone, go unanswered, and leave them quarantined 5 s.
+TEST_P(PdxSimTest, PushDecodeWhoseClientLeftAfterTheKvLandedFreesItsBlocksAtOnce) {
+    start("push");
+    const json body = completion_body(words(20), 3, false);
+    ASSERT_EQ(prefill(body, "left", {{"transfer_id", "xfer-left"}}).status, 200);  // P first
+    sim_fault(*d_, {{"kv_hold_after_ms", 1500}});
+    json b = body;
+    b["kv_transfer_params"] = push_params("left", "xfer-left");
+    HttpRequest req;
+    req.method = "POST";
+    req.target = "/v1/completions";
+    req.headers = {{"Content-Type", "application/json"}, {"X-Request-Id", "left"}};
+    req.body = b.dump();
+    Connection c;
+    std::string error;
+    ASSERT_TRUE(c.connect(d_->port, error)) << error;
+    ASSERT_TRUE(c.write_all(serialize(req), error)) << error;
+    // P wrote and said Done; D holds (the fault) with the KV in its blocks. The client leaves.
+    ASSERT_TRUE(wait_until([&] { return d_counter("kv_fault_holds") == 1; }, Ms{5000}));
+    ASSERT_GT(d_counter("kv_blocks_taken"), 0);
+    c.close();
+    EXPECT_TRUE(wait_until([&] { return d_counter("kv_blocks_taken") == 0; }, Ms{1400}))
+        << sim_state(*d_).dump();
+    EXPECT_EQ(d_counter("kv_quarantined"), 0);
+    EXPECT_EQ(d_counter("kv_aborts_sent"), 0);
+    EXPECT_TRUE(p_blocks_freed());
+}
+
 TEST_P(PdxSimTest, RouterAgentAbortFreesAtOnceAndGetsPushCopies) {
     start("push");
     RouterAgent router(GetParam());

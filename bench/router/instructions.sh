@@ -86,8 +86,14 @@ for binary in "${binaries[@]}"; do
   for row in "${list[@]}"; do
     delay=${row%%:*}
     answer=${row#*:}
-    read -r i1 g1 <<<"$(instructions "$delay" "$answer" "$n1")"
-    read -r i2 g2 <<<"$(instructions "$delay" "$answer" "$n2")"
+    # (a failed run stops the script: the assignments carry the function's status)
+    out1=$(instructions "$delay" "$answer" "$n1")
+    out2=$(instructions "$delay" "$answer" "$n2")
+    read -r i1 g1 <<<"$out1"
+    read -r i2 g2 <<<"$out2"
+    for v in "$i1" "$i2" "$g1" "$g2"; do
+      [[ $v =~ ^[0-9]+$ ]] || { echo "instructions.sh: no callgrind total in a run" >&2; exit 1; }
+    done
     # Rows at a decode delay run --requests / 2. pdrouter serves its pool warm-up (10 %), the
     # row's own warm-up (10 %) and the row; nginx its warm-up (10 %) and the row.
     r1=$n1; r2=$n2

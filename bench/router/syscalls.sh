@@ -65,8 +65,9 @@ measure() {
   done
   wait "$bench_pid" || { cat "$dir/bench.txt" >&2; return 1; }
   wait  # the perf processes end with the processes they watch
-  [[ -s $dir/pdrouter.perf && -s $dir/nginx.perf ]] || {
-    echo "syscalls.sh: perf did not attach to both processes" >&2; return 1; }
+  grep -q ',context-switches,' "$dir/pdrouter.perf" 2>/dev/null &&
+    grep -q ',context-switches,' "$dir/nginx.perf" 2>/dev/null || {
+    echo "syscalls.sh: perf did not count both processes (see $dir/*.perf)" >&2; return 1; }
 }
 
 # count FILE EVENT: the event's count in a `perf stat -x,` file (0 when absent).

@@ -437,7 +437,7 @@ int main(int argc, char** argv) try {
                     double c1 = nginx->cpu_seconds();
                     // Only the timed requests ran between c0 and c1: the hop's warm-up ran
                     // before c0 (the router's row counts its own warm-up, which runs inside).
-                    std::size_t served = g.result.ok + g.result.failed + hop.warmup;
+                    std::size_t served = g.result.ok + g.result.failed;
                     g.cpu_us_per_req = (c1 - c0) * 1e6 / static_cast<double>(served);
                     nginx_cpu.push_back(g.cpu_us_per_req);
                     print_row(g);

@@ -18,6 +18,9 @@ bool ends_an_sse_event(std::string_view bytes) noexcept;
 // Length of the longest prefix of `bytes` that ends with a blank line; 0 when none.
 std::size_t sse_events_end(std::string_view bytes) noexcept;
 
+// Where the line that starts at `from` ends: the index of its first CR or LF, or bytes.size().
+std::size_t sse_line_end(std::string_view bytes, std::size_t from) noexcept;
+
 // One event of one data line: "data: <data>\n\n" (`data`, e.g. a JSON text, has no line end).
 std::string sse_data_event(std::string_view data);
 

@@ -2,8 +2,10 @@
 // read in pieces (each piece's length taken from the input itself), cut at event boundaries by
 // SseCutter as relay.cpp does, and the whole events rewritten by the LMCache flow's
 // AnswerShaper (completions and chat). What is passed on, plus the flush, must be the stream
-// unchanged, and the cutter never holds more than its cap. Build and run: scripts/fuzz sse
+// unchanged, and the cutter never holds more than its cap; sse_events_end and sse_line_end
+// agree with byte-at-a-time versions of themselves. Build and run: scripts/fuzz sse
 // SECONDS. Seeds: corpus/sse/.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -59,6 +61,38 @@ bool ends_with_blank_line(std::string_view b) {
     return false;
 }
 
+// sse_events_end and sse_line_end one byte at a time, as they were before they searched with
+// memrchr/memchr: the fast ones must agree with these on every input.
+bool reference_line_end_char(char c) {
+    return c == '\n' || c == '\r';
+}
+
+std::size_t reference_events_end(std::string_view b) {
+    std::size_t i = b.size();
+    while (i > 0) {
+        std::size_t p = i - 1;
+        while (!reference_line_end_char(b[p])) {
+            if (p == 0) {
+                return 0;
+            }
+            --p;
+        }
+        const std::size_t start = b[p] == '\n' && p > 0 && b[p - 1] == '\r' ? p - 1 : p;
+        if (start > 0 && reference_line_end_char(b[start - 1])) {
+            return p + 1;
+        }
+        i = start;
+    }
+    return 0;
+}
+
+std::size_t reference_line_end(std::string_view b, std::size_t from) {
+    while (from < b.size() && !reference_line_end_char(b[from])) {
+        ++from;
+    }
+    return std::min(from, b.size());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -86,7 +120,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         passed += piece;
         if (cutter.at_boundary() != ends_with_blank_line(passed) ||
-            ends_an_sse_event(piece) != ends_with_blank_line(piece)) {
+            ends_an_sse_event(piece) != ends_with_blank_line(piece) ||
+            sse_events_end(piece) != reference_events_end(piece)) {
             std::abort();
         }
         if (!piece.empty() && ends_an_sse_event(piece)) {
@@ -100,8 +135,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (passed != in || cutter.held() != 0) {
         std::abort();
     }
-    if (sse_events_end(in) > in.size()) {
+    if (sse_events_end(in) != reference_events_end(in)) {
         std::abort();
+    }
+    for (std::size_t from = 0; from <= in.size();) {  // every line of the input
+        const std::size_t end = sse_line_end(in, from);
+        if (end != reference_line_end(in, from)) {
+            std::abort();
+        }
+        from = end + 1;
     }
     out.clear();
     completions.whole(in, out);

@@ -52,17 +52,21 @@ TEST(SseEventsEnd, MixedLineEndsEndAnEvent) {
 
 // The one-pass scan against the definition: the end of the last "line end, line end" pair, over
 // every string of up to 9 characters from {a, LF, CR} (line ends: CRLF, LF, CR).
-TEST(SseEventsEnd, OnePassScanMatchesTheDefinitionExhaustively) {
-    auto reference = [](std::string_view b) {
-        std::size_t end = 0;
-        for (std::string_view blank :
-             {"\n\n", "\n\r", "\r\r", "\n\r\n", "\r\r\n", "\r\n\n", "\r\n\r", "\r\n\r\n"}) {
-            if (const std::size_t at = b.rfind(blank); at != std::string_view::npos) {
-                end = std::max(end, at + blank.size());
-            }
+constexpr std::string_view kBlankLines[] = {"\n\n",   "\n\r",   "\r\r",   "\n\r\n",
+                                            "\r\r\n", "\r\n\n", "\r\n\r", "\r\n\r\n"};
+
+std::size_t reference_events_end(std::string_view b) {
+    std::size_t end = 0;
+    for (std::string_view blank : kBlankLines) {
+        if (const std::size_t at = b.rfind(blank); at != std::string_view::npos) {
+            end = std::max(end, at + blank.size());
         }
-        return end;
-    };
+    }
+    return end;
+}
+
+TEST(SseEventsEnd, OnePassScanMatchesTheDefinitionExhaustively) {
+    auto reference = reference_events_end;
     const char alphabet[] = {'a', '\n', '\r'};
     std::size_t checked = 0;
     for (std::size_t len = 0; len <= 9; ++len) {
@@ -80,6 +84,45 @@ TEST(SseEventsEnd, OnePassScanMatchesTheDefinitionExhaustively) {
         }
     }
     EXPECT_EQ(checked, 29524u);
+}
+
+// Texts longer than the vectorized searches' blocks (memrchr reads 32 bytes and more at a
+// time): every kind of blank line, and a lone line end, at every position.
+TEST(SseEventsEnd, LongTextsMatchTheDefinitionAtEveryPosition) {
+    std::size_t checked = 0;
+    for (std::size_t n : {31u, 64u, 200u}) {
+        for (std::string_view blank : kBlankLines) {
+            for (std::size_t at = 0; at <= n; ++at) {
+                for (std::string_view lone : {"", "\n", "\r", "\r\n"}) {
+                    std::string b(n, 'a');
+                    b.insert(at, blank);
+                    b.insert((at * 7 + 3) % (b.size() + 1), lone);
+                    ASSERT_EQ(sse_events_end(b), reference_events_end(b))
+                        << testing::PrintToString(b);
+                    ++checked;
+                }
+            }
+        }
+    }
+    EXPECT_EQ(checked, 3u * 8u * 4u + 8u * 4u * (31u + 64u + 200u));
+}
+
+TEST(SseLineEnd, FindsTheFirstCrOrLfFromWhereTheLineStarts) {
+    EXPECT_EQ(sse_line_end("", 0), 0u);
+    EXPECT_EQ(sse_line_end("abc", 0), 3u);
+    EXPECT_EQ(sse_line_end("abc", 5), 3u);
+    EXPECT_EQ(sse_line_end("data: a\r\nb", 0), 7u);
+    EXPECT_EQ(sse_line_end("data: a\r\nb", 9), 10u);
+    EXPECT_EQ(sse_line_end("a\rb\nc", 0), 1u);
+    EXPECT_EQ(sse_line_end("a\rb\nc", 2), 3u);
+    std::string longer(100, 'x');
+    longer[77] = '\r';
+    longer[50] = '\n';
+    EXPECT_EQ(sse_line_end(longer, 0), 50u);
+    EXPECT_EQ(sse_line_end(longer, 51), 77u);
+    EXPECT_EQ(sse_line_end(longer, 78), 100u);
+    longer[40] = '\r';
+    EXPECT_EQ(sse_line_end(longer, 0), 40u);
 }
 
 TEST(SseCutter, EventsWithMixedLineEndsPassAsTheyCome) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "net/common/fields.hpp"
 #include "net/common/uuid.hpp"
 
 namespace pdr {
@@ -16,9 +17,8 @@ inline constexpr std::size_t kMaxRequestIdLength = 256;
 // fresh UUIDv4.
 template <class Fields>
 std::string request_id_of(const Fields& fields) {
-    auto it = fields.find(kRequestIdHeader);
-    if (it != fields.end()) {
-        std::string_view v = it->value();
+    if (const auto* f = wire::find_field(fields, kRequestIdHeader)) {
+        const std::string_view v = f->value();
         const bool sane =
             !v.empty() && v.size() <= kMaxRequestIdLength &&
             std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });

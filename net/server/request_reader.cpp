@@ -1,6 +1,7 @@
 #include "net/server/request_reader.hpp"
 
 #include "config/ascii.hpp"
+#include "net/common/fields.hpp"
 #include "net/common/http_wire.hpp"
 #include "net/common/request_id.hpp"
 
@@ -24,8 +25,10 @@ bool is_http_error(const error_code& ec) {
 // (RFC 9112 6.3: 400 and close, or bytes of the body would be taken for the next request), and
 // the router decodes no other coding. (Beast's parser has trimmed the value's whitespace.)
 bool plain_transfer_encoding(const Request& req) {
-    auto [first, last] = req.equal_range(http::field::transfer_encoding);
-    return first == last || (std::next(first) == last && ascii::iequals(first->value(), "chunked"));
+    const std::size_t n = wire::field_count(req, http::field::transfer_encoding);
+    return n == 0 ||
+           (n == 1 &&
+            ascii::iequals(wire::field_value(req, http::field::transfer_encoding), "chunked"));
 }
 
 // Drops the CR and LF bytes at the front of what is buffered; returns how many.
@@ -132,7 +135,7 @@ awaitable<error_code> read_body(Connection& conn, RequestParser& parser,
     }
     // RFC 9110 10.1.1: an HTTP/1.0 client's 100-continue is ignored (it cannot expect an
     // interim answer).
-    auto expect = parser.get()[http::field::expect];
+    const std::string_view expect = wire::field_value(parser.get(), http::field::expect);
     if (parser.get().version() >= 11 && ascii::iequals(expect, "100-continue")) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
         auto [wec, wn] = co_await net::async_write(

@@ -3,6 +3,7 @@
 #include "net/upstream/pool.hpp"
 
 #include "net/common/error.hpp"
+#include "net/common/fields.hpp"
 #include "net/common/http_wire.hpp"
 
 namespace pdr::upstream {
@@ -78,7 +79,7 @@ awaitable<error_code> write_request(detail::Conn& c, const Request& req, Duratio
 }
 
 void prepare(Request& req, const std::string& authority) {
-    if (req.find(http::field::host) == req.end()) {
+    if (wire::find_field(req, http::field::host) == nullptr) {
         req.set(http::field::host, authority);
     }
     req.prepare_payload();

@@ -1,6 +1,7 @@
 #include "net/upstream/pool.hpp"
 
 #include "config/ascii.hpp"
+#include "net/common/fields.hpp"
 #include "net/common/request_id.hpp"
 
 #include <sys/socket.h>
@@ -259,25 +260,24 @@ bool final_status(unsigned status) noexcept {
 }
 
 bool answers_request(const Request& req, const http::response_header<>& head) noexcept {
-    auto asked = req.find(kRequestIdHeader);
-    if (asked == req.end()) {
+    const auto* asked = wire::find_field(req, kRequestIdHeader);
+    if (asked == nullptr) {
         return true;
     }
-    auto answered = head.find(kRequestIdHeader);
-    return answered == head.end() || answered->value() == asked->value();
+    const auto* answered = wire::find_field(head, kRequestIdHeader);
+    return answered == nullptr || answered->value() == asked->value();
 }
 
 bool plain_coding(const http::response_header<>& head) noexcept {
-    for (auto range = head.equal_range(http::field::content_encoding); range.first != range.second;
-         ++range.first) {
-        if (!ascii::iequals(ascii::trim(range.first->value()), "identity")) {
+    // One walk over the fields (see net/common/fields.hpp).
+    std::size_t te_fields = 0;
+    for (const auto& f : head) {
+        if (f.name() == http::field::content_encoding &&
+            !ascii::iequals(ascii::trim(f.value()), "identity")) {
             return false;
         }
-    }
-    std::size_t te_fields = 0;
-    for (auto range = head.equal_range(http::field::transfer_encoding); range.first != range.second;
-         ++range.first) {
-        if (++te_fields > 1 || !ascii::iequals(ascii::trim(range.first->value()), "chunked")) {
+        if (f.name() == http::field::transfer_encoding &&
+            (++te_fields > 1 || !ascii::iequals(ascii::trim(f.value()), "chunked"))) {
             return false;
         }
     }

@@ -1,5 +1,6 @@
 // The route handlers of App other than dispatch and admin: generation, models, health, status,
 // metrics and the lease-refresh forwarder.
+#include "net/common/fields.hpp"
 #include "net/common/log.hpp"
 #include "net/common/shared_state.hpp"
 #include "router/api/admin.hpp"
@@ -157,8 +158,8 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
     ParsedGeneration parsed;
     const GenerationKind kind =
         id == RouteId::Completions ? GenerationKind::Completions : GenerationKind::ChatCompletions;
-    ValidationError err =
-        validate_generation(kind, request[http::field::content_type], request.body(), parsed);
+    ValidationError err = validate_generation(
+        kind, wire::field_value(request, http::field::content_type), request.body(), parsed);
     if (!err.ok()) {
         router_metrics_.bad_request(error_info(err.errc).code);
         log_bad_request(ex, err);

@@ -1,5 +1,6 @@
 #include "router/disagg/prefill_leg.hpp"
 
+#include "net/common/fields.hpp"
 #include "net/common/log.hpp"
 #include "router/disagg/attempts.hpp"
 
@@ -65,8 +66,10 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             deps.registry.report_success(*p);
             deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
             log_failure(req.request_id, "prefill", p->name, status_reason(status, {}));
-            auto ct = result.response[http::field::content_type];
-            auto retry_after = result.response[http::field::retry_after];
+            const std::string_view ct =
+                wire::field_value(result.response, http::field::content_type);
+            const std::string_view retry_after =
+                wire::field_value(result.response, http::field::retry_after);
             co_await respond_relayed(req.exchange, status, ct, std::move(result.response.body()),
                                      retry_after);
             co_return PrefillEnd::Answered;

@@ -1,5 +1,6 @@
 #include "router/disagg/relay.hpp"
 
+#include "net/common/fields.hpp"
 #include "net/common/log.hpp"
 #include "net/common/sse_cut.hpp"
 
@@ -12,8 +13,7 @@ namespace {
 using metrics::Leg;
 
 std::string_view header_of(const upstream::ResponseStream& up, http::field f) {
-    auto it = up.head().find(f);
-    return it == up.head().end() ? std::string_view{} : std::string_view(it->value());
+    return wire::field_value(up.head(), f);
 }
 
 std::string_view content_type_of(const upstream::ResponseStream& up) {
@@ -100,8 +100,8 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
 // True when the answer's body ends only with the connection (neither chunked nor with a length).
 bool ended_by_close(const upstream::ResponseStream& up) {
     const auto& h = up.head();
-    return h.find(http::field::transfer_encoding) == h.end() &&
-           h.find(http::field::content_length) == h.end();
+    return wire::find_field(h, http::field::transfer_encoding) == nullptr &&
+           wire::find_field(h, http::field::content_length) == nullptr;
 }
 
 // What the last event in `sent` (whole events, any line ends) is, from its data lines (each

@@ -1,6 +1,7 @@
 #include "router/disagg/rewrite.hpp"
 
 #include "config/ascii.hpp"
+#include "net/common/fields.hpp"
 
 #include "net/common/uuid.hpp"
 #include "router/instances/instance.hpp"
@@ -30,8 +31,7 @@ std::string_view json_trim(std::string_view s) noexcept {
 }
 
 std::string header_value(const server::Request& req, std::string_view name) {
-    auto it = req.find(name);
-    return it == req.end() ? std::string{} : std::string(it->value());
+    return std::string(wire::field_value(req, name));
 }
 
 }  // namespace
@@ -64,11 +64,11 @@ LegHeaders leg_headers(const server::Request& client, std::string_view upstream_
 }
 
 bool is_hop_loop(const server::Request& client, std::string_view router_id) {
-    const auto it = client.find(instances::kHopHeader);
-    if (it == client.end()) {
+    const auto* hop = wire::find_field(client, instances::kHopHeader);
+    if (hop == nullptr) {
         return false;
     }
-    std::string_view list = it->value();
+    std::string_view list = hop->value();
     std::size_t hops = 0;
     while (!list.empty()) {
         const auto comma = list.find(',');

@@ -1,3 +1,17 @@
+# pdr_scaled_timeout(out seconds): a test's timeout, given as its release bound. Sanitized builds
+# run the same tests several times slower (ASan about 3x, more on a loaded machine:
+# integration_lmcache_sim took 95 s of its 150 under ASan in one local CI run and timed out in
+# the next), so the bound doubles under ASan and triples under TSan. For every test, also those
+# registered with add_test directly.
+function(pdr_scaled_timeout out seconds)
+  if(PDR_SANITIZE MATCHES "thread")
+    math(EXPR seconds "${seconds} * 3")
+  elseif(PDR_SANITIZE)
+    math(EXPR seconds "${seconds} * 2")
+  endif()
+  set(${out} ${seconds} PARENT_SCOPE)
+endfunction()
+
 # pdr_add_test(name LABEL unit|integration|e2e|ucx SOURCES ... DEPS ... [TIMEOUT s])
 # Builds one gtest executable and registers it as a single ctest test with a label and a
 # timeout (one process per executable keeps ctest start-up cheap on 2 cores).
@@ -6,14 +20,7 @@ function(pdr_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  # The timeouts are release bounds; sanitized builds run the same tests several times slower
-  # (ASan about 3x, more on a loaded machine: integration_lmcache_sim took 95 s of its 150 under
-  # ASan in one local CI run and timed out in the next), so their bounds scale.
-  if(PDR_SANITIZE MATCHES "thread")
-    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 3")
-  elseif(PDR_SANITIZE)
-    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 2")
-  endif()
+  pdr_scaled_timeout(ARG_TIMEOUT ${ARG_TIMEOUT})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main pdr::warnings)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})

@@ -20,7 +20,14 @@
 # warm-up and the timed run; pdrouter n + 2 n/10: its pool warm-up, its row's warm-up and the
 # row).
 set -euo pipefail
+caller=$PWD  # relative paths in the arguments are the caller's
 cd "$(dirname "$0")/../.."
+from_caller() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
+# Requests in a row, as pdrouter_bench counts them: rows at a decode delay run half the count,
+# and at least 100.
+row_requests() { # DELAY COUNT
+  if [[ $1 -gt 0 ]]; then echo $(($2 / 2 > 100 ? $2 / 2 : 100)); else echo "$2"; fi
+}
 
 bin_dir=build/release
 binaries=()
@@ -30,10 +37,10 @@ n1=${N1:-400}
 n2=${N2:-1600}
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --bin-dir) bin_dir=$2; shift 2 ;;
-    --pdrouter) binaries+=("$(realpath "$2")"); shift 2 ;;
+    --bin-dir) bin_dir=$(from_caller "$2"); shift 2 ;;
+    --pdrouter) binaries+=("$(realpath "$(from_caller "$2")")"); shift 2 ;;
     --rows) rows=$2; shift 2 ;;
-    --nginx) nginx=$(realpath "$2"); shift 2 ;;
+    --nginx) nginx=$(realpath "$(from_caller "$2")"); shift 2 ;;
     *) echo "instructions.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -94,10 +101,11 @@ for binary in "${binaries[@]}"; do
     for v in "$i1" "$i2" "$g1" "$g2"; do
       [[ $v =~ ^[0-9]+$ ]] || { echo "instructions.sh: no callgrind total in a run" >&2; exit 1; }
     done
-    # Rows at a decode delay run --requests / 2. pdrouter serves its pool warm-up (10 %), the
-    # row's own warm-up (10 %) and the row; nginx its warm-up (10 %) and the row.
-    r1=$n1; r2=$n2
-    if [[ $delay -gt 0 ]]; then r1=$((n1 / 2)); r2=$((n2 / 2)); fi
+    # pdrouter serves its pool warm-up (10 %), the row's own warm-up (10 %) and the row; nginx
+    # its warm-up (10 %) and the row.
+    r1=$(row_requests "$delay" "$n1")
+    r2=$(row_requests "$delay" "$n2")
+    [[ $r2 -gt $r1 ]] || { echo "instructions.sh: N2 must give more requests than N1" >&2; exit 2; }
     p=$(((i2 - i1) / (r2 + 2 * (r2 / 10) - r1 - 2 * (r1 / 10))))
     if [[ -n $nginx ]]; then
       g=$(((g2 - g1) / (r2 + r2 / 10 - r1 - r1 / 10)))

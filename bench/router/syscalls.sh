@@ -14,7 +14,14 @@
 #   bench/router/syscalls.sh                          # build/release, rows 10:json,10:stream
 #   N1=800 N2=2400 bench/router/syscalls.sh --rows 10:json
 set -euo pipefail
+caller=$PWD  # relative paths in the arguments are the caller's
 cd "$(dirname "$0")/../.."
+from_caller() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
+# Requests in a row, as pdrouter_bench counts them: rows at a decode delay run half the count,
+# and at least 100.
+row_requests() { # DELAY COUNT
+  if [[ $1 -gt 0 ]]; then echo $(($2 / 2 > 100 ? $2 / 2 : 100)); else echo "$2"; fi
+}
 
 bin_dir=build/release
 rows="10:json,10:stream"
@@ -23,9 +30,9 @@ n1=${N1:-800}
 n2=${N2:-2400}
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --bin-dir) bin_dir=$2; shift 2 ;;
+    --bin-dir) bin_dir=$(from_caller "$2"); shift 2 ;;
     --rows) rows=$2; shift 2 ;;
-    --nginx) nginx=$2; shift 2 ;;
+    --nginx) nginx=$(from_caller "$2"); shift 2 ;;
     *) echo "syscalls.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -81,8 +88,9 @@ for row in "${list[@]}"; do
   answer=${row#*:}
   measure "$delay" "$answer" "$n1" a
   measure "$delay" "$answer" "$n2" b
-  r1=$n1; r2=$n2
-  if [[ $delay -gt 0 ]]; then r1=$((n1 / 2)); r2=$((n2 / 2)); fi
+  r1=$(row_requests "$delay" "$n1")
+  r2=$(row_requests "$delay" "$n2")
+  [[ $r2 -gt $r1 ]] || { echo "syscalls.sh: N2 must give more requests than N1" >&2; exit 2; }
   for name in pdrouter nginx; do
     if [[ $name == pdrouter ]]; then served=$((r2 + 2 * (r2 / 10) - r1 - 2 * (r1 / 10)));
     else served=$((r2 + r2 / 10 - r1 - r1 / 10)); fi

@@ -11,18 +11,13 @@ bool is_line_end(char c) noexcept {
     return c == '\n' || c == '\r';
 }
 
-// The index of the last line end character (CR or LF) in bytes[0, end), or npos. Two memrchr
-// calls (vectorized in glibc): the last LF, then a CR after it. A byte-at-a-time scan back over
-// each relayed event was a sixth of a stream's instructions.
-std::size_t last_line_end(std::string_view bytes, std::size_t end) noexcept {
-    const char* data = bytes.data();
-    const void* lf = end > 0 ? ::memrchr(data, '\n', end) : nullptr;
-    const std::size_t after_lf = lf != nullptr ? static_cast<const char*>(lf) - data + 1 : 0;
-    const void* cr = end > after_lf ? ::memrchr(data + after_lf, '\r', end - after_lf) : nullptr;
-    if (cr != nullptr) {
-        return static_cast<std::size_t>(static_cast<const char*>(cr) - data);
-    }
-    return lf != nullptr ? after_lf - 1 : std::string_view::npos;
+constexpr std::size_t kNone = std::string_view::npos;
+
+// The index of the first `c` in bytes[from, end of bytes), or bytes.size().
+std::size_t find_from(std::string_view bytes, char c, std::size_t from) noexcept {
+    const void* hit = std::memchr(bytes.data() + from, c, bytes.size() - from);
+    return hit != nullptr ? static_cast<std::size_t>(static_cast<const char*>(hit) - bytes.data())
+                          : bytes.size();
 }
 
 }  // namespace
@@ -30,11 +25,27 @@ std::size_t last_line_end(std::string_view bytes, std::size_t end) noexcept {
 // A blank line ends an event: a line end right after a line end, where a line end is CRLF, LF
 // or CR (any mix: "\n\r\n" is LF then CRLF). CR then LF is always one CRLF, never two ends.
 // From the end: the last line end, then whether the character before it ends a line too.
+// The line ends are found with memrchr (vectorized in glibc: a byte-at-a-time scan back over
+// each relayed event was a sixth of a stream's instructions): the last LF, then a CR after it.
+// The last LF is kept until the scan passes it, so lines that end in CR alone cost no new LF
+// search each (that made such input quadratic).
 std::size_t sse_events_end(std::string_view bytes) noexcept {
+    const char* data = bytes.data();
     std::size_t i = bytes.size();
+    std::size_t lf = kNone;  // the last LF before i (kNone: none); valid once searched
+    bool lf_searched = false;
     while (i > 0) {
-        const std::size_t p = last_line_end(bytes, i);
-        if (p == std::string_view::npos) {
+        if (!lf_searched || (lf != kNone && lf >= i)) {
+            const void* hit = ::memrchr(data, '\n', i);
+            lf = hit != nullptr ? static_cast<std::size_t>(static_cast<const char*>(hit) - data)
+                                : kNone;
+            lf_searched = true;
+        }
+        const std::size_t after_lf = lf == kNone ? 0 : lf + 1;
+        const void* cr = i > after_lf ? ::memrchr(data + after_lf, '\r', i - after_lf) : nullptr;
+        const std::size_t p =
+            cr != nullptr ? static_cast<std::size_t>(static_cast<const char*>(cr) - data) : lf;
+        if (p == kNone) {
             return 0;
         }
         // The line end that ends at p + 1 starts at p, or at p - 1 when it is a CRLF.
@@ -47,16 +58,21 @@ std::size_t sse_events_end(std::string_view bytes) noexcept {
     return 0;
 }
 
-std::size_t sse_line_end(std::string_view bytes, std::size_t from) noexcept {
-    if (from >= bytes.size()) {
-        return bytes.size();
+std::size_t SseLineEnds::next(std::size_t from) noexcept {
+    const std::size_t n = bytes_.size();
+    if (from >= n) {
+        return n;
     }
-    const char* data = bytes.data() + from;
-    const std::size_t n = bytes.size() - from;
-    const void* lf = std::memchr(data, '\n', n);
-    const std::size_t upto = lf != nullptr ? static_cast<const char*>(lf) - data : n;
-    const void* cr = upto > 0 ? std::memchr(data, '\r', upto) : nullptr;
-    return from + (cr != nullptr ? static_cast<const char*>(cr) - data : upto);
+    // Each kept position is searched again only once `from` has passed it: every byte is
+    // looked at at most once per character, whatever the mix of line ends.
+    if (!searched_ || lf_ < from) {
+        lf_ = find_from(bytes_, '\n', from);
+    }
+    if (!searched_ || cr_ < from) {
+        cr_ = find_from(bytes_, '\r', from);
+    }
+    searched_ = true;
+    return std::min(lf_, cr_);
 }
 
 bool ends_an_sse_event(std::string_view bytes) noexcept {

@@ -18,8 +18,21 @@ bool ends_an_sse_event(std::string_view bytes) noexcept;
 // Length of the longest prefix of `bytes` that ends with a blank line; 0 when none.
 std::size_t sse_events_end(std::string_view bytes) noexcept;
 
-// Where the line that starts at `from` ends: the index of its first CR or LF, or bytes.size().
-std::size_t sse_line_end(std::string_view bytes, std::size_t from) noexcept;
+// The ends of the lines of `bytes` (which must outlive it), taken in order: next(from) is the
+// index of the first CR or LF at or after `from`, or bytes.size(). Calls with growing `from`
+// scan the bytes about twice in all (memchr for the next LF and the next CR, each kept until
+// passed), however the lines end.
+class SseLineEnds {
+public:
+    explicit SseLineEnds(std::string_view bytes) noexcept : bytes_(bytes) {}
+    std::size_t next(std::size_t from) noexcept;
+
+private:
+    std::string_view bytes_;
+    std::size_t lf_ = 0;  // the next LF at or after the last `from` (bytes_.size(): none)
+    std::size_t cr_ = 0;  // the same for CR
+    bool searched_ = false;
+};
 
 // One event of one data line: "data: <data>\n\n" (`data`, e.g. a JSON text, has no line end).
 std::string sse_data_event(std::string_view data);

@@ -2,7 +2,7 @@
 // read in pieces (each piece's length taken from the input itself), cut at event boundaries by
 // SseCutter as relay.cpp does, and the whole events rewritten by the LMCache flow's
 // AnswerShaper (completions and chat). What is passed on, plus the flush, must be the stream
-// unchanged, and the cutter never holds more than its cap; sse_events_end and sse_line_end
+// unchanged, and the cutter never holds more than its cap; sse_events_end and SseLineEnds
 // agree with byte-at-a-time versions of themselves. Build and run: scripts/fuzz sse
 // SECONDS. Seeds: corpus/sse/.
 #include <algorithm>
@@ -61,7 +61,7 @@ bool ends_with_blank_line(std::string_view b) {
     return false;
 }
 
-// sse_events_end and sse_line_end one byte at a time, as they were before they searched with
+// sse_events_end and SseLineEnds one byte at a time, as they were before they searched with
 // memrchr/memchr: the fast ones must agree with these on every input.
 bool reference_line_end_char(char c) {
     return c == '\n' || c == '\r';
@@ -138,8 +138,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (sse_events_end(in) != reference_events_end(in)) {
         std::abort();
     }
+    SseLineEnds line_ends(in);
     for (std::size_t from = 0; from <= in.size();) {  // every line of the input
-        const std::size_t end = sse_line_end(in, from);
+        const std::size_t end = line_ends.next(from);
         if (end != reference_line_end(in, from)) {
             std::abort();
         }

@@ -65,11 +65,11 @@ std::size_t reference_events_end(std::string_view b) {
     return end;
 }
 
-TEST(SseEventsEnd, OnePassScanMatchesTheDefinitionExhaustively) {
-    auto reference = reference_events_end;
+// Calls `check` with every string of up to `max_len` characters from {a, LF, CR}.
+template <class Check>
+void for_each_short_text(std::size_t max_len, Check check) {
     const char alphabet[] = {'a', '\n', '\r'};
-    std::size_t checked = 0;
-    for (std::size_t len = 0; len <= 9; ++len) {
+    for (std::size_t len = 0; len <= max_len; ++len) {
         std::size_t combos = 1;
         for (std::size_t i = 0; i < len; ++i) {
             combos *= 3;
@@ -79,10 +79,17 @@ TEST(SseEventsEnd, OnePassScanMatchesTheDefinitionExhaustively) {
             for (std::size_t i = 0, c = code; i < len; ++i, c /= 3) {
                 b += alphabet[c % 3];
             }
-            ASSERT_EQ(sse_events_end(b), reference(b)) << testing::PrintToString(b);
-            ++checked;
+            check(b);
         }
     }
+}
+
+TEST(SseEventsEnd, MatchesTheDefinitionExhaustively) {
+    std::size_t checked = 0;
+    for_each_short_text(9, [&](const std::string& b) {
+        ASSERT_EQ(sse_events_end(b), reference_events_end(b)) << testing::PrintToString(b);
+        ++checked;
+    });
     EXPECT_EQ(checked, 29524u);
 }
 
@@ -107,22 +114,69 @@ TEST(SseEventsEnd, LongTextsMatchTheDefinitionAtEveryPosition) {
     EXPECT_EQ(checked, 3u * 8u * 4u + 8u * 4u * (31u + 64u + 200u));
 }
 
-TEST(SseLineEnd, FindsTheFirstCrOrLfFromWhereTheLineStarts) {
-    EXPECT_EQ(sse_line_end("", 0), 0u);
-    EXPECT_EQ(sse_line_end("abc", 0), 3u);
-    EXPECT_EQ(sse_line_end("abc", 5), 3u);
-    EXPECT_EQ(sse_line_end("data: a\r\nb", 0), 7u);
-    EXPECT_EQ(sse_line_end("data: a\r\nb", 9), 10u);
-    EXPECT_EQ(sse_line_end("a\rb\nc", 0), 1u);
-    EXPECT_EQ(sse_line_end("a\rb\nc", 2), 3u);
+TEST(SseLineEnds, FindsTheFirstCrOrLfFromWhereEachLineStarts) {
+    EXPECT_EQ(SseLineEnds("").next(0), 0u);
+    EXPECT_EQ(SseLineEnds("abc").next(0), 3u);
+    EXPECT_EQ(SseLineEnds("abc").next(5), 3u);
+    SseLineEnds crlf("data: a\r\nb");
+    EXPECT_EQ(crlf.next(0), 7u);
+    EXPECT_EQ(crlf.next(8), 8u);
+    EXPECT_EQ(crlf.next(9), 10u);
+    SseLineEnds mixed("a\rb\nc");
+    EXPECT_EQ(mixed.next(0), 1u);
+    EXPECT_EQ(mixed.next(2), 3u);
+    EXPECT_EQ(mixed.next(4), 5u);
     std::string longer(100, 'x');
     longer[77] = '\r';
     longer[50] = '\n';
-    EXPECT_EQ(sse_line_end(longer, 0), 50u);
-    EXPECT_EQ(sse_line_end(longer, 51), 77u);
-    EXPECT_EQ(sse_line_end(longer, 78), 100u);
     longer[40] = '\r';
-    EXPECT_EQ(sse_line_end(longer, 0), 40u);
+    SseLineEnds ends(longer);
+    EXPECT_EQ(ends.next(0), 40u);
+    EXPECT_EQ(ends.next(41), 50u);
+    EXPECT_EQ(ends.next(51), 77u);
+    EXPECT_EQ(ends.next(78), 100u);
+}
+
+// Every line of texts of up to 7 characters from {a, LF, CR}, and of long texts with CR-only,
+// LF-only and mixed line ends, against a byte-at-a-time walk.
+TEST(SseLineEnds, WalkingEveryLineMatchesAByteAtATimeWalk) {
+    auto reference = [](std::string_view b, std::size_t from) {
+        while (from < b.size() && b[from] != '\n' && b[from] != '\r') {
+            ++from;
+        }
+        return from;
+    };
+    auto check = [&](const std::string& b) {
+        SseLineEnds ends(b);
+        for (std::size_t from = 0; from <= b.size();) {
+            const std::size_t got = ends.next(from);
+            ASSERT_EQ(got, reference(b, from)) << testing::PrintToString(b) << " from " << from;
+            from = got + 1;
+        }
+    };
+    for_each_short_text(7, check);
+    for (std::string_view end : {"\r", "\n", "\r\n", "\n\r"}) {
+        std::string b;
+        for (int line = 0; line < 300; ++line) {
+            b.append(static_cast<std::size_t>(line % 37), 'x').append(end);
+        }
+        check(b);
+    }
+}
+
+// Lines that end in CR alone, with no blank line: the answer is 0, and (since the fix for the
+// review of 56543a2) the last LF is not searched for again at every line.
+TEST(SseEventsEnd, ManyCrOnlyLinesWithoutABlankLine) {
+    std::string b;
+    for (int i = 0; i < 20000; ++i) {
+        b += "x\r";
+    }
+    EXPECT_EQ(sse_events_end(b), 0u);
+    b.insert(0, "\n");
+    EXPECT_EQ(sse_events_end(b), 0u);
+    b += "\r";
+    EXPECT_EQ(sse_events_end(b), b.size());
+    EXPECT_EQ(sse_events_end(b), reference_events_end(b));
 }
 
 TEST(SseCutter, EventsWithMixedLineEndsPassAsTheyCome) {

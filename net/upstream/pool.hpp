@@ -1,6 +1,7 @@
 #pragma once
 // Internals of upstream::Client (not a public header): pooled connections and failure
 // classification shared by client.cpp and response_stream.cpp.
+#include "net/common/chunked.hpp"
 #include "net/common/deadline.hpp"
 #include "net/upstream/client.hpp"
 
@@ -28,9 +29,8 @@ struct Conn {
     Deadline deadline;          // on expiry the socket is closed: the pending read ends at once
     beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)
     Clock::time_point idle_since{};
-    std::unique_ptr<char[]> body_buf;  // StreamImpl's body buffer, reused while pooled
-    std::string head_buf;              // scratch for the serialized request head
-    std::string key;                   // the endpoint's authority (its pool's key)
+    std::string head_buf;  // scratch for the serialized request head
+    std::string key;       // the endpoint's authority (its pool's key)
     // Since when the exchange has waited on the upstream with nothing arriving: its start, the
     // last bytes received, or (a streamed body) the start of the current read; max() while the
     // caller is not waiting on it (between two reads of a streamed body).
@@ -104,9 +104,12 @@ Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;
 
 // The stream returned by Client::open(). It owns the connection until the body is complete
 // (then the connection goes back to the pool when keep-alive allows) or it is destroyed.
+//
+// Beast's parser reads the head; the body's framing (a length, chunks, or the connection's
+// end) is undone here, from the connection's buffer straight into the caller's string.
 class StreamImpl final : public ResponseStream {
 public:
-    static constexpr std::size_t kBufferSize = 16 * 1024;
+    static constexpr std::size_t kBufferSize = 16 * 1024;  // read_all's growth step
 
     StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn, const Timeouts& t,
                bool keep_alive, bool head_request, std::size_t max_body);
@@ -124,6 +127,12 @@ public:
     void cancel() override;
 
 private:
+    // How the body ends (RFC 9112 6.3): it has (None), after a length, after its last chunk,
+    // or when the upstream closes the connection.
+    enum class Body : std::uint8_t { None, Length, Chunked, ToEof };
+
+    // Body bytes buffered on the connection, appended to `out`; true when the body is complete.
+    bool take_buffered(std::string& out, error_code& ec);
     void finish();  // body complete: pool or close the connection
     void drop();    // close the connection
 
@@ -133,8 +142,10 @@ private:
     Timeouts timeouts_;
     bool keep_alive_;
     std::size_t max_body_;
-    http::response_parser<http::buffer_body> parser_;
-    char* buf_ = nullptr;  // owned by conn_ (Conn::body_buf)
+    http::response_parser<http::empty_body> parser_;  // the head only
+    Body body_ = Body::None;
+    std::uint64_t length_left_ = 0;  // Body::Length: bytes still to come
+    wire::ChunkedDecoder chunked_;   // Body::Chunked
     bool done_ = false;
     bool canceled_ = false;
     Failure deferred_ = Failure::None;  // an error that follows body bytes already passed on

@@ -14,15 +14,9 @@ StreamImpl::StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPt
       conn_(std::move(conn)),
       timeouts_(t),
       keep_alive_(keep_alive),
-      max_body_(max_body) {
-    // One body buffer per pooled connection, not per response: saves a 16 KiB malloc/free
-    // (and the malloc consolidation it triggers) on every leg.
-    if (!conn_->body_buf) {
-        conn_->body_buf = std::make_unique<char[]>(kBufferSize);
-    }
-    buf_ = conn_->body_buf.get();
+      max_body_(max_body),
+      chunked_(wire::kMaxUnparsed) {
     parser_.header_limit(kMaxResponseHeader);
-    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (head_request) {
         parser_.skip(true);
     }
@@ -50,14 +44,44 @@ awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
         drop();
         co_return std::pair{Failure::Protocol, error_code{http::error::bad_status}};
     }
+    // Beast stops at the end of the head (it is not eager): the body's bytes stay buffered.
     if (parser_.is_done()) {
-        finish();
+        finish();  // no body: HEAD, or a length of 0
+    } else if (parser_.chunked()) {
+        body_ = Body::Chunked;
+    } else if (const auto length = parser_.content_length()) {
+        body_ = Body::Length;
+        length_left_ = *length;
+    } else {
+        body_ = Body::ToEof;
     }
-    // From here on one parse takes every chunk already buffered (up to the body buffer), not
-    // just the next one: a burst of stream events goes to the client in one write, while an
-    // event that arrives alone is still passed on at once.
-    parser_.eager(true);
     co_return std::pair{Failure::None, error_code{}};
+}
+
+bool StreamImpl::take_buffered(std::string& out, error_code& ec) {
+    auto& in = conn_->buffer;
+    const std::string_view bytes(static_cast<const char*>(in.data().data()), in.size());
+    switch (body_) {
+        case Body::Chunked: {
+            in.consume(chunked_.decode(bytes, out, ec));
+            return chunked_.done();
+        }
+        case Body::Length: {
+            const auto n =
+                static_cast<std::size_t>(std::min<std::uint64_t>(length_left_, bytes.size()));
+            out.append(bytes.data(), n);
+            in.consume(n);
+            length_left_ -= n;
+            return length_left_ == 0;
+        }
+        case Body::ToEof:
+            out.append(bytes);
+            in.consume(bytes.size());
+            return false;
+        case Body::None:
+            break;
+    }
+    return true;
 }
 
 awaitable<Failure> StreamImpl::read_some(std::string& out) {
@@ -83,52 +107,53 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
         }
     } waiting{*this};
     conn_->quiet_since = Clock::now();
+    const std::size_t start = out.size();
+    bool deadline_set = false;
     try {
         for (;;) {
-            auto& body = parser_.get().body();
-            body.data = buf_;
-            body.size = kBufferSize;
-            conn_->deadline.expires_after(timeouts_.idle);
-            // wire::parse_some, inlined: one coroutine frame less per piece of a stream. Body
-            // bytes the parser took are passed on before waiting for more input.
-            error_code rec;
-            while (!wire::parse_buffered(conn_->buffer, parser_, rec) &&
-                   parser_.get().body().size == kBufferSize) {
-                auto [read_ec, n] = co_await conn_->stream.socket().async_read_some(
-                    conn_->buffer.prepare(wire::kReadSize), use_tuple);
-                if (read_ec) {
-                    rec = wire::read_failed(parser_, read_ec);
-                    break;
-                }
-                conn_->buffer.commit(n);
-                conn_->quiet_since = Clock::now();
-            }
-            error_code ec = io_error(*conn_, rec);
-            if (ec == http::error::need_buffer) {
-                ec = {};
-            }
-            const std::size_t got = kBufferSize - parser_.get().body().size;
-            if (ec) {
-                Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::IdleTimeout);
-                canceled_ = f == Failure::Canceled;
+            // Body bytes already buffered are passed on before waiting for more input.
+            error_code ec;
+            const bool complete = take_buffered(out, ec);
+            if (ec) {  // a malformed body
                 drop();
-                if (got > 0 && !canceled_) {
+                if (out.size() > start) {
                     // Body bytes taken before the error are good: they go out first, the
                     // failure with the next call.
-                    out.append(buf_, got);
-                    deferred_ = f;
+                    deferred_ = classify_read(ec, Failure::IdleTimeout);
                     co_return Failure::None;
                 }
-                co_return f;
+                co_return classify_read(ec, Failure::IdleTimeout);
             }
-            out.append(buf_, got);
-            if (parser_.is_done()) {
+            if (complete) {
                 finish();
                 co_return Failure::None;
             }
-            if (got > 0) {
+            if (out.size() > start) {
                 co_return Failure::None;
             }
+            if (!deadline_set) {  // Timeouts::idle: from the call to the first body bytes
+                conn_->deadline.expires_after(timeouts_.idle);
+                deadline_set = true;
+            }
+            auto [read_ec, n] = co_await conn_->stream.socket().async_read_some(
+                conn_->buffer.prepare(wire::kReadSize), use_tuple);
+            if (read_ec == net::error::eof && body_ == Body::ToEof) {
+                finish();  // the end of a body that ends with the connection
+                co_return Failure::None;
+            }
+            if (read_ec) {
+                // The upstream closed inside a body that says where it ends: partial_message.
+                ec = io_error(*conn_, read_ec == net::error::eof
+                                          ? error_code(http::error::partial_message)
+                                          : read_ec);
+                const Failure f =
+                    canceled_ ? Failure::Canceled : classify_read(ec, Failure::IdleTimeout);
+                canceled_ = f == Failure::Canceled;
+                drop();
+                co_return f;
+            }
+            conn_->buffer.commit(n);
+            conn_->quiet_since = Clock::now();
         }
     } catch (const boost::system::system_error&) {
         // The calling coroutine was cancelled between two operations.
@@ -182,7 +207,8 @@ void StreamImpl::finish() {
         return;
     }
     auto pool = pool_.lock();
-    if (pool && keep_alive_ && parser_.get().keep_alive()) {
+    // A body that ended with the connection leaves nothing to reuse.
+    if (pool && keep_alive_ && body_ != Body::ToEof && parser_.get().keep_alive()) {
         pool->give_back(key_, std::move(conn_));
     } else {
         drop();

@@ -17,6 +17,31 @@ Request make_req(http::verb v, std::string_view target) {
     return Request{v, target, 11};
 }
 
+// A body read piece by piece (read_some) until it ends or fails, in at most 20 reads.
+struct ReadBack {
+    std::unique_ptr<ResponseStream> stream;  // null when open() failed (a test failure)
+    std::string body;
+    Failure failure = Failure::None;  // of open(), or of the read that ended it
+};
+
+awaitable<ReadBack> open_and_read(Client& client, unsigned short port, std::string_view target,
+                                  const Timeouts& t) {
+    const Endpoint ep{"127.0.0.1", port};
+    Request req = make_req(http::verb::get, target);
+    auto o = co_await client.open(ep, std::move(req), t);
+    ReadBack r;
+    r.failure = o.failure;
+    r.stream = std::move(o.stream);
+    if (!r.stream) {
+        ADD_FAILURE() << to_string(r.failure);
+        co_return r;
+    }
+    for (int i = 0; i < 20 && r.failure == Failure::None && !r.stream->done(); ++i) {
+        r.failure = co_await r.stream->read_some(r.body);
+    }
+    co_return r;
+}
+
 class StreamClientTest : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -144,26 +169,131 @@ TEST_F(StreamClientTest, EventsBeforeABrokenChunkArePassedOnBeforeTheFailure) {
     net::co_spawn(ioc_, serve(), net::detached);
     run([&]() -> awaitable<void> {
         Client client(ioc_.get_executor());
-        const Endpoint ep{"127.0.0.1", port};
-        auto o = co_await client.open(ep, make_req(http::verb::get, "/events"), quick());
-        if (!o.stream) {
-            ADD_FAILURE() << to_string(o.failure);
+        ReadBack r = co_await open_and_read(client, port, "/events", quick());
+        if (!r.stream) {
             co_return;
         }
-        std::string got;
-        Failure f = Failure::None;
-        for (int i = 0; i < 8 && f == Failure::None && !o.stream->done(); ++i) {
-            f = co_await o.stream->read_some(got);
-        }
-        EXPECT_EQ(got, "data: 0\n\ndata: 1\n\n");
-        EXPECT_EQ(f, Failure::Protocol) << to_string(f);
-        EXPECT_FALSE(o.stream->done());
+        EXPECT_EQ(r.body, "data: 0\n\ndata: 1\n\n");
+        EXPECT_EQ(r.failure, Failure::Protocol) << to_string(r.failure);
+        EXPECT_FALSE(r.stream->done());
         std::string more;
-        EXPECT_NE(co_await o.stream->read_some(more), Failure::None);  // and stays failed
+        EXPECT_NE(co_await r.stream->read_some(more), Failure::None);  // and stays failed
         EXPECT_TRUE(more.empty());
         EXPECT_EQ(client.idle_connections(), 0u);
     }());
     acceptor.close();
+}
+
+// A raw upstream on one connection: each request read gets the next of `answers`, written as
+// it is; after the last, or when `close_after` is set for an answer, the connection closes.
+struct RawUpstream {
+    RawUpstream(net::io_context& ioc, std::vector<std::string> answers_in, int close_after = -1)
+        : acceptor(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)),
+          answers(std::move(answers_in)) {
+        port = acceptor.local_endpoint().port();
+        net::co_spawn(ioc, serve(close_after), net::detached);
+    }
+    awaitable<void> serve(int close_after) {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            ++accepted;
+            beast::tcp_stream s(std::move(sock));
+            beast::flat_buffer buf;
+            while (next < answers.size()) {
+                http::request<http::string_body> req;
+                auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+                (void)rn;
+                if (rec) {
+                    break;
+                }
+                const int i = static_cast<int>(next++);
+                co_await write_raw(s, answers[i]);
+                if (i == close_after) {
+                    error_code sec;
+                    s.socket().shutdown(tcp::socket::shutdown_send, sec);
+                    break;
+                }
+            }
+            // Held open (without a FIN unless the answer ends with the connection) until the
+            // client goes, at most 5 s.
+            co_await read_until_close(s, Duration{5000});
+        }
+    }
+    Acceptor acceptor;
+    std::vector<std::string> answers;
+    std::size_t next = 0;
+    int accepted = 0;
+    unsigned short port = 0;
+};
+
+// The three ways a body ends (RFC 9112 6.3), read piece by piece on one connection: after its
+// last chunk (extensions and trailers read and dropped) and after its length, the connection
+// is pooled and carries the next request; a body that ends with the connection is whole at
+// EOF, and the connection is not pooled.
+TEST_F(StreamClientTest, BodiesEndByChunksByLengthOrByClose) {
+    RawUpstream up(ioc_,
+                   {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "5;a=\"b;c\"\r\nhello\r\n1 ; x\r\n \r\n5\r\nworld\r\n"
+                    "0\r\nX-Trailer: v\r\n\r\n",
+                    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabcde",
+                    "HTTP/1.1 200 OK\r\n\r\nuntil the end"},
+                   2);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        for (std::string_view want : {"hello world", "abcde", "until the end"}) {
+            SCOPED_TRACE(want);
+            ReadBack r = co_await open_and_read(client, up.port, "/r", quick());
+            if (!r.stream) {
+                co_return;
+            }
+            EXPECT_EQ(r.failure, Failure::None) << to_string(r.failure);
+            EXPECT_TRUE(r.stream->done());
+            EXPECT_EQ(r.body, want);
+            EXPECT_EQ(client.idle_connections(), want == "until the end" ? 0u : 1u);
+        }
+    }());
+    EXPECT_EQ(up.accepted, 1);  // the first two answers' connection carried all three
+}
+
+// A chunk-size line that can no longer be valid fails the leg when its bad byte arrives, even
+// though the line has not ended and the upstream then sends nothing more (Beast's parser
+// waited for the line's end: the leg hung until its idle timeout, 60 s here). The body bytes
+// before it go out first.
+TEST_F(StreamClientTest, AMalformedChunkLineFailsAtOnce) {
+    RawUpstream up(ioc_, {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "5\r\nhello\r\n1;("});
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Timeouts t = quick();
+        t.idle = Duration{60'000};
+        ReadBack r = co_await open_and_read(client, up.port, "/r", t);
+        EXPECT_EQ(r.body, "hello");
+        EXPECT_EQ(r.failure, Failure::Protocol) << to_string(r.failure);
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+// A body that says where it ends (a length, chunks) cut short by the upstream's close: a read
+// failure after the bytes that came, never a complete body.
+TEST_F(StreamClientTest, ABodyCutShortByACloseIsAReadFailure) {
+    RawUpstream length(ioc_, {"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"}, 0);
+    RawUpstream chunks(ioc_, {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabc"}, 0);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        for (unsigned short port : {length.port, chunks.port}) {
+            ReadBack r = co_await open_and_read(client, port, "/r", quick());
+            if (!r.stream) {
+                co_return;
+            }
+            EXPECT_EQ(r.body, "abc");
+            EXPECT_EQ(r.failure, Failure::Read) << to_string(r.failure);
+            EXPECT_FALSE(r.stream->done());
+        }
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
 }
 
 TEST_F(StreamClientTest, StalledStreamHitsIdleTimeout) {

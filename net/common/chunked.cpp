@@ -15,23 +15,23 @@ namespace http = boost::beast::http;
 //   trailer line    = token ":" *( HTAB / SP / VCHAR / obs-text ) CRLF; the section ends at an
 //                     empty line
 enum class ChunkedDecoder::Line : std::uint8_t {
-    SizeFirst,    // nothing yet: a hex digit must come
-    Size,         // in the hex digits
+    SizeFirst,      // nothing yet: a hex digit must come
+    Size,           // in the hex digits
     BwsBeforeSemi,  // whitespace after the size or a value: only ";" may follow
-    AfterSemi,    // ";" and whitespace: an extension name must come
-    Name,         // in an extension name
-    AfterName,    // whitespace after a name: "=" or ";"
-    AfterEquals,  // "=" and whitespace: a token or a quoted string
-    Token,        // in a token value
-    Quoted,       // in a quoted string
-    QuotedPair,   // after a backslash in a quoted string
-    AfterQuoted,  // after a quoted string's closing quote
-    SizeCr,       // the size line's CR: LF must come
-    TrailerFirst,  // a trailer line's first byte: a name, or CR for the empty line
+    AfterSemi,      // ";" and whitespace: an extension name must come
+    Name,           // in an extension name
+    AfterName,      // whitespace after a name: "=" or ";"
+    AfterEquals,    // "=" and whitespace: a token or a quoted string
+    Token,          // in a token value
+    Quoted,         // in a quoted string
+    QuotedPair,     // after a backslash in a quoted string
+    AfterQuoted,    // after a quoted string's closing quote
+    SizeCr,         // the size line's CR: LF must come
+    TrailerFirst,   // a trailer line's first byte: a name, or CR for the empty line
     TrailerName,
     TrailerValue,
     TrailerCr,
-    EmptyCr,      // the trailer section's empty line: LF must come
+    EmptyCr,  // the trailer section's empty line: LF must come
 };
 
 namespace {
@@ -79,6 +79,21 @@ bool is_field_char(unsigned char c) noexcept {
 
 std::size_t ChunkedDecoder::scan_size_line(std::string_view in, boost::system::error_code& ec) {
     using L = Line;
+    if (scanned_ == 0) {
+        // The common line, whole: up to 16 hex digits (no overflow) and CRLF. Anything else
+        // (extensions, leading zeros past 16 digits, a line not yet whole) is scanned below.
+        std::size_t i = 0;
+        std::uint64_t size = 0;
+        unsigned digit = 0;
+        while (i < in.size() && i < 16 && is_hex(static_cast<unsigned char>(in[i]), digit)) {
+            size = size * 16 + digit;
+            ++i;
+        }
+        if (i > 0 && i + 1 < in.size() && in[i] == '\r' && in[i + 1] == '\n') {
+            size_ = size;
+            return i + 2;
+        }
+    }
     while (scanned_ < in.size()) {
         const auto c = static_cast<unsigned char>(in[scanned_++]);
         if (c == '\n') {  // ends the line after its CR; a bare LF never does
@@ -102,86 +117,86 @@ std::size_t ChunkedDecoder::scan_size_line(std::string_view in, boost::system::e
         unsigned digit = 0;
         bool ok = true;
         switch (line_) {
-        case L::SizeFirst:
-        case L::Size:
-            if (is_hex(c, digit)) {
-                if (size_ > std::numeric_limits<std::uint64_t>::max() / 16) {
-                    ec = http::error::bad_chunk;  // a size that does not fit 64 bits
+            case L::SizeFirst:
+            case L::Size:
+                if (is_hex(c, digit)) {
+                    if (size_ > std::numeric_limits<std::uint64_t>::max() / 16) {
+                        ec = http::error::bad_chunk;  // a size that does not fit 64 bits
+                        return 0;
+                    }
+                    size_ = size_ * 16 + digit;
+                    line_ = L::Size;
+                } else if (line_ == L::SizeFirst) {
+                    ec = http::error::bad_chunk;
                     return 0;
+                } else if (is_ws(c)) {
+                    line_ = L::BwsBeforeSemi;
+                } else {
+                    ok = c == ';';
+                    line_ = L::AfterSemi;
                 }
-                size_ = size_ * 16 + digit;
-                line_ = L::Size;
-            } else if (line_ == L::SizeFirst) {
-                ec = http::error::bad_chunk;
-                return 0;
-            } else if (is_ws(c)) {
-                line_ = L::BwsBeforeSemi;
-            } else {
-                ok = c == ';';
-                line_ = L::AfterSemi;
-            }
-            break;
-        case L::BwsBeforeSemi:
-            if (!is_ws(c)) {
-                ok = c == ';';
-                line_ = L::AfterSemi;
-            }
-            break;
-        case L::AfterSemi:
-            if (!is_ws(c)) {
-                ok = is_tchar(c);
-                line_ = L::Name;
-            }
-            break;
-        case L::Name:
-        case L::AfterName:
-            if (is_ws(c)) {
-                line_ = L::AfterName;
-            } else if (c == ';') {
-                line_ = L::AfterSemi;
-            } else if (c == '=') {
-                line_ = L::AfterEquals;
-            } else {
-                ok = line_ == L::Name && is_tchar(c);
-            }
-            break;
-        case L::AfterEquals:
-            if (c == '"') {
+                break;
+            case L::BwsBeforeSemi:
+                if (!is_ws(c)) {
+                    ok = c == ';';
+                    line_ = L::AfterSemi;
+                }
+                break;
+            case L::AfterSemi:
+                if (!is_ws(c)) {
+                    ok = is_tchar(c);
+                    line_ = L::Name;
+                }
+                break;
+            case L::Name:
+            case L::AfterName:
+                if (is_ws(c)) {
+                    line_ = L::AfterName;
+                } else if (c == ';') {
+                    line_ = L::AfterSemi;
+                } else if (c == '=') {
+                    line_ = L::AfterEquals;
+                } else {
+                    ok = line_ == L::Name && is_tchar(c);
+                }
+                break;
+            case L::AfterEquals:
+                if (c == '"') {
+                    line_ = L::Quoted;
+                } else if (!is_ws(c)) {
+                    ok = is_tchar(c);
+                    line_ = L::Token;
+                }
+                break;
+            case L::Token:
+            case L::AfterQuoted:
+                if (is_ws(c)) {
+                    line_ = L::BwsBeforeSemi;
+                } else if (c == ';') {
+                    line_ = L::AfterSemi;
+                } else {
+                    ok = line_ == L::Token && is_tchar(c);
+                }
+                break;
+            case L::Quoted:
+                if (c == '"') {
+                    line_ = L::AfterQuoted;
+                } else if (c == '\\') {
+                    line_ = L::QuotedPair;
+                } else {
+                    ok = is_qdtext(c);
+                }
+                break;
+            case L::QuotedPair:
+                ok = is_field_char(c);
                 line_ = L::Quoted;
-            } else if (!is_ws(c)) {
-                ok = is_tchar(c);
-                line_ = L::Token;
-            }
-            break;
-        case L::Token:
-        case L::AfterQuoted:
-            if (is_ws(c)) {
-                line_ = L::BwsBeforeSemi;
-            } else if (c == ';') {
-                line_ = L::AfterSemi;
-            } else {
-                ok = line_ == L::Token && is_tchar(c);
-            }
-            break;
-        case L::Quoted:
-            if (c == '"') {
-                line_ = L::AfterQuoted;
-            } else if (c == '\\') {
-                line_ = L::QuotedPair;
-            } else {
-                ok = is_qdtext(c);
-            }
-            break;
-        case L::QuotedPair:
-            ok = is_field_char(c);
-            line_ = L::Quoted;
-            break;
-        case L::SizeCr:
-            ec = http::error::bad_line_ending;  // a CR not followed by LF
-            return 0;
-        default:
-            ok = false;
-            break;
+                break;
+            case L::SizeCr:
+                ec = http::error::bad_line_ending;  // a CR not followed by LF
+                return 0;
+            default:
+                ok = false;
+                break;
         }
         if (!ok) {
             ec = http::error::bad_chunk_extension;
@@ -199,44 +214,44 @@ std::size_t ChunkedDecoder::scan_trailer_line(std::string_view in, boost::system
     while (scanned_ < in.size()) {
         const auto c = static_cast<unsigned char>(in[scanned_++]);
         switch (line_) {
-        case L::TrailerFirst:
-            if (c == '\r') {
-                line_ = L::EmptyCr;
-            } else if (is_tchar(c)) {
-                line_ = L::TrailerName;
-            } else {
-                // A folded line (SP or HTAB first), an empty name, a bare LF.
-                ec = c == '\n' ? http::error::bad_line_ending : http::error::bad_field;
+            case L::TrailerFirst:
+                if (c == '\r') {
+                    line_ = L::EmptyCr;
+                } else if (is_tchar(c)) {
+                    line_ = L::TrailerName;
+                } else {
+                    // A folded line (SP or HTAB first), an empty name, a bare LF.
+                    ec = c == '\n' ? http::error::bad_line_ending : http::error::bad_field;
+                    return 0;
+                }
+                break;
+            case L::TrailerName:
+                if (c == ':') {
+                    line_ = L::TrailerValue;
+                } else if (!is_tchar(c)) {
+                    ec = c == '\n' || c == '\r' ? http::error::bad_line_ending
+                                                : http::error::bad_field;
+                    return 0;
+                }
+                break;
+            case L::TrailerValue:
+                if (c == '\r') {
+                    line_ = L::TrailerCr;
+                } else if (!is_field_char(c)) {
+                    ec = c == '\n' ? http::error::bad_line_ending : http::error::bad_value;
+                    return 0;
+                }
+                break;
+            case L::TrailerCr:
+            case L::EmptyCr:
+                if (c != '\n') {
+                    ec = http::error::bad_line_ending;
+                    return 0;
+                }
+                return scanned_;
+            default:
+                ec = http::error::bad_field;
                 return 0;
-            }
-            break;
-        case L::TrailerName:
-            if (c == ':') {
-                line_ = L::TrailerValue;
-            } else if (!is_tchar(c)) {
-                ec = c == '\n' || c == '\r' ? http::error::bad_line_ending
-                                            : http::error::bad_field;
-                return 0;
-            }
-            break;
-        case L::TrailerValue:
-            if (c == '\r') {
-                line_ = L::TrailerCr;
-            } else if (!is_field_char(c)) {
-                ec = c == '\n' ? http::error::bad_line_ending : http::error::bad_value;
-                return 0;
-            }
-            break;
-        case L::TrailerCr:
-        case L::EmptyCr:
-            if (c != '\n') {
-                ec = http::error::bad_line_ending;
-                return 0;
-            }
-            return scanned_;
-        default:
-            ec = http::error::bad_field;
-            return 0;
         }
     }
     if (trailer_ + scanned_ >= max_framing_) {
@@ -251,69 +266,77 @@ std::size_t ChunkedDecoder::decode(std::string_view in, std::string& out,
     std::size_t at = 0;
     while (at < in.size()) {
         switch (state_) {
-        case State::Size: {
-            const std::size_t line = scan_size_line(in.substr(at), ec);
-            if (line == 0) {
-                return at;  // more bytes needed, or ec
+            case State::Size: {
+                const std::size_t line = scan_size_line(in.substr(at), ec);
+                if (line == 0) {
+                    return at;  // more bytes needed, or ec
+                }
+                at += line;
+                scanned_ = 0;
+                if (size_ == 0) {
+                    state_ = State::Trailer;
+                    line_ = Line::TrailerFirst;
+                } else {
+                    state_ = State::Data;
+                    left_ = size_;
+                }
+                break;
             }
-            at += line;
-            scanned_ = 0;
-            if (size_ == 0) {
-                state_ = State::Trailer;
+            case State::Data: {
+                const auto n =
+                    static_cast<std::size_t>(std::min<std::uint64_t>(left_, in.size() - at));
+                out.append(in.data() + at, n);
+                at += n;
+                left_ -= n;
+                if (left_ == 0) {
+                    state_ = State::DataCr;
+                }
+                break;
+            }
+            case State::DataCr:
+            case State::DataLf:
+                if (state_ == State::DataCr && in.size() - at >= 2 && in[at] == '\r' &&
+                    in[at + 1] == '\n') {
+                    at += 2;  // the common case: the chunk's CRLF whole
+                    state_ = State::Size;
+                    line_ = Line::SizeFirst;
+                    size_ = 0;
+                    break;
+                }
+                if (in[at] != (state_ == State::DataCr ? '\r' : '\n')) {
+                    ec = http::error::bad_chunk;  // chunk data not followed by CRLF
+                    return at;
+                }
+                ++at;
+                if (state_ == State::DataCr) {
+                    state_ = State::DataLf;
+                } else {
+                    state_ = State::Size;
+                    line_ = Line::SizeFirst;
+                    size_ = 0;
+                }
+                break;
+            case State::Trailer: {
+                const std::size_t line = scan_trailer_line(in.substr(at), ec);
+                if (line == 0) {
+                    return at;
+                }
+                at += line;
+                trailer_ += line;
+                if (trailer_ >= max_framing_) {
+                    ec = http::error::buffer_overflow;  // whole lines, but too many of them
+                    return at;
+                }
+                if (line_ == Line::EmptyCr) {
+                    state_ = State::Done;
+                    return at;
+                }
+                scanned_ = 0;
                 line_ = Line::TrailerFirst;
-            } else {
-                state_ = State::Data;
-                left_ = size_;
+                break;
             }
-            break;
-        }
-        case State::Data: {
-            const auto n = static_cast<std::size_t>(
-                std::min<std::uint64_t>(left_, in.size() - at));
-            out.append(in.data() + at, n);
-            at += n;
-            left_ -= n;
-            if (left_ == 0) {
-                state_ = State::DataCr;
-            }
-            break;
-        }
-        case State::DataCr:
-        case State::DataLf:
-            if (in[at] != (state_ == State::DataCr ? '\r' : '\n')) {
-                ec = http::error::bad_chunk;  // chunk data not followed by CRLF
+            case State::Done:
                 return at;
-            }
-            ++at;
-            if (state_ == State::DataCr) {
-                state_ = State::DataLf;
-            } else {
-                state_ = State::Size;
-                line_ = Line::SizeFirst;
-                size_ = 0;
-            }
-            break;
-        case State::Trailer: {
-            const std::size_t line = scan_trailer_line(in.substr(at), ec);
-            if (line == 0) {
-                return at;
-            }
-            at += line;
-            trailer_ += line;
-            if (trailer_ >= max_framing_) {
-                ec = http::error::buffer_overflow;  // whole lines, but too many of them
-                return at;
-            }
-            if (line_ == Line::EmptyCr) {
-                state_ = State::Done;
-                return at;
-            }
-            scanned_ = 0;
-            line_ = Line::TrailerFirst;
-            break;
-        }
-        case State::Done:
-            return at;
         }
     }
     return at;

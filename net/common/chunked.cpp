@@ -95,6 +95,10 @@ std::size_t ChunkedDecoder::scan_size_line(std::string_view in, boost::system::e
         }
     }
     while (scanned_ < in.size()) {
+        if (scanned_ >= max_framing_) {  // whole or not, a line over the limit fails
+            ec = http::error::buffer_overflow;
+            return 0;
+        }
         const auto c = static_cast<unsigned char>(in[scanned_++]);
         if (c == '\n') {  // ends the line after its CR; a bare LF never does
             if (line_ != L::SizeCr) {
@@ -203,15 +207,16 @@ std::size_t ChunkedDecoder::scan_size_line(std::string_view in, boost::system::e
             return 0;
         }
     }
-    if (scanned_ >= max_framing_) {
-        ec = http::error::buffer_overflow;
-    }
     return 0;
 }
 
 std::size_t ChunkedDecoder::scan_trailer_line(std::string_view in, boost::system::error_code& ec) {
     using L = Line;
     while (scanned_ < in.size()) {
+        if (trailer_ + scanned_ >= max_framing_) {  // the section, this line included
+            ec = http::error::buffer_overflow;
+            return 0;
+        }
         const auto c = static_cast<unsigned char>(in[scanned_++]);
         switch (line_) {
             case L::TrailerFirst:
@@ -253,9 +258,6 @@ std::size_t ChunkedDecoder::scan_trailer_line(std::string_view in, boost::system
                 ec = http::error::bad_field;
                 return 0;
         }
-    }
-    if (trailer_ + scanned_ >= max_framing_) {
-        ec = http::error::buffer_overflow;
     }
     return 0;
 }
@@ -323,10 +325,6 @@ std::size_t ChunkedDecoder::decode(std::string_view in, std::string& out,
                 }
                 at += line;
                 trailer_ += line;
-                if (trailer_ >= max_framing_) {
-                    ec = http::error::buffer_overflow;  // whole lines, but too many of them
-                    return at;
-                }
                 if (line_ == Line::EmptyCr) {
                     state_ = State::Done;
                     return at;

@@ -23,8 +23,9 @@ namespace pdr::wire {
 
 class ChunkedDecoder {
 public:
-    // A framing line (a chunk-size line with its extensions) or the trailer section may be at
-    // most this long: past it the body fails with http::error::buffer_overflow.
+    // A framing line (a chunk-size line with its extensions, CRLF included) or the trailer
+    // section (with its empty line) may be at most this long: past it the body fails with
+    // http::error::buffer_overflow, whether the bytes came whole or one at a time.
     explicit ChunkedDecoder(std::size_t max_framing) noexcept : max_framing_(max_framing) {}
 
     // Decodes from the front of `in`: appends chunk data to `out` and returns how many bytes of
@@ -49,11 +50,11 @@ private:
 
     std::size_t max_framing_;
     State state_ = State::Size;
-    Line line_{};               // the scan of the framing line being read
-    std::size_t scanned_ = 0;   // bytes of it scanned so far (left in the caller's buffer)
-    std::uint64_t size_ = 0;    // the chunk size read so far
-    std::uint64_t left_ = 0;    // data bytes of the current chunk still to come
-    std::size_t trailer_ = 0;   // bytes of the trailer section read so far
+    Line line_{};              // the scan of the framing line being read
+    std::size_t scanned_ = 0;  // bytes of it scanned so far (left in the caller's buffer)
+    std::uint64_t size_ = 0;   // the chunk size read so far
+    std::uint64_t left_ = 0;   // data bytes of the current chunk still to come
+    std::size_t trailer_ = 0;  // bytes of the trailer section read so far
 };
 
 }  // namespace pdr::wire

@@ -17,6 +17,9 @@ StreamImpl::StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPt
       max_body_(max_body),
       chunked_(wire::kMaxUnparsed) {
     parser_.header_limit(kMaxResponseHeader);
+    // The parser reads no body, but it would still refuse a declared length over its default
+    // limit (8 MiB for a response) in the head: the limit is read_all's (max_body_).
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (head_request) {
         parser_.skip(true);
     }
@@ -107,8 +110,10 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
         }
     } waiting{*this};
     conn_->quiet_since = Clock::now();
+    // Timeouts::idle from each call on (not the response timeout read_head armed, when this
+    // call is served from the buffer while the client is slow to take it).
+    conn_->deadline.expires_after(timeouts_.idle);
     const std::size_t start = out.size();
-    bool deadline_set = false;
     try {
         for (;;) {
             // Body bytes already buffered are passed on before waiting for more input.
@@ -130,10 +135,6 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             }
             if (out.size() > start) {
                 co_return Failure::None;
-            }
-            if (!deadline_set) {  // Timeouts::idle: from the call to the first body bytes
-                conn_->deadline.expires_after(timeouts_.idle);
-                deadline_set = true;
             }
             auto [read_ec, n] = co_await conn_->stream.socket().async_read_some(
                 conn_->buffer.prepare(wire::kReadSize), use_tuple);

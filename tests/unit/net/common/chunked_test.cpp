@@ -1,7 +1,7 @@
 #include "net/common/chunked.hpp"
 
-#include <boost/beast/http/error.hpp>
 #include <gtest/gtest.h>
+#include <boost/beast/http/error.hpp>
 
 #include <string>
 #include <vector>
@@ -99,29 +99,29 @@ TEST(ChunkedDecoder, RefusesWhatTheGrammarDoesNotAllow) {
         http::error want;
     };
     const std::vector<Case> cases{
-        {"\r\nx\r\n0\r\n\r\n", http::error::bad_chunk},          // no size
-        {"g\r\n", http::error::bad_chunk},                       // not hex
+        {"\r\nx\r\n0\r\n\r\n", http::error::bad_chunk},  // no size
+        {"g\r\n", http::error::bad_chunk},               // not hex
         {"-1\r\n", http::error::bad_chunk},
-        {"1 \r\nx\r\n", http::error::bad_chunk_extension},       // BWS then the line's end
-        {"1;\r\n", http::error::bad_chunk_extension},            // no name
+        {"1 \r\nx\r\n", http::error::bad_chunk_extension},  // BWS then the line's end
+        {"1;\r\n", http::error::bad_chunk_extension},       // no name
         {"1;a \r\n", http::error::bad_chunk_extension},
-        {"1;a=\r\n", http::error::bad_chunk_extension},          // no value
+        {"1;a=\r\n", http::error::bad_chunk_extension},  // no value
         {"1;a=b c\r\n", http::error::bad_chunk_extension},
-        {"1;a=\"b\r\n", http::error::bad_chunk_extension},       // an unterminated quote
+        {"1;a=\"b\r\n", http::error::bad_chunk_extension},  // an unterminated quote
         {"1;a=\"b\"c\r\n", http::error::bad_chunk_extension},
-        {"1;a(b\r\n", http::error::bad_chunk_extension},          // not a tchar
+        {"1;a(b\r\n", http::error::bad_chunk_extension},  // not a tchar
         {"1;a=\"\x01\"\r\n", http::error::bad_chunk_extension},
         {"1x\r\n", http::error::bad_chunk_extension},
-        {"1\nx\r\n", http::error::bad_line_ending},              // bare LF
-        {"1\rx\n", http::error::bad_line_ending},                // CR without LF
-        {"1\r\nxy\r\n", http::error::bad_chunk},                 // data longer than its size
-        {"2\r\nxy\n0\r\n\r\n", http::error::bad_chunk},          // data then a bare LF
-        {"10000000000000000\r\n", http::error::bad_chunk},        // 65 bits
-        {"0\r\n \r\n\r\n", http::error::bad_field},              // a folded trailer line
+        {"1\nx\r\n", http::error::bad_line_ending},         // bare LF
+        {"1\rx\n", http::error::bad_line_ending},           // CR without LF
+        {"1\r\nxy\r\n", http::error::bad_chunk},            // data longer than its size
+        {"2\r\nxy\n0\r\n\r\n", http::error::bad_chunk},     // data then a bare LF
+        {"10000000000000000\r\n", http::error::bad_chunk},  // 65 bits
+        {"0\r\n \r\n\r\n", http::error::bad_field},         // a folded trailer line
         {"0\r\nX-A: b\r\n c\r\n\r\n", http::error::bad_field},
-        {"0\r\n: b\r\n\r\n", http::error::bad_field},            // an empty name
+        {"0\r\n: b\r\n\r\n", http::error::bad_field},  // an empty name
         {"0\r\nX-A b\r\n\r\n", http::error::bad_field},
-        {"0\r\nX-A\r\n\r\n", http::error::bad_line_ending},      // no colon
+        {"0\r\nX-A\r\n\r\n", http::error::bad_line_ending},  // no colon
         {"0\r\nX-A: \x01\r\n\r\n", http::error::bad_value},
         {"0\r\nX-A: b\n\r\n", http::error::bad_line_ending},
         {"0\r\n\n", http::error::bad_line_ending},
@@ -139,8 +139,8 @@ TEST(ChunkedDecoder, RefusesWhatTheGrammarDoesNotAllow) {
 // ends: an upstream that sends half a bad line and then nothing does not hold the leg until
 // its idle timeout.
 TEST(ChunkedDecoder, FailsAtTheFirstBadByte) {
-    for (std::string_view wire : {"z", "1;(", "1 x", "1\n", "1\rz", "5\r\nhelloX", "0\r\n ",
-                                  "0\r\nX-A\x01"}) {
+    for (std::string_view wire :
+         {"z", "1;(", "1 x", "1\n", "1\rz", "5\r\nhelloX", "0\r\n ", "0\r\nX-A\x01"}) {
         SCOPED_TRACE(wire);
         Feed f = decode_whole(wire);
         EXPECT_TRUE(f.ec);
@@ -177,11 +177,27 @@ TEST(ChunkedDecoder, FramingOverItsLimitFails) {
         ok = line.put("x");
     }
     EXPECT_EQ(line.ec, error_code(http::error::buffer_overflow));
-    EXPECT_LE(line.buffered.size(), 64u);
+    EXPECT_LE(line.buffered.size(), 65u);  // the limit, and the byte that went past it
 
     Feed within(64);
     EXPECT_TRUE(within.put("1;a=\"" + std::string(50, 'x') + "\"\r\nx\r\n0\r\n\r\n"));
     EXPECT_TRUE(within.decoder.done());
+
+    // The limit holds for lines that come whole: 64 bytes with the CRLF pass, 65 do not.
+    Feed exact(64);
+    EXPECT_TRUE(exact.put("1;a=\"" + std::string(56, 'x') + "\"\r\nx\r\n0\r\n\r\n"));
+    EXPECT_TRUE(exact.decoder.done());
+    Feed over(64);
+    EXPECT_FALSE(over.put("1;a=\"" + std::string(57, 'x') + "\"\r\nx\r\n0\r\n\r\n"));
+    EXPECT_EQ(over.ec, error_code(http::error::buffer_overflow));
+
+    // A trailer section of exactly the limit (its empty line included) passes.
+    Feed section(64);
+    EXPECT_TRUE(section.put("0\r\nX-A: " + std::string(55, 'v') + "\r\n\r\n"));
+    EXPECT_TRUE(section.decoder.done());
+    Feed section_over(64);
+    EXPECT_FALSE(section_over.put("0\r\nX-A: " + std::string(56, 'v') + "\r\n\r\n"));
+    EXPECT_EQ(section_over.ec, error_code(http::error::buffer_overflow));
 
     Feed trailer(64);
     ASSERT_TRUE(trailer.put("0\r\n"));

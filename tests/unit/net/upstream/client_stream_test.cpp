@@ -42,6 +42,51 @@ awaitable<ReadBack> open_and_read(Client& client, unsigned short port, std::stri
     co_return r;
 }
 
+// A raw upstream on one connection: each request read gets the next of `answers`, written as
+// it is; after the last, or when `close_after` is set for an answer, the connection closes.
+struct RawUpstream {
+    RawUpstream(net::io_context& ioc, std::vector<std::string> answers_in, int close_after = -1)
+        : acceptor(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)),
+          answers(std::move(answers_in)) {
+        port = acceptor.local_endpoint().port();
+        net::co_spawn(ioc, serve(close_after), net::detached);
+    }
+    awaitable<void> serve(int close_after) {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            ++accepted;
+            beast::tcp_stream s(std::move(sock));
+            beast::flat_buffer buf;
+            while (next < answers.size()) {
+                http::request<http::string_body> req;
+                auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+                (void)rn;
+                if (rec) {
+                    break;
+                }
+                const int i = static_cast<int>(next++);
+                co_await write_raw(s, answers[i]);
+                if (i == close_after) {
+                    error_code sec;
+                    s.socket().shutdown(tcp::socket::shutdown_send, sec);
+                    break;
+                }
+            }
+            // Held open (without a FIN unless the answer ends with the connection) until the
+            // client goes, at most 5 s.
+            co_await read_until_close(s, Duration{5000});
+        }
+    }
+    Acceptor acceptor;
+    std::vector<std::string> answers;
+    std::size_t next = 0;
+    int accepted = 0;
+    unsigned short port = 0;
+};
+
 class StreamClientTest : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -145,31 +190,12 @@ TEST_F(StreamClientTest, ReadsEventsAsTheyArrive) {
 // An upstream whose good chunks arrive in the same segment as a broken chunk-size line: the
 // events it sent reach the caller first, then the protocol failure.
 TEST_F(StreamClientTest, EventsBeforeABrokenChunkArePassedOnBeforeTheFailure) {
-    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    const unsigned short port = acceptor.local_endpoint().port();
-    auto serve = [&]() -> awaitable<void> {
-        auto [ec, sock] = co_await acceptor.async_accept();
-        if (ec) {
-            co_return;
-        }
-        beast::tcp_stream s(std::move(sock));
-        beast::flat_buffer buf;
-        http::request<http::string_body> req;
-        auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
-        (void)rn;
-        if (rec) {
-            co_return;
-        }
-        co_await write_raw(s,
-                           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                           "Transfer-Encoding: chunked\r\n\r\n"
-                           "9\r\ndata: 0\n\n\r\n9\r\ndata: 1\n\n\r\nzz\r\n");
-        co_await sleep_for(Duration{2000});
-    };
-    net::co_spawn(ioc_, serve(), net::detached);
+    RawUpstream up(ioc_, {"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n"
+                          "9\r\ndata: 0\n\n\r\n9\r\ndata: 1\n\n\r\nzz\r\n"});
     run([&]() -> awaitable<void> {
         Client client(ioc_.get_executor());
-        ReadBack r = co_await open_and_read(client, port, "/events", quick());
+        ReadBack r = co_await open_and_read(client, up.port, "/events", quick());
         if (!r.stream) {
             co_return;
         }
@@ -181,53 +207,7 @@ TEST_F(StreamClientTest, EventsBeforeABrokenChunkArePassedOnBeforeTheFailure) {
         EXPECT_TRUE(more.empty());
         EXPECT_EQ(client.idle_connections(), 0u);
     }());
-    acceptor.close();
 }
-
-// A raw upstream on one connection: each request read gets the next of `answers`, written as
-// it is; after the last, or when `close_after` is set for an answer, the connection closes.
-struct RawUpstream {
-    RawUpstream(net::io_context& ioc, std::vector<std::string> answers_in, int close_after = -1)
-        : acceptor(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)),
-          answers(std::move(answers_in)) {
-        port = acceptor.local_endpoint().port();
-        net::co_spawn(ioc, serve(close_after), net::detached);
-    }
-    awaitable<void> serve(int close_after) {
-        for (;;) {
-            auto [ec, sock] = co_await acceptor.async_accept();
-            if (ec) {
-                co_return;
-            }
-            ++accepted;
-            beast::tcp_stream s(std::move(sock));
-            beast::flat_buffer buf;
-            while (next < answers.size()) {
-                http::request<http::string_body> req;
-                auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
-                (void)rn;
-                if (rec) {
-                    break;
-                }
-                const int i = static_cast<int>(next++);
-                co_await write_raw(s, answers[i]);
-                if (i == close_after) {
-                    error_code sec;
-                    s.socket().shutdown(tcp::socket::shutdown_send, sec);
-                    break;
-                }
-            }
-            // Held open (without a FIN unless the answer ends with the connection) until the
-            // client goes, at most 5 s.
-            co_await read_until_close(s, Duration{5000});
-        }
-    }
-    Acceptor acceptor;
-    std::vector<std::string> answers;
-    std::size_t next = 0;
-    int accepted = 0;
-    unsigned short port = 0;
-};
 
 // The three ways a body ends (RFC 9112 6.3), read piece by piece on one connection: after its
 // last chunk (extensions and trailers read and dropped) and after its length, the connection
@@ -256,6 +236,95 @@ TEST_F(StreamClientTest, BodiesEndByChunksByLengthOrByClose) {
         }
     }());
     EXPECT_EQ(up.accepted, 1);  // the first two answers' connection carried all three
+}
+
+// Bytes after the end of a body (an upstream that wrote more than its answer) are not taken
+// into it, and the connection is not pooled with them.
+TEST_F(StreamClientTest, BytesAfterTheBodyAreNotPartOfIt) {
+    RawUpstream length(ioc_, {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabcdeXYZ"});
+    RawUpstream chunks(ioc_, {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "5\r\nabcde\r\n0\r\n\r\nXYZ"});
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        for (unsigned short port : {length.port, chunks.port}) {
+            ReadBack r = co_await open_and_read(client, port, "/r", quick());
+            if (!r.stream) {
+                co_return;
+            }
+            EXPECT_EQ(r.failure, Failure::None) << to_string(r.failure);
+            EXPECT_TRUE(r.stream->done());
+            EXPECT_EQ(r.body, "abcde");
+        }
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+}
+
+// A declared length over Beast's default body limit (8 MiB for a response) opens: the body is
+// read piece by piece, and the size limit is read_all's (PoolLimits::max_response_body).
+TEST_F(StreamClientTest, ALengthOverEightMebibytesOpens) {
+    RawUpstream up(ioc_, {"HTTP/1.1 200 OK\r\nContent-Length: 8388609\r\n\r\nabc"}, 0);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        ReadBack r = co_await open_and_read(client, up.port, "/r", quick());
+        EXPECT_EQ(r.body, "abc");
+        EXPECT_EQ(r.failure, Failure::Read) << to_string(r.failure);  // cut short by the close
+    }());
+}
+
+// Each read of a body waits under Timeouts::idle, also one served from what is already buffered:
+// a caller that reads the head and its first event (here, in one segment) and then takes
+// longer than the response timeout to come back (a slow client) still gets the next event.
+TEST_F(StreamClientTest, ABufferedReadArmsTheIdleTimeout) {
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    Event more(ioc_.get_executor());
+    auto serve = [&]() -> awaitable<void> {
+        auto [ec, sock] = co_await acceptor.async_accept();
+        if (ec) {
+            co_return;
+        }
+        beast::tcp_stream s(std::move(sock));
+        beast::flat_buffer buf;
+        http::request<http::string_body> req;
+        auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+        (void)rn;
+        if (rec) {
+            co_return;
+        }
+        co_await write_raw(s,
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           "9\r\ndata: 0\n\n\r\n");
+        if (co_await more.wait(Duration{5000})) {
+            co_await write_raw(s, "9\r\ndata: 1\n\n\r\n0\r\n\r\n");
+        }
+        co_await read_until_close(s, Duration{5000});
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Timeouts t = quick();
+        t.response = Duration{500};
+        t.idle = Duration{10'000};
+        const Endpoint ep{"127.0.0.1", port};
+        auto o = co_await client.open(ep, make_req(http::verb::get, "/r"), t);
+        if (!o.stream) {
+            ADD_FAILURE() << to_string(o.failure);
+            co_return;
+        }
+        std::string got;
+        EXPECT_EQ(co_await o.stream->read_some(got), Failure::None);
+        EXPECT_EQ(got, "data: 0\n\n");
+        co_await sleep_for(Duration{1000});  // past the response timeout
+        more.set();
+        std::string next;
+        Failure f = Failure::None;
+        for (int i = 0; i < 4 && f == Failure::None && next.empty(); ++i) {
+            f = co_await o.stream->read_some(next);
+        }
+        EXPECT_EQ(f, Failure::None) << to_string(f);
+        EXPECT_EQ(next, "data: 1\n\n");
+    }());
+    acceptor.close();
 }
 
 // A chunk-size line that can no longer be valid fails the leg when its bad byte arrives, even

@@ -174,8 +174,10 @@ awaitable<void> SimServer::Impl::accept_register(std::string tid, PushRegistrati
                            {"request_id", e.request_id},
                            {"error", "the transfer was aborted"}});
             // Kept: D's own Abort may still come (its client left as this Failed crossed it),
-            // and D keeps its blocks out of its pool until that Abort is answered too.
+            // and D keeps its blocks out of its pool until that Abort is answered too. For a
+            // TTL from now: the mark's first TTL (from the router's Abort) may be nearly gone.
             e.reg = std::move(reg);
+            e.expires = Clock::now() + cfg.kv_wait_timeout;
             break;
     }
 }

@@ -418,6 +418,38 @@ TEST_P(PdxSimTest, RouterAgentAbortFreesAtOnceAndGetsPushCopies) {
     EXPECT_TRUE(p_blocks_freed());
 }
 
+// An Abort mark that a late Register found lives a TTL from that Register, not from the Abort:
+// D's own Abort (sent when its client leaves as P's Failed crosses it) still finds the mark and
+// is answered, however late in the mark's first TTL the Register came.
+TEST_P(PdxSimTest, AnAbortMarkLivesATtlFromALateRegister) {
+    start("push", {"--kv-wait-timeout-ms", "4000"});
+    RouterAgent router(GetParam());
+    router.add(p_->port);
+    const json body = completion_body(words(40), 3, false);
+    const json abort_note{{"request_id", "late-reg"}, {"transfer_id", "xfer-z"}};
+    // P adds the router's agent as a control peer when a prefill names it (else the agent's
+    // peer entry for P ends after its peer timeout, before the second Abort).
+    ASSERT_EQ(prefill(body, "other",
+                      {{"pdx_control", router.descriptor_base64()}, {"transfer_id", "xfer-other"}})
+                  .status,
+              200);
+    // An Abort before the prefill and the Register: P keeps a mark for xfer-z.
+    router.note(pdx::NotifyKind::Abort, pdx_id("late-reg"), abort_note);
+    ASSERT_TRUE(wait_until([&] { return p_counter("kv_notes_unknown") == 1; }, Ms{2000}));
+    std::this_thread::sleep_for(Ms{2000});  // half the mark's TTL
+    auto late = decode(body, "late-reg", push_params("late-reg", "xfer-z"), Ms{5000});
+    EXPECT_EQ(late.status, 500) << late.describe();  // told at once: aborted
+    EXPECT_NE(late.body.find("aborted"), std::string::npos) << late.body;
+    // Past the first TTL (4 s from the Abort), well within one from the Register.
+    std::this_thread::sleep_for(Ms{2500});
+    const long long unknown = d_counter("kv_notes_unknown");
+    router.note(pdx::NotifyKind::Abort, pdx_id("late-reg"), abort_note);
+    EXPECT_TRUE(wait_until([&] { return d_counter("kv_notes_unknown") == unknown + 1; }, Ms{2000}))
+        << "D got no Failed for its Abort: P's mark was gone";
+    EXPECT_EQ(p_counter("kv_aborts"), 1);
+    EXPECT_EQ(p_counter("kv_notes_unknown"), 1);
+}
+
 TEST_P(PdxSimTest, HeartbeatKeepsAOneSecondLeaseAliveForThreeSeconds) {
     start("pull", {"--kv-lease-seconds", "1"});
     RouterAgent router(GetParam());

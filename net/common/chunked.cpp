@@ -262,6 +262,12 @@ std::size_t ChunkedDecoder::scan_trailer_line(std::string_view in, boost::system
     return 0;
 }
 
+void ChunkedDecoder::expect_size_line() noexcept {
+    state_ = State::Size;
+    line_ = Line::SizeFirst;
+    size_ = 0;
+}
+
 std::size_t ChunkedDecoder::decode(std::string_view in, std::string& out,
                                    boost::system::error_code& ec) {
     ec = {};
@@ -300,9 +306,7 @@ std::size_t ChunkedDecoder::decode(std::string_view in, std::string& out,
                 if (state_ == State::DataCr && in.size() - at >= 2 && in[at] == '\r' &&
                     in[at + 1] == '\n') {
                     at += 2;  // the common case: the chunk's CRLF whole
-                    state_ = State::Size;
-                    line_ = Line::SizeFirst;
-                    size_ = 0;
+                    expect_size_line();
                     break;
                 }
                 if (in[at] != (state_ == State::DataCr ? '\r' : '\n')) {
@@ -313,9 +317,7 @@ std::size_t ChunkedDecoder::decode(std::string_view in, std::string& out,
                 if (state_ == State::DataCr) {
                     state_ = State::DataLf;
                 } else {
-                    state_ = State::Size;
-                    line_ = Line::SizeFirst;
-                    size_ = 0;
+                    expect_size_line();
                 }
                 break;
             case State::Trailer: {

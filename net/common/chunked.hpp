@@ -47,6 +47,7 @@ private:
     // the line (with its CRLF) once whole, or 0 when more bytes are needed.
     std::size_t scan_size_line(std::string_view in, boost::system::error_code& ec);
     std::size_t scan_trailer_line(std::string_view in, boost::system::error_code& ec);
+    void expect_size_line() noexcept;  // after a chunk's CRLF: the next size line
 
     std::size_t max_framing_;
     State state_ = State::Size;

@@ -121,13 +121,14 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             const bool complete = take_buffered(out, ec);
             if (ec) {  // a malformed body
                 drop();
+                const Failure f = classify_read(ec, Failure::IdleTimeout);
                 if (out.size() > start) {
                     // Body bytes taken before the error are good: they go out first, the
                     // failure with the next call.
-                    deferred_ = classify_read(ec, Failure::IdleTimeout);
+                    deferred_ = f;
                     co_return Failure::None;
                 }
-                co_return classify_read(ec, Failure::IdleTimeout);
+                co_return f;
             }
             if (complete) {
                 finish();

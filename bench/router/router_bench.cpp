@@ -4,6 +4,7 @@
 //
 //   pdrouter_bench [--bin-dir DIR] [--concurrency 32] [--requests 3000] [--max-tokens 16]
 //                  [--delays 0,10] [--answers json,stream] [--nginx PATH|none] [--quick]
+//                  [--floor PATH|none]
 //                  [--repeat N] [--lmcache] [--router-threads 1] [--sim-kv-transfer pdx|http]
 //   pdrouter_bench [--bin-dir DIR] --scaling 1,2,4,8 [--scaling-engines 4]
 //                  [--scaling-load-threads 4] [--concurrency 256] [--requests N]
@@ -33,6 +34,12 @@
 // load also goes through one nginx proxy hop (one worker, keep-alive upstream, unbuffered) to
 // the decode instance, and nginx's CPU per request is printed beside pdrouter's: the cost of a
 // plain single-hop proxy on this machine under the same load.
+//
+// Floor: when `<bin-dir>/bench/router/pdr_floor_relay` is built (--floor PATH|none), the same
+// load also goes through it (floor_relay.cpp: the three exchanges of a P/D request on pdrouter's
+// platform and nothing else), and its CPU per request is printed beside the others: §5's floor
+// measured in the same run, so that pdrouter's ratio to nginx splits into the platform's and
+// the product's parts.
 #include "bench/router/kv_modes.hpp"
 #include "bench/router/load.hpp"
 #include "bench/router/process.hpp"
@@ -65,6 +72,7 @@ struct Options {
     std::vector<int> delays{0, 10};
     std::vector<bool> answers{false, true};  // stream?
     std::string nginx = "/usr/sbin/nginx";   // "none": no reference rows
+    std::string floor;                       // the floor relay; "": the bin-dir's; "none"
     int repeat = 1;                          // runs of each nginx-hop and pdrouter row
     bool lmcache = false;                    // also the lmcache-mode pair
     pdr::bench::KvModesOptions kv;           // --kv-modes: the KV modes side by side
@@ -220,6 +228,8 @@ Options parse(int argc, char** argv) {
             }
         } else if (a == "--nginx") {
             o.nginx = next();
+        } else if (a == "--floor") {
+            o.floor = next();
         } else if (a == "--repeat") {
             o.repeat = std::stoi(next());
             if (o.repeat < 1 || o.repeat > 20) {
@@ -330,6 +340,11 @@ int main(int argc, char** argv) try {
     }
     const std::string pdsim = o.bin_dir + "/sim/pdsim";
     const std::string pdrouter = o.bin_dir + "/router/pdrouter";
+    std::string floor_relay =
+        o.floor.empty() ? o.bin_dir + "/bench/router/pdr_floor_relay" : o.floor;
+    if (floor_relay == "none" || ::access(floor_relay.c_str(), X_OK) != 0) {
+        floor_relay.clear();
+    }
     std::printf(
         "pdrouter_bench: concurrency %zu, %zu requests per row, max_tokens %d; load "
         "average at start %s\n\n",
@@ -341,6 +356,7 @@ int main(int argc, char** argv) try {
     bool targets_met = true;
     std::ostringstream verdicts;
     double peak_rss = 0;
+    std::size_t floor_failed = 0;  // requests the floor relay failed, all rows
     for (int delay : o.delays) {
         std::vector<std::string> kv_transfer;
         if (!o.sim_kv_transfer.empty()) {
@@ -360,6 +376,14 @@ int main(int argc, char** argv) try {
                       "warn", "--threads", std::to_string(o.router_threads)},
                      "/tmp/pdr-bench-router.log");
         std::unique_ptr<Child> nginx = start_nginx(o, decode.port());
+        std::unique_ptr<Child> floor;
+        if (!floor_relay.empty()) {
+            floor = std::make_unique<Child>(
+                std::vector<std::string>{floor_relay, "--prefill",
+                                         "127.0.0.1:" + std::to_string(prefill.port()), "--decode",
+                                         "127.0.0.1:" + std::to_string(decode.port())},
+                "/tmp/pdr-bench-floor.log");
+        }
         // The LMCache pair: P notifies the router's PULL socket; D's receiver on fixed ports.
         std::unique_ptr<Child> lm_prefill, lm_decode, lm_router;
         if (o.lmcache) {
@@ -408,6 +432,7 @@ int main(int argc, char** argv) try {
             Row d{"direct D", delay, stream, pdr::bench::run_load(direct)};
             print_row(d);
             std::vector<double> nginx_cpu;
+            std::vector<double> floor_cpu;
             std::vector<double> router_cpu;
             std::vector<double> router_ttfb;
             std::vector<double> lm_cpu;
@@ -424,6 +449,12 @@ int main(int argc, char** argv) try {
             // Warm-up of the router's pools and caches, not timed.
             pdr::bench::run_load(
                 LoadSpec{via.target, via.path, via.body, stream, o.concurrency, n / 10, 0});
+            LoadSpec via_floor = direct;
+            if (floor) {
+                via_floor.target = {"127.0.0.1", floor->port()};
+                pdr::bench::run_load(LoadSpec{via_floor.target, via_floor.path, via_floor.body,
+                                              stream, o.concurrency, n / 10, 0});
+            }
             for (int run = 0; run < o.repeat; ++run) {
                 if (nginx) {
                     LoadSpec hop = direct;
@@ -441,6 +472,17 @@ int main(int argc, char** argv) try {
                     g.cpu_us_per_req = (c1 - c0) * 1e6 / static_cast<double>(served);
                     nginx_cpu.push_back(g.cpu_us_per_req);
                     print_row(g);
+                }
+                if (floor) {
+                    // Counted as the router's row is: its own warm-up runs inside.
+                    const double f0 = floor->cpu_seconds();
+                    Row f{"floor", delay, stream, pdr::bench::run_load(via_floor)};
+                    const double f1 = floor->cpu_seconds();
+                    const std::size_t fserved = f.result.ok + f.result.failed + n / 10;
+                    f.cpu_us_per_req = (f1 - f0) * 1e6 / static_cast<double>(fserved);
+                    floor_cpu.push_back(f.cpu_us_per_req);
+                    floor_failed += f.result.failed;
+                    print_row(f);
                 }
                 double cpu0 = router.cpu_seconds();
                 Row r{"pdrouter", delay, stream, pdr::bench::run_load(via)};
@@ -492,6 +534,22 @@ int main(int argc, char** argv) try {
                 verdicts << line;
             }
             verdicts << "\n";
+            if (!floor_cpu.empty()) {
+                const double f = median(floor_cpu);
+                const double ref = median(nginx_cpu);
+                char line[300];
+                std::snprintf(
+                    line, sizeof line, "- %s, decode delay %d ms: floor relay %.0f us/request%s",
+                    stream ? "stream" : "json", delay, f,
+                    o.repeat > 1 ? (" (median of " + join_us(floor_cpu) + ")").c_str() : "");
+                verdicts << line;
+                if (ref > 0) {
+                    std::snprintf(line, sizeof line, " = %.2f x nginx", f / ref);
+                    verdicts << line;
+                }
+                std::snprintf(line, sizeof line, "; pdrouter = %.2f x the floor\n", cpu / f);
+                verdicts << line;
+            }
             if (stream) {
                 double budget = percentile(d.result.ttfb_ms, 50) +
                                 percentile(prefill_row.result.latency_ms, 50);
@@ -514,6 +572,14 @@ int main(int argc, char** argv) try {
     targets_met = targets_met && rss_ok;
     std::printf("\n%s- pdrouter peak RSS %.1f MiB (target <= 30): %s\n", verdicts.str().c_str(),
                 peak_rss, rss_ok ? "met" : "NOT met");
+    if (!floor_relay.empty()) {
+        if (floor_failed == 0) {
+            std::printf("- floor relay: every request succeeded\n");
+        } else {
+            std::printf("- floor relay: %zu requests failed (its rows do not measure the floor)\n",
+                        floor_failed);
+        }
+    }
     std::printf("\nall targets %s (load average at end %s)\n", targets_met ? "met" : "NOT met",
                 load_average().c_str());
     return 0;

@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace pdr {
 
@@ -32,6 +35,9 @@ public:
     std::size_t pos = 0;
 
     void skip_ws() noexcept {
+        if (pos < s_.size() && static_cast<unsigned char>(s_[pos]) > ' ') {
+            return;  // the usual case in compact JSON: no whitespace at all
+        }
         while (pos < s_.size() &&
                (s_[pos] == ' ' || s_[pos] == '\t' || s_[pos] == '\n' || s_[pos] == '\r')) {
             ++pos;
@@ -45,12 +51,30 @@ public:
         return false;
     }
 
-    // Skips the plain characters of a string (printable ASCII other than '"' and '\\'), eight
-    // bytes at a time: stops at the first byte that needs a closer look, or near the end.
+    // Skips the plain characters of a string (printable ASCII other than '"' and '\\'), sixteen
+    // (SSE2) or eight bytes at a time: stops at the first byte that needs a closer look, or near
+    // the end.
     void skip_plain() noexcept {
         constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
         constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
         const std::size_t n = s_.size();
+#if defined(__SSE2__)
+        const __m128i quote16 = _mm_set1_epi8('"');
+        const __m128i slash16 = _mm_set1_epi8('\\');
+        const __m128i space16 = _mm_set1_epi8(0x20);
+        while (pos + 16 <= n) {
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_.data() + pos));
+            // Signed bytes: >= 0x80 is negative, so "less than a space" also flags non-ASCII.
+            const __m128i special =
+                _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote16), _mm_cmpeq_epi8(v, slash16)),
+                             _mm_cmplt_epi8(v, space16));
+            if (const auto mask = static_cast<unsigned>(_mm_movemask_epi8(special)); mask != 0) {
+                pos += static_cast<std::size_t>(std::countr_zero(mask));
+                return;
+            }
+            pos += 16;
+        }
+#endif
         while (pos + 8 <= n) {
             std::uint64_t w;
             std::memcpy(&w, s_.data() + pos, 8);
@@ -516,10 +540,20 @@ void JsonObjectView::finish() {
             m.key = decoded_.front();
         }
     }
-    // Duplicate keys are rare; a quadratic check is cheap for the usual handful of members.
+    // Duplicate keys are rare; a quadratic check is cheap for the usual handful of members,
+    // and only runs when two keys share a length and first byte (a 64-bit filter of those).
     const std::size_t n = members_.size();
     if (n <= 32) {
-        for (std::size_t i = 0; i < n && !duplicates_; ++i) {
+        std::uint64_t seen = 0;
+        bool maybe = false;
+        for (const JsonMember& m : members_) {
+            const std::size_t h =
+                (m.key.size() * 31 + (m.key.empty() ? 0U : static_cast<unsigned char>(m.key[0]))) &
+                63;
+            maybe = maybe || (seen >> h & 1) != 0;
+            seen |= std::uint64_t{1} << h;
+        }
+        for (std::size_t i = 0; maybe && i < n && !duplicates_; ++i) {
             for (std::size_t j = i + 1; j < n; ++j) {
                 if (members_[i].key == members_[j].key) {
                     duplicates_ = true;

@@ -49,6 +49,31 @@ TEST(JsonScan, VerdictsMatchNlohmannOnRandomMutations) {
     EXPECT_EQ(checked, 20000u);
 }
 
+TEST(JsonScan, EveryByteKindAtEveryPositionOfAStringMatchesNlohmann) {
+    // The string scan takes 16 bytes, then 8, then one at a time: a byte that needs a closer
+    // look (quote, backslash, control, UTF-8 lead or continuation) must be seen at any offset
+    // of each width, and at the text's end.
+    const std::vector<std::string> specials{
+        "\"",   "\\",   "\\n",          "\\u00e9",          "\x01", "\x1f", "\x7f", "\xc3\xa9",
+        "\xc3", "\xa9", "\xed\xa0\x80", "\xf0\x9f\x98\x80", "\xff", "\\x"};
+    std::size_t checked = 0;
+    for (const std::string& special : specials) {
+        for (std::size_t before = 0; before <= 40; ++before) {
+            for (std::size_t after : {0, 1, 7, 8, 15, 16, 17, 33}) {
+                const std::string inner =
+                    std::string(before, 'a') + special + std::string(after, 'b');
+                for (const std::string& text :
+                     {"{\"k\":\"" + inner + "\"}", "{\"" + inner + "\":1}", "{\"k\":\"" + inner}) {
+                    JsonObjectView v;
+                    ASSERT_EQ(v.scan(text), nlohmann_verdict(text)) << "text: " << text;
+                    ++checked;
+                }
+            }
+        }
+    }
+    EXPECT_EQ(checked, 14u * 41u * 8u * 3u);
+}
+
 // scan(text, key, nested) in one pass: the same verdict as scan(text), and `nested` holds what a
 // second scan of the key's (last) value would hold when that value is an object.
 void expect_nested_matches_two_passes(const std::string& text, std::string_view key) {
@@ -199,6 +224,20 @@ TEST(JsonScan, RewriteHasObjectSemantics) {
         expect["added"] = Ordered::parse(R"({"k":true})");
         Ordered got = Ordered::parse(out);
         EXPECT_EQ(got.dump(), expect.dump()) << body << " -> " << out;
+    }
+}
+
+TEST(JsonScan, RewriteWritesEachKeyOnceWithItsLastValueAtItsFirstPlace) {
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {R"({"a":1,"b":2,"a":3})", R"({"a":3,"b":2})"},
+        {R"({"ab":1,"ba":2,"b":0,"ab":3,"ba":4})", R"({"ab":3,"ba":4,"b":0})"},
+        {R"({"k":1,"\u006b":2})", R"({"k":2})"},                   // the same key, written two ways
+        {R"({"ab":1,"ac":2,"b":3})", R"({"ab":1,"ac":2,"b":3})"},  // alike, not the same
+    };
+    for (const auto& [body, expected] : cases) {
+        JsonObjectView v;
+        ASSERT_EQ(v.scan(body), JsonScanStatus::Ok) << body;
+        EXPECT_EQ(v.rewrite({}), expected) << body;
     }
 }
 

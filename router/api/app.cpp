@@ -63,7 +63,7 @@ server::Limits limits_from(const config::Config& cfg, std::size_t workers,
 }  // namespace
 
 App::Worker::Worker(App& app, std::size_t number, net::io_context* control)
-    : own_ioc(control == nullptr ? std::make_unique<net::io_context>(1) : nullptr),
+    : own_ioc(control == nullptr ? std::make_unique<net::io_context>(kIoConcurrencyHint) : nullptr),
       ioc(control != nullptr ? *control : *own_ioc),
       ex(ioc.get_executor()),
       client(ex, upstream::PoolLimits{.idle_ttl = app.cfg_.upstream_idle_timeout,

@@ -37,6 +37,13 @@ class ControlAgent;
 
 namespace pdr::api {
 
+// The concurrency hint of the router's io_contexts (the control one and each worker's): one
+// thread runs each, and no other thread starts, cancels or closes an operation on their sockets
+// (work for another thread is posted to its executor), so the reactor's per-socket locks are
+// not needed; the scheduler keeps its lock, for those posts. A lock and an unlock fewer at each
+// socket operation and each readiness event (docs/benchmarks.md).
+inline constexpr int kIoConcurrencyHint = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO;
+
 class App {
 public:
     // Adds cfg.prefill / cfg.decode to the registry. Nothing runs until listen()/start().

@@ -176,7 +176,7 @@ std::size_t worker_threads(const config::Config& cfg) {
 
 int run(config::Config cfg, const RunHooks& hooks) {
     std::signal(SIGPIPE, SIG_IGN);
-    net::io_context ioc(1);
+    net::io_context ioc(kIoConcurrencyHint);
     const std::size_t workers = worker_threads(cfg);
     App app(ioc, std::move(cfg), workers);
     RunState state{ioc, app, hooks, net::signal_set(ioc, SIGINT, SIGTERM)};

@@ -155,8 +155,9 @@ awaitable<std::size_t> exchange(Upstream& u, const std::string& out, std::string
 }
 
 std::string post(std::string_view id, std::string_view body_start, std::string_view tail) {
-    std::string out = "POST /v1/completions HTTP/1.1\r\nHost: engine\r\n"
-                      "Content-Type: application/json\r\nX-Request-Id: ";
+    std::string out =
+        "POST /v1/completions HTTP/1.1\r\nHost: engine\r\n"
+        "Content-Type: application/json\r\nX-Request-Id: ";
     out.append(id).append("\r\nContent-Length: ");
     out.append(std::to_string(body_start.size() + tail.size())).append("\r\n\r\n");
     out.append(body_start).append(tail);
@@ -164,8 +165,7 @@ std::string post(std::string_view id, std::string_view body_start, std::string_v
 }
 
 // One request: false when the client connection must close.
-awaitable<bool> one_request(Relay& relay, tcp::socket& client, std::string& in,
-                            Scratch& scratch) {
+awaitable<bool> one_request(Relay& relay, tcp::socket& client, std::string& in, Scratch& scratch) {
     bool chunked = false;
     const std::size_t size = co_await read_message(client, in, chunked, scratch);
     if (size == 0) {
@@ -182,7 +182,8 @@ awaitable<bool> one_request(Relay& relay, tcp::socket& client, std::string& in,
                            "\"kv_transfer_params\":{\"do_remote_decode\":true}}");
     std::unique_ptr<tcp::socket> p, d;
     std::string answer;
-    const std::size_t answer_size = co_await exchange(relay.prefill, out, answer, chunked, p, scratch);
+    const std::size_t answer_size =
+        co_await exchange(relay.prefill, out, answer, chunked, p, scratch);
     if (answer_size == 0 || chunked) {
         co_return false;
     }
@@ -201,7 +202,8 @@ awaitable<bool> one_request(Relay& relay, tcp::socket& client, std::string& in,
         co_return false;
     }
     if (!chunked) {
-        auto [ec, n] = co_await net::async_write(client, net::buffer(from_d.data(), got), use_tuple);
+        auto [ec, n] =
+            co_await net::async_write(client, net::buffer(from_d.data(), got), use_tuple);
         relay.decode.idle.push_back(std::move(d));
         co_return !ec;
     }
@@ -270,8 +272,9 @@ int main(int argc, char** argv) {
         }
     }
     if (prefill.empty() || decode.empty()) {
-        std::fprintf(stderr, "usage: pdr_floor_relay --prefill H:P --decode H:P [--port N] "
-                             "[--port-file PATH]\n");
+        std::fprintf(stderr,
+                     "usage: pdr_floor_relay --prefill H:P --decode H:P [--port N] "
+                     "[--port-file PATH]\n");
         return 2;
     }
     net::io_context ioc(1);

@@ -212,7 +212,8 @@ bool send_now(tcp::socket& sock, const Buffers& buffers, std::size_t& sent, erro
         }
     }
     sent = sock.write_some(buffers, ec);
-    if (ec == net::error::would_block || ec == net::error::try_again) {
+    // (A clear code first: comparing one with an enumerator costs a category lookup.)
+    if (ec && (ec == net::error::would_block || ec == net::error::try_again)) {
         ec = {};
         sent = 0;
         return false;

@@ -139,7 +139,7 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             }
             auto [read_ec, n] = co_await conn_->stream.socket().async_read_some(
                 conn_->buffer.prepare(wire::kReadSize), use_tuple);
-            if (read_ec == net::error::eof && body_ == Body::ToEof) {
+            if (read_ec && body_ == Body::ToEof && read_ec == net::error::eof) {
                 finish();  // the end of a body that ends with the connection
                 co_return Failure::None;
             }

@@ -141,6 +141,18 @@ struct Row {
     double cpu_us_per_req = -1;
 };
 
+// A row through `proc` (pdrouter, the floor relay, the LMCache pair's router), its CPU per request
+// counted over the row and the warm-up that runs inside it (`warmup` requests).
+Row measured_row(const Child& proc, const char* label, int delay, bool stream, const LoadSpec& spec,
+                 std::size_t warmup) {
+    const double c0 = proc.cpu_seconds();
+    Row r{label, delay, stream, pdr::bench::run_load(spec)};
+    const double c1 = proc.cpu_seconds();
+    const std::size_t served = r.result.ok + r.result.failed + warmup;
+    r.cpu_us_per_req = served ? (c1 - c0) * 1e6 / static_cast<double>(served) : -1;
+    return r;
+}
+
 void print_row(const Row& r) {
     std::printf("| %-7s | %-10s | %2d ms | %8.0f | %7.2f | %7.2f | %7.2f | %7.2f | %s | %zu |\n",
                 r.stream ? "stream" : "json", r.label.c_str(), r.delay, r.result.rps(),
@@ -474,31 +486,19 @@ int main(int argc, char** argv) try {
                     print_row(g);
                 }
                 if (floor) {
-                    // Counted as the router's row is: its own warm-up runs inside.
-                    const double f0 = floor->cpu_seconds();
-                    Row f{"floor", delay, stream, pdr::bench::run_load(via_floor)};
-                    const double f1 = floor->cpu_seconds();
-                    const std::size_t fserved = f.result.ok + f.result.failed + n / 10;
-                    f.cpu_us_per_req = (f1 - f0) * 1e6 / static_cast<double>(fserved);
+                    const Row f = measured_row(*floor, "floor", delay, stream, via_floor, n / 10);
                     floor_cpu.push_back(f.cpu_us_per_req);
                     floor_failed += f.result.failed;
                     print_row(f);
                 }
-                double cpu0 = router.cpu_seconds();
-                Row r{"pdrouter", delay, stream, pdr::bench::run_load(via)};
-                double cpu1 = router.cpu_seconds();
-                std::size_t served = r.result.ok + r.result.failed + n / 10;  // + its warm-up
-                r.cpu_us_per_req = served ? (cpu1 - cpu0) * 1e6 / static_cast<double>(served) : -1;
+                const Row r = measured_row(router, "pdrouter", delay, stream, via, n / 10);
                 router_cpu.push_back(r.cpu_us_per_req);
                 router_ttfb.push_back(percentile(r.result.ttfb_ms, 50));
                 router_failed += r.result.failed;
                 print_row(r);
                 if (lm_router) {
-                    double l0 = lm_router->cpu_seconds();
-                    Row l{"pdr lmcache", delay, stream, pdr::bench::run_load(via_lm)};
-                    double l1 = lm_router->cpu_seconds();
-                    std::size_t lserved = l.result.ok + l.result.failed + n / 10;
-                    l.cpu_us_per_req = (l1 - l0) * 1e6 / static_cast<double>(lserved);
+                    const Row l =
+                        measured_row(*lm_router, "pdr lmcache", delay, stream, via_lm, n / 10);
                     lm_cpu.push_back(l.cpu_us_per_req);
                     lm_ttfb.push_back(percentile(l.result.ttfb_ms, 50));
                     router_failed += l.result.failed;

@@ -177,6 +177,56 @@ TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
               << " ms after SIGKILL\n";
 }
 
+// UCX 1.13's shared-memory transports give each worker one receive FIFO that every sender on
+// the host writes into; a sender killed after claiming a slot and before marking it written
+// stopped this agent from receiving anything, from anyone, for good (the pdrouter soak's rare
+// failure). Here a child floods us with notes and is killed in the middle of it, several times;
+// after each kill a new child must still reach us, and its notes arrive.
+TEST_P(MultiProcess, SenderKilledInTheMiddleOfItsNotesDoesNotStopNotesFromOthers) {
+    constexpr int kRounds = 20;
+    std::uint64_t received = 0;
+    for (int round = 0; round < kRounds; ++round) {
+        std::unique_ptr<Child> flooder;
+        PeerHandle f = start(flooder, "flooder-" + std::to_string(round));
+        ASSERT_NE(f, kNoPeer);
+        // the child's handle of us (add_peer again with the same descriptor: the same handle)
+        const std::string us = flooder->cmd("PEER " + test::to_hex(agent_->descriptor()));
+        ASSERT_EQ(us.rfind("OK ", 0), 0u) << us;
+        ASSERT_EQ(flooder->cmd("FLOOD " + us.substr(3)), "OK");
+        // killed once a number of its notes, different each round, has arrived
+        const std::uint64_t until_count = received + 20 + 37 * static_cast<std::uint64_t>(round);
+        auto until = Clock::now() + 10s;
+        while (agent_->stats().notifications_received < until_count && Clock::now() < until) {
+            agent_->drain_notifications();
+            std::this_thread::sleep_for(1ms);
+        }
+        ASSERT_GE(agent_->stats().notifications_received, until_count) << "round " << round;
+        flooder->kill_now();
+
+        std::unique_ptr<Child> next;
+        PeerHandle n = start(next, "next-" + std::to_string(round));  // each side hears the other
+        ASSERT_NE(n, kNoPeer) << "round " << round;
+        const std::string to_us = next->cmd("PEER " + test::to_hex(agent_->descriptor()));
+        ASSERT_EQ(to_us.rfind("OK ", 0), 0u) << to_us;
+        ASSERT_EQ(next->cmd("FLOOD " + to_us.substr(3)), "OK");
+        bool heard = false;
+        auto by = Clock::now() + 10s;
+        while (!heard && Clock::now() < by) {
+            for (const auto& note : agent_->drain_notifications()) {
+                heard = heard || note.peer == n;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
+        EXPECT_TRUE(heard) << "round " << round << ": no note from a live sender after a sender "
+                           << "was killed in the middle of its notes";
+        next->kill_now();
+        received = agent_->stats().notifications_received;
+        if (!heard) {
+            break;
+        }
+    }
+}
+
 TEST_P(MultiProcess, RestartedPeerIsANewGenerationAndStaleHandleIsRefused) {
     std::unique_ptr<Child> first;
     PeerHandle h1 = start(first, "decode-0");

@@ -178,6 +178,17 @@ int main(int argc, char** argv) {
             auto info = a.peer_info(h);
             ch.send(info ? "OK " + std::to_string(info->alive ? 1 : 0)
                          : std::string("ERR ") + pdx::to_string(info.status()));
+        } else if (cmd == "FLOOD") {  // notes to a peer without end, until this process is killed
+            pdx::PeerHandle h = 0;
+            in >> h;
+            const pdx::Notification n{pdx::NotifyKind::Register, 7, 0, 0, pdx::Status::Ok,
+                                      std::string(4000, 'f')};
+            auto first = a.notify(h, n);
+            ch.send(first ? std::string("OK") : "ERR " + first.message());
+            while (first) {
+                (void)a.notify(h, n);
+                a.progress();
+            }
         } else if (cmd == "QUIT") {
             ch.send("OK");
             return 0;

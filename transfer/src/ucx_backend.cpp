@@ -4,19 +4,32 @@
 // connections that run over tcp only (WriteProtocol::Auto) or when asked (Am), one active
 // message per segment that the target's backend places into its own memory and acknowledges,
 // and the transfer completes on the last acknowledgement. Notifications are eager active
-// messages. UCX calls happen under the agent's lock (worker in SERIALIZED mode); request
+// messages. When the transport list may hold shared memory, active messages (notifications, Am
+// writes and their acknowledgements) go through a second UCX context and worker with the
+// shared-memory transports left out: UCX 1.13's posix/sysv receive FIFO is one per worker,
+// shared by every sender on the host, and a sender killed between claiming a slot and marking
+// it written stops the reader at that slot for good (every message to this agent, from anyone,
+// then stays queued). RMA keeps the shared memory; a killed process can only leave bytes in it.
+// UCX calls happen under the agent's lock (worker in SERIALIZED mode); request
 // callbacks only record results, which progress() reports after ucp_worker_progress returns.
 // Over 500 lines as one class: every write path and callback shares the one worker and its maps
 // of connections and operations.
+#include <sys/epoll.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "backend.hpp"
 
@@ -63,6 +76,104 @@ std::string ucs_message(const char* what, ucs_status_t s) {
     return std::string(what) + ": " + ucs_status_string(s);
 }
 
+// The transports of a UCX_TLS list that put active messages into a shared receive FIFO (or
+// that only UCX's own choice, a deny list or "all" might bring in).
+bool messages_may_use_shm(const std::string& tls) {
+    if (tls.empty() || tls == "all" || tls[0] == '^') {
+        return true;
+    }
+    for (const char* t : {"posix", "sysv", "sm", "shm", "mm", "xpmem"}) {
+        if (tls.find(t) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool is_shm_transport(std::string_view t) {
+    for (const char* s : {"posix", "sysv", "sm", "shm", "mm", "xpmem", "cma", "knem"}) {
+        if (t == s) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// UCX_TLS and UCX_NET_DEVICES of the message context: the data list without shared memory.
+// A list that had only shared memory (and self) reaches peers on this host only: tcp over lo.
+std::pair<std::string, std::string> message_transports(const std::string& tls,
+                                                       const std::string& net_devices) {
+    if (tls.empty() || tls == "all") {
+        return {"^sm", net_devices};
+    }
+    if (tls[0] == '^') {
+        return {tls + ",sm", net_devices};
+    }
+    std::string kept;
+    bool network = false;
+    std::size_t at = 0;
+    while (at <= tls.size()) {
+        const std::size_t comma = std::min(tls.find(',', at), tls.size());
+        const std::string t = tls.substr(at, comma - at);
+        if (!t.empty() && !is_shm_transport(t)) {
+            kept += (kept.empty() ? "" : ",") + t;
+            network = network || t != "self";
+        }
+        at = comma + 1;
+    }
+    if (!network) {
+        return {"tcp", "lo"};
+    }
+    return {kept, net_devices};
+}
+
+// The backend address in a descriptor: u8 count (1 or 2), then per worker u32 length and its
+// ucp address; the first is the data worker's, the second (if any) the message worker's.
+std::vector<std::byte> frame_addresses(const std::vector<std::byte>& data,
+                                       const std::vector<std::byte>& messages) {
+    std::vector<std::byte> out;
+    out.push_back(std::byte(messages.empty() ? 1 : 2));
+    for (const auto* a : {&data, &messages}) {
+        if (a->empty()) {
+            continue;
+        }
+        std::byte len[4];
+        store_le(len, a->size(), 4);
+        out.insert(out.end(), len, len + 4);
+        out.insert(out.end(), a->begin(), a->end());
+    }
+    return out;
+}
+
+// The two addresses of a framed one (the second empty when the peer has no message worker);
+// false when the framing is broken.
+bool unframe_addresses(std::span<const std::byte> in, std::span<const std::byte>& data,
+                       std::span<const std::byte>& messages) {
+    if (in.empty()) {
+        return false;
+    }
+    const auto count = std::to_integer<unsigned>(in[0]);
+    if (count != 1 && count != 2) {
+        return false;
+    }
+    in = in.subspan(1);
+    std::span<const std::byte> parts[2];
+    for (unsigned i = 0; i < count; ++i) {
+        if (in.size() < 4) {
+            return false;
+        }
+        const std::uint64_t len = load_le(in.data(), 4);
+        if (len == 0 || len > in.size() - 4) {
+            return false;
+        }
+        parts[i] = in.subspan(4, len);
+        in = in.subspan(4 + len);
+    }
+    data = parts[0];
+    messages = parts[1];
+    return in.empty();
+}
+
 class UcxBackend;
 
 Status to_status(ucs_status_t s) {
@@ -82,9 +193,10 @@ Status to_status(ucs_status_t s) {
 
 struct Conn {
     std::uint64_t token = 0;
-    ucp_ep_h ep = nullptr;
-    bool am_write = false;                       // writes go as active messages (see WriteProtocol)
-    std::vector<ucp_rkey_h> rkeys;               // by remote region index (null: none)
+    ucp_ep_h ep = nullptr;          // RMA
+    ucp_ep_h mep = nullptr;         // active messages: ep, or one from the message worker
+    bool am_write = false;          // writes go as active messages (see WriteProtocol)
+    std::vector<ucp_rkey_h> rkeys;  // by remote region index (null: none)
     std::vector<std::vector<std::byte>> packed;  // the packed bytes each of rkeys came from
     std::vector<ucp_rkey_h> retired;
 };
@@ -111,21 +223,62 @@ public:
 
     std::string init(const BackendOptions& o) {
         write_protocol_ = o.write_protocol;
+        std::string tls = o.transports;
+        if (tls.empty()) {
+            const char* env = std::getenv("UCX_TLS");
+            tls = env ? env : "";
+        }
+        if (auto e = open_worker(o.transports, o.net_devices,
+                                 UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, context_,
+                                 worker_, efd_, address_);
+            !e.empty()) {
+            return e;
+        }
+        if (messages_may_use_shm(tls)) {
+            const auto [mtls, mdev] = message_transports(tls, o.net_devices);
+            if (auto e = open_worker(mtls, mdev, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, mcontext_,
+                                     mworker_, mefd_, maddress_);
+                !e.empty()) {
+                return "message worker (UCX_TLS=" + mtls + "): " + e;
+            }
+            // One descriptor to wait on for both workers: an epoll set holding their two.
+            epfd_ = epoll_create1(EPOLL_CLOEXEC);
+            if (epfd_ < 0) {
+                return std::string("epoll_create1: ") + std::strerror(errno);
+            }
+            for (int fd : {efd_, mefd_}) {
+                epoll_event ev{};
+                ev.events = EPOLLIN;
+                ev.data.fd = fd;
+                if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+                    return std::string("epoll_ctl: ") + std::strerror(errno);
+                }
+            }
+        }
+        return {};
+    }
+
+    // A context and worker with the given transports; its event fd and address; the active
+    // message handlers (both workers answer every message kind: a peer without a message
+    // worker sends its messages to the data worker).
+    std::string open_worker(const std::string& tls, const std::string& net_devices,
+                            std::uint64_t features, ucp_context_h& context, ucp_worker_h& worker,
+                            int& efd, std::vector<std::byte>& address) {
         ucp_config_t* config = nullptr;
         ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
         if (s != UCS_OK) {
             return ucs_message("ucp_config_read", s);
         }
-        if (!o.transports.empty()) {
-            ucp_config_modify(config, "TLS", o.transports.c_str());
+        if (!tls.empty()) {
+            ucp_config_modify(config, "TLS", tls.c_str());
         }
-        if (!o.net_devices.empty()) {
-            ucp_config_modify(config, "NET_DEVICES", o.net_devices.c_str());
+        if (!net_devices.empty()) {
+            ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
         }
         ucp_params_t params{};
         params.field_mask = UCP_PARAM_FIELD_FEATURES;
-        params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-        s = ucp_init(&params, config, &context_);
+        params.features = features;
+        s = ucp_init(&params, config, &context);
         ucp_config_release(config);
         if (s != UCS_OK) {
             return ucs_message("ucp_init", s);
@@ -133,23 +286,23 @@ public:
         ucp_worker_params_t wp{};
         wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
         wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-        s = ucp_worker_create(context_, &wp, &worker_);
+        s = ucp_worker_create(context, &wp, &worker);
         if (s != UCS_OK) {
             return ucs_message("ucp_worker_create", s);
         }
-        s = ucp_worker_get_efd(worker_, &efd_);
+        s = ucp_worker_get_efd(worker, &efd);
         if (s != UCS_OK) {
             return ucs_message("ucp_worker_get_efd", s);
         }
         ucp_worker_attr_t attr{};
         attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
-        s = ucp_worker_query(worker_, &attr);
+        s = ucp_worker_query(worker, &attr);
         if (s != UCS_OK) {
             return ucs_message("ucp_worker_query", s);
         }
         auto* a = reinterpret_cast<const std::byte*>(attr.address);
-        address_.assign(a, a + attr.address_length);
-        ucp_worker_release_address(worker_, attr.address);
+        address.assign(a, a + attr.address_length);
+        ucp_worker_release_address(worker, attr.address);
         const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
             {kAmId, &UcxBackend::am_cb},
             {kWriteAmId, &UcxBackend::write_am_cb},
@@ -162,7 +315,7 @@ public:
             hp.cb = cb;
             hp.arg = this;
             hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-            s = ucp_worker_set_am_recv_handler(worker_, &hp);
+            s = ucp_worker_set_am_recv_handler(worker, &hp);
             if (s != UCS_OK) {
                 return ucs_message("ucp_worker_set_am_recv_handler", s);
             }
@@ -172,19 +325,22 @@ public:
 
     ~UcxBackend() override {
         // A backend whose init() failed may have no worker (e.g. UCX found no usable transport):
-        // then there is nothing to drain or close, only the context to clean up.
+        // then there is nothing to drain or close, only the contexts to clean up.
         if (worker_) {
             // Let pending wire-up traffic drain first (UCX 1.13 asserts when a worker is
             // destroyed with a wire-up reply still queued on a tcp endpoint); bounded for dead
             // peers.
-            drain_worker(std::chrono::milliseconds(300));
+            drain_worker(worker_, std::chrono::milliseconds(300));
+            if (mworker_) {
+                drain_worker(mworker_, std::chrono::milliseconds(300));
+            }
             for (auto& [t, c] : conns_) {
                 close_conn(*c, Close::Abort);
             }
             conns_.clear();
             last_conn_ = nullptr;
             for (int i = 0; i < 100000 && !closing_.empty(); ++i) {
-                ucp_worker_progress(worker_);
+                progress_workers();
                 reap_closing();
             }
             // Graceful closes still waiting for a stopped peer: the worker goes with them.
@@ -195,10 +351,21 @@ public:
                 }
             }
             closing_.clear();
+        }
+        if (mworker_) {
+            ucp_worker_destroy(mworker_);
+        }
+        if (worker_) {
             ucp_worker_destroy(worker_);
+        }
+        if (mcontext_) {
+            ucp_cleanup(mcontext_);
         }
         if (context_) {
             ucp_cleanup(context_);
+        }
+        if (epfd_ >= 0) {
+            ::close(epfd_);
         }
         // ops_ is freed after this body: also the records of requests that UCX never completed
         // (e.g. gets to a peer that was killed while frozen), which used to leak.
@@ -220,15 +387,19 @@ public:
         r.handle = nullptr;
         r.base = nullptr;
     }
-    std::vector<std::byte> address() const override { return address_; }
+    std::vector<std::byte> address() const override { return frame_addresses(address_, maddress_); }
 
     Result<std::uint64_t> connect(const ConnectParams& p) override {
+        std::span<const std::byte> data, messages;
+        if (!unframe_addresses(p.address, data, messages)) {
+            return {Status::Invalid, "ucx: malformed backend address"};
+        }
         auto c = std::make_unique<Conn>();
         c->token = ++next_conn_;
         ucp_ep_params_t ep{};
         ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-        ep.address = reinterpret_cast<const ucp_address_t*>(p.address.data());
+        ep.address = reinterpret_cast<const ucp_address_t*>(data.data());
         ep.err_mode = p.peer_error_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
         ep.err_handler.cb = &UcxBackend::ep_err_cb;
         // The backend, not the Conn: UCX may still report an error for an endpoint after
@@ -237,6 +408,19 @@ public:
         ucs_status_t s = ucp_ep_create(worker_, &ep, &c->ep);
         if (s != UCS_OK) {
             return {Status::Failed, ucs_message("ucp_ep_create", s)};
+        }
+        c->mep = c->ep;
+        if (mworker_) {
+            // Messages from our message worker: to the peer's (or, if it has none, to its only
+            // worker, which then holds no shared memory either).
+            ep.address = reinterpret_cast<const ucp_address_t*>(messages.empty() ? data.data()
+                                                                                 : messages.data());
+            s = ucp_ep_create(mworker_, &ep, &c->mep);
+            if (s != UCS_OK) {
+                c->mep = nullptr;
+                close_conn(*c, Close::Abort);
+                return {Status::Failed, ucs_message("ucp_ep_create (messages)", s)};
+            }
         }
         c->am_write = write_protocol_ == WriteProtocol::Am ||
                       (write_protocol_ == WriteProtocol::Auto && tcp_only(c->ep));
@@ -384,7 +568,7 @@ public:
         if (it == conns_.end()) {
             return {Status::PeerGone, "ucx: connection closed"};
         }
-        ucs_status_t s = send_eager(it->second->ep, kAmId, std::move(message));
+        ucs_status_t s = send_eager(it->second->mep, kAmId, std::move(message));
         if (s != UCS_OK) {
             return {Status::Failed, ucs_message("ucp_am_send_nbx", s)};
         }
@@ -394,7 +578,7 @@ public:
     std::size_t progress() override {
         kicked_ = false;
         std::size_t n = 0;
-        for (int i = 0; i < 4096 && ucp_worker_progress(worker_) != 0; ++i) {
+        for (int i = 0; i < 4096 && progress_workers() != 0; ++i) {
             ++n;
         }
         reap_closing();
@@ -438,12 +622,13 @@ public:
         auto it = conns_.find(conn);
         return it != conns_.end() && it->second->am_write;
     }
-    int event_fd() const override { return efd_; }
+    int event_fd() const override { return epfd_ >= 0 ? epfd_ : efd_; }
     bool arm() override {
         if (!done_.empty() || !errors_.empty() || !messages_.empty()) {
             return false;
         }
-        return ucp_worker_arm(worker_) == UCS_OK;
+        return ucp_worker_arm(worker_) == UCS_OK &&
+               (mworker_ == nullptr || ucp_worker_arm(mworker_) == UCS_OK);
     }
 
 private:
@@ -479,8 +664,9 @@ private:
     // and for every Ack.
     void post_am_write(Conn& c, Op* op, ucp_request_param_t& rp,
                        std::span<const Segment> segments) {
+        // (the memory handle is the data context's: not for the message worker's endpoints)
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                          UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_FLAGS;
+                          UCP_OP_ATTR_FIELD_FLAGS | (c.mep == c.ep ? UCP_OP_ATTR_FIELD_MEMH : 0);
         rp.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
         rp.cb.send = &UcxBackend::op_cb;
         rp.user_data = op;
@@ -501,7 +687,7 @@ private:
                 ++op->acks;
                 ++op->pending;
                 const std::uint64_t len = std::min(kAmChunkBytes, s.bytes - off);
-                if (!track(op, ucp_am_send_nbx(c.ep, kWriteAmId, h, kWriteHeaderBytes,
+                if (!track(op, ucp_am_send_nbx(c.mep, kWriteAmId, h, kWriteHeaderBytes,
                                                reinterpret_cast<void*>(s.local_addr + off), len,
                                                &rp))) {
                     --op->acks;  // never sent: no answer will come
@@ -630,21 +816,29 @@ private:
         return r;
     }
 
-    void drain_worker(std::chrono::milliseconds limit) {
+    void drain_worker(ucp_worker_h worker, std::chrono::milliseconds limit) {
         ucp_request_param_t fp{};
-        ucs_status_ptr_t r = ucp_worker_flush_nbx(worker_, &fp);
+        ucs_status_ptr_t r = ucp_worker_flush_nbx(worker, &fp);
         if (r == nullptr || UCS_PTR_IS_ERR(r)) {
             return;
         }
         auto until = std::chrono::steady_clock::now() + limit;
         while (ucp_request_check_status(r) == UCS_INPROGRESS &&
                std::chrono::steady_clock::now() < until) {
-            ucp_worker_progress(worker_);
+            ucp_worker_progress(worker);
         }
         if (ucp_request_check_status(r) == UCS_INPROGRESS) {
-            ucp_request_cancel(worker_, r);
+            ucp_request_cancel(worker, r);
         }
         ucp_request_free(r);
+    }
+    // One progress call on each worker: the number of events they reported together.
+    unsigned progress_workers() {
+        unsigned n = ucp_worker_progress(worker_);
+        if (mworker_ != nullptr) {
+            n += ucp_worker_progress(mworker_);
+        }
+        return n;
     }
 
     // The connection of a token; the last one found is cached (posts usually go to one peer).
@@ -719,7 +913,14 @@ private:
         ucp_request_param_t rp{};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         rp.flags = how == Close::Abort ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-        ucs_status_ptr_t r = ucp_ep_close_nbx(c.ep, &rp);
+        if (c.mep != nullptr && c.mep != c.ep) {
+            ucs_status_ptr_t m = ucp_ep_close_nbx(c.mep, &rp);
+            if (m && !UCS_PTR_IS_ERR(m)) {
+                closing_.push_back({m, {}});
+            }
+        }
+        c.mep = nullptr;
+        ucs_status_ptr_t r = c.ep ? ucp_ep_close_nbx(c.ep, &rp) : nullptr;
         c.ep = nullptr;
         if (how == Close::Graceful && r && !UCS_PTR_IS_ERR(r)) {
             closing_.push_back({r, std::move(keys)});
@@ -763,7 +964,7 @@ private:
         // an endpoint already closed is no longer there and its late error is dropped.
         auto* self = static_cast<UcxBackend*>(arg);
         for (auto& [token, c] : self->conns_) {
-            if (c->ep == ep && ep != nullptr) {
+            if ((c->ep == ep || c->mep == ep) && ep != nullptr) {
                 self->errors_.emplace_back(token, status);
                 return;
             }
@@ -820,6 +1021,13 @@ private:
     ucp_worker_h worker_ = nullptr;
     int efd_ = -1;
     std::vector<std::byte> address_;
+    // The message context and worker (null: messages share the data worker) and the epoll set
+    // event_fd() returns then, holding both workers' event fds.
+    ucp_context_h mcontext_ = nullptr;
+    ucp_worker_h mworker_ = nullptr;
+    int mefd_ = -1;
+    std::vector<std::byte> maddress_;
+    int epfd_ = -1;
     std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;
     std::uint64_t next_conn_ = 0;
     struct Closing {

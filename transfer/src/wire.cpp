@@ -180,7 +180,8 @@ std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) {
 
 std::uint64_t compat_hash() {
     constexpr std::string_view kAbi =
-        "pdx|descriptor-v2|notify-v1|layout(region,offset,block,stride,count)|le|am-write-v1";
+        "pdx|descriptor-v2|notify-v1|layout(region,offset,block,stride,count)|le|am-write-v1|"
+        "ucx-address-v2";
     return fnv1a(std::as_bytes(std::span(kAbi.data(), kAbi.size())));
 }
 

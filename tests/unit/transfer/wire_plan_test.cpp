@@ -33,7 +33,11 @@ Descriptor sample() {
 // The compatibility hash is part of the wire format (docs/transfer.md): a change to what both
 // sides must agree on changes the string it hashes, and this value with it, on purpose.
 TEST(Descriptor, CompatibilityHashIsTheDocumentedOne) {
-    EXPECT_EQ(compat_hash(), 0x382a92aed956b6a0ull);
+    EXPECT_EQ(compat_hash(), 0x33bdeecf5d9c5590ull);
+    const std::string_view single =
+        "pdx|descriptor-v2|notify-v1|layout(region,offset,block,stride,count)|le|am-write-v1";
+    EXPECT_EQ(fnv1a(std::as_bytes(std::span(single.data(), single.size()))),
+              0x382a92aed956b6a0ull);  // UCX addresses without framing: refused
     const std::string_view before =
         "pdx|descriptor-v1|notify-v1|layout(region,offset,block,stride,count)|le";
     EXPECT_EQ(fnv1a(std::as_bytes(std::span(before.data(), before.size()))),

@@ -342,7 +342,27 @@ TEST_F(CliTest, MetricsPassPromtoolAndHaveTheExpectedSeries) {
     EXPECT_EQ(failed.status, 502) << failed.describe();
     http_get(pd.router->port, "/nope");
 
-    const std::string text = metrics_text(*pd.router);
+    // A request is counted when its handler returns, which can be just after its client read
+    // the last byte (and on another worker thread than the scrape's): wait, bounded, until
+    // the five generation requests are all counted.
+    std::string text;
+    auto counted = [&] {
+        return metric(text, "pdrouter_request_duration_seconds_count", {{"route", "completions"}})
+                       .value_or(0) +
+                   metric(text, "pdrouter_request_duration_seconds_count",
+                          {{"route", "chat_completions"}})
+                       .value_or(0) >=
+               5;
+    };
+    const auto until = std::chrono::steady_clock::now() + Ms{5000};
+    for (;;) {
+        text = metrics_text(*pd.router);
+        if (counted() || std::chrono::steady_clock::now() >= until) {
+            break;
+        }
+        std::this_thread::sleep_for(Ms{10});
+    }
+    ASSERT_TRUE(counted()) << text;
     TempDir dir;
     const std::string file = dir.file("metrics.txt");
     std::ofstream(file) << text;

@@ -138,8 +138,10 @@ Result<void> Agent::Impl::start() {
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
     };
     add(wake_fd_);
-    if (backend_->event_fd() >= 0) {
-        add(backend_->event_fd());
+    for (int fd : {backend_->event_fd(), backend_->message_event_fd()}) {
+        if (fd >= 0) {
+            add(fd);
+        }
     }
     next_heartbeat_ = deadline_after(cfg_.heartbeat_interval);
     if (cfg_.progress == ProgressMode::EventFd) {

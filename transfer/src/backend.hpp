@@ -82,7 +82,9 @@ public:
     // True if writes on the connection go as active messages (WriteProtocol::Am or Auto).
     virtual bool am_writes(std::uint64_t /*conn*/) const { return false; }
     virtual int event_fd() const = 0;  // -1 if none
-    virtual bool arm() = 0;            // false: more work pending
+    // A second descriptor to wait on beside event_fd() (UCX: the message worker's), or -1.
+    virtual int message_event_fd() const { return -1; }
+    virtual bool arm() = 0;  // false: more work pending
 };
 
 struct BackendOptions {

@@ -14,13 +14,10 @@
 // callbacks only record results, which progress() reports after ucp_worker_progress returns.
 // Over 500 lines as one class: every write path and callback shares the one worker and its maps
 // of connections and operations.
-#include <sys/epoll.h>
 #include <ucp/api/ucp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -90,17 +87,19 @@ bool messages_may_use_shm(const std::string& tls) {
     return false;
 }
 
-bool is_shm_transport(std::string_view t) {
-    for (const char* s : {"posix", "sysv", "sm", "shm", "mm", "xpmem", "cma", "knem"}) {
-        if (t == s) {
+// Transports that carry active messages between processes on any host.
+bool is_network_transport(std::string_view t) {
+    for (const char* prefix : {"tcp", "rc", "ud", "dc", "ib", "mlx5"}) {
+        if (t.substr(0, std::string_view(prefix).size()) == prefix) {
             return true;
         }
     }
     return false;
 }
 
-// UCX_TLS and UCX_NET_DEVICES of the message context: the data list without shared memory.
-// A list that had only shared memory (and self) reaches peers on this host only: tcp over lo.
+// UCX_TLS and UCX_NET_DEVICES of the message context: the network transports of the data list.
+// A list with none (shared memory, self, copy engines) reaches peers on this host only: tcp
+// over lo.
 std::pair<std::string, std::string> message_transports(const std::string& tls,
                                                        const std::string& net_devices) {
     if (tls.empty() || tls == "all") {
@@ -110,18 +109,22 @@ std::pair<std::string, std::string> message_transports(const std::string& tls,
         return {tls + ",sm", net_devices};
     }
     std::string kept;
-    bool network = false;
     std::size_t at = 0;
     while (at <= tls.size()) {
         const std::size_t comma = std::min(tls.find(',', at), tls.size());
-        const std::string t = tls.substr(at, comma - at);
-        if (!t.empty() && !is_shm_transport(t)) {
-            kept += (kept.empty() ? "" : ",") + t;
-            network = network || t != "self";
+        std::string_view t = std::string_view(tls).substr(at, comma - at);
+        while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) {
+            t.remove_prefix(1);
+        }
+        while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) {
+            t.remove_suffix(1);
+        }
+        if (is_network_transport(t)) {
+            kept.append(kept.empty() ? "" : ",").append(t);
         }
         at = comma + 1;
     }
-    if (!network) {
+    if (kept.empty()) {
         return {"tcp", "lo"};
     }
     return {kept, net_devices};
@@ -235,27 +238,29 @@ public:
             return e;
         }
         if (messages_may_use_shm(tls)) {
+            // Without a message worker (UCX found nothing to run it on, e.g. a deny list that
+            // leaves no network transport) messages share the data worker, as they always did.
             const auto [mtls, mdev] = message_transports(tls, o.net_devices);
-            if (auto e = open_worker(mtls, mdev, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, mcontext_,
-                                     mworker_, mefd_, maddress_);
-                !e.empty()) {
-                return "message worker (UCX_TLS=" + mtls + "): " + e;
-            }
-            // One descriptor to wait on for both workers: an epoll set holding their two.
-            epfd_ = epoll_create1(EPOLL_CLOEXEC);
-            if (epfd_ < 0) {
-                return std::string("epoll_create1: ") + std::strerror(errno);
-            }
-            for (int fd : {efd_, mefd_}) {
-                epoll_event ev{};
-                ev.events = EPOLLIN;
-                ev.data.fd = fd;
-                if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-                    return std::string("epoll_ctl: ") + std::strerror(errno);
-                }
+            if (!open_worker(mtls, mdev, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, mcontext_, mworker_,
+                             mefd_, maddress_)
+                     .empty()) {
+                close_message_worker();
             }
         }
         return {};
+    }
+
+    void close_message_worker() {
+        if (mworker_) {
+            ucp_worker_destroy(mworker_);
+        }
+        if (mcontext_) {
+            ucp_cleanup(mcontext_);
+        }
+        mworker_ = nullptr;
+        mcontext_ = nullptr;
+        mefd_ = -1;
+        maddress_.clear();
     }
 
     // A context and worker with the given transports; its event fd and address; the active
@@ -352,20 +357,12 @@ public:
             }
             closing_.clear();
         }
-        if (mworker_) {
-            ucp_worker_destroy(mworker_);
-        }
+        close_message_worker();
         if (worker_) {
             ucp_worker_destroy(worker_);
         }
-        if (mcontext_) {
-            ucp_cleanup(mcontext_);
-        }
         if (context_) {
             ucp_cleanup(context_);
-        }
-        if (epfd_ >= 0) {
-            ::close(epfd_);
         }
         // ops_ is freed after this body: also the records of requests that UCX never completed
         // (e.g. gets to a peer that was killed while frozen), which used to leak.
@@ -415,11 +412,8 @@ public:
             // worker, which then holds no shared memory either).
             ep.address = reinterpret_cast<const ucp_address_t*>(messages.empty() ? data.data()
                                                                                  : messages.data());
-            s = ucp_ep_create(mworker_, &ep, &c->mep);
-            if (s != UCS_OK) {
-                c->mep = nullptr;
-                close_conn(*c, Close::Abort);
-                return {Status::Failed, ucs_message("ucp_ep_create (messages)", s)};
+            if (ucp_ep_create(mworker_, &ep, &c->mep) != UCS_OK) {
+                c->mep = c->ep;  // no common message transport: the data endpoint carries them
             }
         }
         c->am_write = write_protocol_ == WriteProtocol::Am ||
@@ -622,7 +616,8 @@ public:
         auto it = conns_.find(conn);
         return it != conns_.end() && it->second->am_write;
     }
-    int event_fd() const override { return epfd_ >= 0 ? epfd_ : efd_; }
+    int event_fd() const override { return efd_; }
+    int message_event_fd() const override { return mefd_; }
     bool arm() override {
         if (!done_.empty() || !errors_.empty() || !messages_.empty()) {
             return false;
@@ -1021,13 +1016,11 @@ private:
     ucp_worker_h worker_ = nullptr;
     int efd_ = -1;
     std::vector<std::byte> address_;
-    // The message context and worker (null: messages share the data worker) and the epoll set
-    // event_fd() returns then, holding both workers' event fds.
+    // The message context and worker (null: messages share the data worker).
     ucp_context_h mcontext_ = nullptr;
     ucp_worker_h mworker_ = nullptr;
     int mefd_ = -1;
     std::vector<std::byte> maddress_;
-    int epfd_ = -1;
     std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;
     std::uint64_t next_conn_ = 0;
     struct Closing {

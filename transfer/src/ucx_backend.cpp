@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "backend.hpp"
+#include "ucx_address.hpp"
 
 namespace pdx {
 bool ucx_available() noexcept {
@@ -71,110 +72,6 @@ std::uint64_t load_le(const std::byte* p, std::size_t n) {
 
 std::string ucs_message(const char* what, ucs_status_t s) {
     return std::string(what) + ": " + ucs_status_string(s);
-}
-
-// The transports of a UCX_TLS list that put active messages into a shared receive FIFO (or
-// that only UCX's own choice, a deny list or "all" might bring in).
-bool messages_may_use_shm(const std::string& tls) {
-    if (tls.empty() || tls == "all" || tls[0] == '^') {
-        return true;
-    }
-    for (const char* t : {"posix", "sysv", "sm", "shm", "mm", "xpmem"}) {
-        if (tls.find(t) != std::string::npos) {
-            return true;
-        }
-    }
-    return false;
-}
-
-// Transports that carry active messages between processes on any host.
-bool is_network_transport(std::string_view t) {
-    for (const char* prefix : {"tcp", "rc", "ud", "dc", "ib", "mlx5"}) {
-        if (t.substr(0, std::string_view(prefix).size()) == prefix) {
-            return true;
-        }
-    }
-    return false;
-}
-
-// UCX_TLS and UCX_NET_DEVICES of the message context: the network transports of the data list.
-// A list with none (shared memory, self, copy engines) reaches peers on this host only: tcp
-// over lo.
-std::pair<std::string, std::string> message_transports(const std::string& tls,
-                                                       const std::string& net_devices) {
-    if (tls.empty() || tls == "all") {
-        return {"^sm", net_devices};
-    }
-    if (tls[0] == '^') {
-        return {tls + ",sm", net_devices};
-    }
-    std::string kept;
-    std::size_t at = 0;
-    while (at <= tls.size()) {
-        const std::size_t comma = std::min(tls.find(',', at), tls.size());
-        std::string_view t = std::string_view(tls).substr(at, comma - at);
-        while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) {
-            t.remove_prefix(1);
-        }
-        while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) {
-            t.remove_suffix(1);
-        }
-        if (is_network_transport(t)) {
-            kept.append(kept.empty() ? "" : ",").append(t);
-        }
-        at = comma + 1;
-    }
-    if (kept.empty()) {
-        return {"tcp", "lo"};
-    }
-    return {kept, net_devices};
-}
-
-// The backend address in a descriptor: u8 count (1 or 2), then per worker u32 length and its
-// ucp address; the first is the data worker's, the second (if any) the message worker's.
-std::vector<std::byte> frame_addresses(const std::vector<std::byte>& data,
-                                       const std::vector<std::byte>& messages) {
-    std::vector<std::byte> out;
-    out.push_back(std::byte(messages.empty() ? 1 : 2));
-    for (const auto* a : {&data, &messages}) {
-        if (a->empty()) {
-            continue;
-        }
-        std::byte len[4];
-        store_le(len, a->size(), 4);
-        out.insert(out.end(), len, len + 4);
-        out.insert(out.end(), a->begin(), a->end());
-    }
-    return out;
-}
-
-// The two addresses of a framed one (the second empty when the peer has no message worker);
-// false when the framing is broken.
-bool unframe_addresses(std::span<const std::byte> in, std::span<const std::byte>& data,
-                       std::span<const std::byte>& messages) {
-    if (in.empty()) {
-        return false;
-    }
-    const auto count = std::to_integer<unsigned>(in[0]);
-    if (count != 1 && count != 2) {
-        return false;
-    }
-    in = in.subspan(1);
-    std::span<const std::byte> parts[2];
-    for (unsigned i = 0; i < count; ++i) {
-        if (in.size() < 4) {
-            return false;
-        }
-        const std::uint64_t len = load_le(in.data(), 4);
-        if (len == 0 || len > in.size() - 4) {
-            return false;
-        }
-        parts[i] = in.subspan(4, len);
-        in = in.subspan(4 + len);
-    }
-    data = parts[0];
-    messages = parts[1];
-    return in.empty();
 }
 
 class UcxBackend;

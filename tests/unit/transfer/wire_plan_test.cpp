@@ -11,6 +11,7 @@
 #include "latency_clock.hpp"
 #include "lease_table.hpp"
 #include "plan.hpp"
+#include "ucx_address.hpp"
 #include "wire.hpp"
 
 namespace pdx::detail {
@@ -498,6 +499,70 @@ TEST(History, MatchesAPlainModel) {
             }
         }
     }
+}
+
+// Which transports the UCX backend's message worker gets (docs/transfer.md, "Messages never use
+// shared memory"): never shared memory, and something that can reach the data list's peers.
+TEST(UcxMessages, SharedMemoryListsGetAMessageWorkerWithoutSharedMemory) {
+    for (const char* tls :
+         {"posix,self", "sysv", "sm", "tcp,posix", " posix , tcp", "", "all", "^ib"}) {
+        EXPECT_TRUE(messages_may_use_shm(tls)) << tls;
+    }
+    for (const char* tls : {"tcp", "rc,ud", "tcp,self", "ugni_smsg", "rc_mlx5,cuda_copy"}) {
+        EXPECT_FALSE(messages_may_use_shm(tls)) << tls;
+    }
+    using P = std::pair<std::string, std::string>;
+    // Only shared memory, self or copy engines: its peers are on this host.
+    EXPECT_EQ(message_transports("posix,self", ""), (P{"tcp", "lo"}));
+    EXPECT_EQ(message_transports("sm,self,cuda_copy,cuda_ipc", "mlx5_0:1"), (P{"tcp", "lo"}));
+    // The network transports of the list, trimmed, with its devices.
+    EXPECT_EQ(message_transports("tcp,posix,self", "eth0"), (P{"tcp", "eth0"}));
+    EXPECT_EQ(message_transports(" posix , tcp ", ""), (P{"tcp", ""}));
+    EXPECT_EQ(message_transports("rc_x,sm,ud_v,dc_mlx5,self", "mlx5_0:1"),
+              (P{"rc_x,ud_v,dc_mlx5", "mlx5_0:1"}));
+    // UCX's own choice, or a deny list: shared memory denied as well.
+    EXPECT_EQ(message_transports("", "lo"), (P{"^sm", "lo"}));
+    EXPECT_EQ(message_transports("all", ""), (P{"^sm", ""}));
+    EXPECT_EQ(message_transports("^ib", ""), (P{"^ib,sm", ""}));
+}
+
+// The backend address comes from a peer's descriptor: its framing is checked before use.
+TEST(UcxMessages, FramedAddressesRoundTripAndBrokenFramingIsRefused) {
+    const std::vector<std::byte> data = {std::byte{1}, std::byte{2}, std::byte{3}};
+    const std::vector<std::byte> msgs = {std::byte{9}, std::byte{8}};
+    std::span<const std::byte> d, m;
+    auto two = frame_addresses(data, msgs);
+    ASSERT_EQ(two.size(), 1u + 4 + 3 + 4 + 2);
+    EXPECT_EQ(two[0], std::byte{2});
+    EXPECT_EQ(two[1], std::byte{3});  // u32 little-endian length
+    ASSERT_TRUE(unframe_addresses(two, d, m));
+    EXPECT_TRUE(std::equal(d.begin(), d.end(), data.begin(), data.end()));
+    EXPECT_TRUE(std::equal(m.begin(), m.end(), msgs.begin(), msgs.end()));
+    auto one = frame_addresses(data, {});
+    ASSERT_TRUE(unframe_addresses(one, d, m));
+    EXPECT_EQ(d.size(), 3u);
+    EXPECT_TRUE(m.empty());
+
+    auto refused = [&](std::vector<std::byte> b) { return !unframe_addresses(b, d, m); };
+    EXPECT_TRUE(refused({}));
+    for (unsigned count : {0u, 3u, 255u}) {
+        auto b = two;
+        b[0] = std::byte(count);
+        EXPECT_TRUE(refused(b)) << count;
+    }
+    for (std::size_t cut = 1; cut < two.size(); ++cut) {  // every truncation
+        EXPECT_TRUE(refused(std::vector<std::byte>(two.begin(), two.begin() + cut))) << cut;
+    }
+    auto trailing = one;
+    trailing.push_back(std::byte{0});
+    EXPECT_TRUE(refused(trailing));
+    auto overlong = one;
+    overlong[4] = std::byte{0xff};  // length 0xff000003: past the end
+    EXPECT_TRUE(refused(overlong));
+    auto empty_address = one;
+    empty_address[1] = std::byte{0};
+    empty_address.resize(5);  // count 1, length 0
+    EXPECT_TRUE(refused(empty_address));
 }
 
 }  // namespace

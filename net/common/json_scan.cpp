@@ -464,7 +464,6 @@ public:
 void JsonObjectView::reset() {
     members_.clear();
     decoded_.clear();
-    duplicates_ = false;
 }
 
 JsonScanStatus JsonObjectView::scan(std::string_view text, std::size_t max_depth,
@@ -540,6 +539,11 @@ void JsonObjectView::finish() {
             m.key = decoded_.front();
         }
     }
+}
+
+// Only rewrite() needs to know (find() takes the last of duplicates by itself), so views that
+// are only read, such as a prefill's answer and its handle, never pay for the check.
+bool JsonObjectView::has_duplicate_keys() const {
     // Duplicate keys are rare; a quadratic check is cheap for the usual handful of members,
     // and only runs when two keys share a length and first byte (a 64-bit filter of those).
     const std::size_t n = members_.size();
@@ -553,23 +557,22 @@ void JsonObjectView::finish() {
             maybe = maybe || (seen >> h & 1) != 0;
             seen |= std::uint64_t{1} << h;
         }
-        for (std::size_t i = 0; maybe && i < n && !duplicates_; ++i) {
+        for (std::size_t i = 0; maybe && i < n; ++i) {
             for (std::size_t j = i + 1; j < n; ++j) {
                 if (members_[i].key == members_[j].key) {
-                    duplicates_ = true;
-                    break;
+                    return true;
                 }
             }
         }
-    } else {
-        std::vector<std::string_view> keys;
-        keys.reserve(n);
-        for (const JsonMember& m : members_) {
-            keys.push_back(m.key);
-        }
-        std::sort(keys.begin(), keys.end());
-        duplicates_ = std::adjacent_find(keys.begin(), keys.end()) != keys.end();
+        return false;
     }
+    std::vector<std::string_view> keys;
+    keys.reserve(n);
+    for (const JsonMember& m : members_) {
+        keys.push_back(m.key);
+    }
+    std::sort(keys.begin(), keys.end());
+    return std::adjacent_find(keys.begin(), keys.end()) != keys.end();
 }
 
 const JsonMember* JsonObjectView::find(std::string_view key) const noexcept {
@@ -609,10 +612,11 @@ std::string JsonObjectView::rewrite(std::initializer_list<JsonEdit> edits) const
         }
         return nullptr;
     };
+    const bool duplicates = has_duplicate_keys();
     for (std::size_t i = 0; i < members_.size(); ++i) {
         const JsonMember& m = members_[i];
         std::string_view value = m.value;
-        if (duplicates_) {
+        if (duplicates) {
             bool seen_before = false;
             for (std::size_t j = 0; j < i && !seen_before; ++j) {
                 seen_before = members_[j].key == m.key;

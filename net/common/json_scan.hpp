@@ -69,11 +69,11 @@ private:
                              JsonObjectView* nested, std::size_t max_depth,
                              std::size_t max_members);
     void reset();
-    void finish();  // decodes escaped keys, notes duplicates
+    void finish();  // decodes escaped keys
+    bool has_duplicate_keys() const;
 
     std::vector<JsonMember> members_;
     std::forward_list<std::string> decoded_;  // keys that contained escapes (stable addresses)
-    bool duplicates_ = false;
 };
 
 namespace detail {

@@ -12,7 +12,7 @@
 // then stays queued). RMA keeps the shared memory; a killed process can only leave bytes in it.
 // UCX calls happen under the agent's lock (worker in SERIALIZED mode); request
 // callbacks only record results, which progress() reports after ucp_worker_progress returns.
-// Over 500 lines as one class: every write path and callback shares the one worker and its maps
+// Over 500 lines as one class: every write path and callback shares the workers and their maps
 // of connections and operations.
 #include <ucp/api/ucp.h>
 
@@ -24,7 +24,6 @@
 #include <cstring>
 #include <memory>
 #include <span>
-#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -805,14 +804,14 @@ private:
         ucp_request_param_t rp{};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         rp.flags = how == Close::Abort ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-        if (c.mep != nullptr && c.mep != c.ep) {
+        if (c.mep != c.ep) {
             ucs_status_ptr_t m = ucp_ep_close_nbx(c.mep, &rp);
             if (m && !UCS_PTR_IS_ERR(m)) {
                 closing_.push_back({m, {}});
             }
         }
         c.mep = nullptr;
-        ucs_status_ptr_t r = c.ep ? ucp_ep_close_nbx(c.ep, &rp) : nullptr;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(c.ep, &rp);
         c.ep = nullptr;
         if (how == Close::Graceful && r && !UCS_PTR_IS_ERR(r)) {
             closing_.push_back({r, std::move(keys)});

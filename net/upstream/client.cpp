@@ -183,46 +183,38 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 r.ec = wec;
                 co_return r;
             }
-            http::response_parser<http::string_body> parser;
-            parser.header_limit(detail::kMaxResponseHeader);
-            parser.body_limit(impl->limits.max_response_body);
-            if (req.method() == http::verb::head) {
-                parser.skip(true);
-            }
-            error_code read_ec;
-            while (!read_ec && !parser.is_done()) {
-                read_ec = co_await wire::parse_some(c.stream.socket(), c.buffer, parser);
-                c.quiet_since = Clock::now();  // upstream bytes arrived (or it failed)
-            }
-            const error_code rec = detail::io_error(c, read_ec);
-            if (rec && wec) {  // no early answer either: the write's failure is the story
+            // After a failed write the connection is never reused, whatever the answer says.
+            detail::StreamImpl s(impl, key, std::move(a.conn), t, req.keep_alive() && !wec,
+                                 req.method() == http::verb::head, impl->limits.max_response_body,
+                                 /*whole_exchange=*/true);
+            auto [f, rec] = co_await s.read_head();
+            if (f != Failure::None && wec) {  // no early answer either: the write's failure
                 r.failure = detail::classify_write(wec);
                 r.ec = wec;
                 co_return r;
             }
-            if (rec) {
-                if (a.reused && may_resend(req) && !parser.got_some() &&
-                    detail::is_stale_error(rec)) {
+            if (f != Failure::None) {
+                if (a.reused && may_resend(req) && !s.got_some() && detail::is_stale_error(rec)) {
                     continue;
                 }
-                r.failure = detail::classify_read(rec, Failure::ResponseTimeout);
+                r.failure = f;
                 r.ec = rec;
                 co_return r;
             }
-            if (!detail::final_status(parser.get().result_int())) {
-                r.failure = Failure::Protocol;
-                r.ec = http::error::bad_status;
-                co_return r;  // the connection is dropped with `a`
-            }
-            if (const error_code hec = unrelayable_head(req, parser.get())) {
+            if (const error_code hec = unrelayable_head(req, s.head())) {
                 r.failure = Failure::Protocol;
                 r.ec = hec;
-                co_return r;  // the connection is dropped with `a`
+                co_return r;  // the connection is dropped with `s`
             }
-            r.response = parser.release();
-            if (!wec && r.response.keep_alive() && req.keep_alive()) {
-                impl->give_back(key, std::move(a.conn));
+            std::string body;
+            f = co_await s.read_all(body);
+            if (f != Failure::None) {
+                r.failure = wec ? detail::classify_write(wec) : f;
+                r.ec = wec ? wec : s.error();
+                co_return r;
             }
+            r.response.base() = std::move(s.head());
+            r.response.body() = std::move(body);
             co_return r;
         }
     } catch (const boost::system::system_error& e) {

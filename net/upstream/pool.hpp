@@ -3,6 +3,7 @@
 // classification shared by client.cpp and response_stream.cpp.
 #include "net/common/chunked.hpp"
 #include "net/common/deadline.hpp"
+#include "net/common/response_head.hpp"
 #include "net/upstream/client.hpp"
 
 #include <unordered_map>
@@ -97,40 +98,46 @@ bool final_status(unsigned status) noexcept;
 bool answers_request(const Request& req, const http::response_header<>& head) noexcept;
 // False for an answer the router cannot relay as it is: a Content-Encoding other than identity
 // (the router sends no Accept-Encoding, and drops the header when relaying), or a
-// Transfer-Encoding other than one "chunked" (Beast would undo only the chunking).
+// Transfer-Encoding other than one "chunked" (only the chunking is undone).
 bool plain_coding(const http::response_header<>& head) noexcept;
 Failure classify_write(const error_code& ec) noexcept;
 Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;
 
-// The stream returned by Client::open(). It owns the connection until the body is complete
-// (then the connection goes back to the pool when keep-alive allows) or it is destroyed.
+// The stream returned by Client::open(), and the reader under Client::request(). It owns the
+// connection until the body is complete (then the connection goes back to the pool when
+// keep-alive allows) or it is destroyed.
 //
-// Beast's parser reads the head; the body's framing (a length, chunks, or the connection's
-// end) is undone here, from the connection's buffer straight into the caller's string.
+// The head is parsed by wire::parse_response_head; the body's framing (a length, chunks, or the
+// connection's end) is undone here, from the connection's buffer straight into the caller's
+// string.
 class StreamImpl final : public ResponseStream {
 public:
     static constexpr std::size_t kBufferSize = 16 * 1024;  // read_all's growth step
 
+    // `whole_exchange`: Timeouts::response bounds the head and the whole body (Client::request);
+    // otherwise each body read is bounded by Timeouts::idle (a streamed body).
     StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn, const Timeouts& t,
-               bool keep_alive, bool head_request, std::size_t max_body);
+               bool keep_alive, bool head_request, std::size_t max_body,
+               bool whole_exchange = false);
     ~StreamImpl() override;
 
     // Reads the response head under Timeouts::response.
     awaitable<std::pair<Failure, error_code>> read_head();
-    bool got_some() const noexcept { return parser_.got_some(); }
+    bool got_some() const noexcept { return got_some_; }
 
-    const http::response_header<>& head() const override { return parser_.get(); }
+    const http::response_header<>& head() const override { return head_.fields; }
+    http::response_header<>& head() { return head_.fields; }
     awaitable<Failure> read_some(std::string& out) override;
     bool done() const override { return done_; }
-    bool body_buffered() const override { return done_ || (conn_ && conn_->buffer.size() > 0); }
+    bool body_buffered() const override {
+        return done_ || head_.body == wire::BodyEnd::None || (conn_ && conn_->buffer.size() > 0);
+    }
     awaitable<Failure> read_all(std::string& out) override;
     void cancel() override;
+    // The error under the last failure of read_some() or read_all(), for logs.
+    const error_code& error() const noexcept { return error_; }
 
 private:
-    // How the body ends (RFC 9112 6.3): it has (None), after a length, after its last chunk,
-    // or when the upstream closes the connection.
-    enum class Body : std::uint8_t { None, Length, Chunked, ToEof };
-
     // Body bytes buffered on the connection, appended to `out`; true when the body is complete.
     bool take_buffered(std::string& out, error_code& ec);
     void finish();  // body complete: pool or close the connection
@@ -141,14 +148,17 @@ private:
     ConnPtr conn_;
     Timeouts timeouts_;
     bool keep_alive_;
+    bool head_request_;
+    bool whole_exchange_;
     std::size_t max_body_;
-    http::response_parser<http::empty_body> parser_;  // the head only
-    Body body_ = Body::None;
-    std::uint64_t length_left_ = 0;  // Body::Length: bytes still to come
-    wire::ChunkedDecoder chunked_;   // Body::Chunked
+    wire::ResponseHead head_;
+    std::uint64_t length_left_ = 0;  // BodyEnd::Length: bytes still to come
+    wire::ChunkedDecoder chunked_;   // BodyEnd::Chunked
+    bool got_some_ = false;          // a byte of the answer arrived
     bool done_ = false;
     bool canceled_ = false;
     Failure deferred_ = Failure::None;  // an error that follows body bytes already passed on
+    error_code error_;
     bool closed_ = false;
 };
 

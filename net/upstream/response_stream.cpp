@@ -3,73 +3,86 @@
 #include "net/common/http_wire.hpp"
 
 #include <algorithm>
-#include <limits>
+#include <optional>
 
 namespace pdr::upstream::detail {
 
 StreamImpl::StreamImpl(std::weak_ptr<Client::Impl> pool, std::string key, ConnPtr conn,
-                       const Timeouts& t, bool keep_alive, bool head_request, std::size_t max_body)
+                       const Timeouts& t, bool keep_alive, bool head_request, std::size_t max_body,
+                       bool whole_exchange)
     : pool_(std::move(pool)),
       key_(std::move(key)),
       conn_(std::move(conn)),
       timeouts_(t),
       keep_alive_(keep_alive),
+      head_request_(head_request),
+      whole_exchange_(whole_exchange),
       max_body_(max_body),
-      chunked_(wire::kMaxUnparsed) {
-    parser_.header_limit(kMaxResponseHeader);
-    // The parser reads no body, but it would still refuse a declared length over its default
-    // limit (8 MiB for a response) in the head: the limit is read_all's (max_body_).
-    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (head_request) {
-        parser_.skip(true);
-    }
-}
+      chunked_(wire::kMaxUnparsed) {}
 
 StreamImpl::~StreamImpl() {
     drop();
 }
 
 awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
-    conn_->deadline.expires_after(timeouts_.response);
-    error_code rec;
-    while (!rec && !parser_.is_header_done()) {
-        rec = co_await wire::parse_some(conn_->stream.socket(), conn_->buffer, parser_);
+    if (!whole_exchange_) {  // (a whole exchange's deadline was armed before the write)
+        conn_->deadline.expires_after(timeouts_.response);
+    }
+    auto& in = conn_->buffer;
+    error_code ec;
+    for (;;) {
+        if (in.size() > 0) {
+            got_some_ = true;
+            std::size_t used = 0;
+            const auto parsed =
+                wire::parse_response_head({static_cast<const char*>(in.data().data()), in.size()},
+                                          kMaxResponseHeader, head_request_, head_, used, ec);
+            if (parsed == wire::HeadParse::Done) {
+                in.consume(used);  // the body's bytes stay buffered
+                break;
+            }
+            if (parsed == wire::HeadParse::Failed) {
+                break;
+            }
+        }
+        auto [rec, n] =
+            co_await conn_->stream.socket().async_read_some(in.prepare(wire::kReadSize), use_tuple);
         conn_->quiet_since = Clock::now();  // upstream bytes arrived (or it failed)
+        if (rec) {
+            // The upstream closed before its answer's head ended.
+            ec = rec != net::error::eof ? rec
+                 : got_some_            ? error_code(http::error::partial_message)
+                                        : error_code(http::error::end_of_stream);
+            break;
+        }
+        in.commit(n);
     }
     // Until the caller reads the body, it does not wait on the upstream.
     conn_->quiet_since = Clock::time_point::max();
-    const error_code ec = io_error(*conn_, rec);
+    ec = io_error(*conn_, ec);
     if (ec) {
         Failure f = canceled_ ? Failure::Canceled : classify_read(ec, Failure::ResponseTimeout);
         co_return std::pair{f, ec};
     }
-    if (!detail::final_status(parser_.get().result_int())) {
+    if (!detail::final_status(head_.fields.result_int())) {
         drop();
         co_return std::pair{Failure::Protocol, error_code{http::error::bad_status}};
     }
-    // Beast stops at the end of the head (it is not eager): the body's bytes stay buffered.
-    if (parser_.is_done()) {
-        finish();  // no body: HEAD, or a length of 0
-    } else if (parser_.chunked()) {
-        body_ = Body::Chunked;
-    } else if (const auto length = parser_.content_length()) {
-        body_ = Body::Length;
-        length_left_ = *length;
-    } else {
-        body_ = Body::ToEof;
-    }
+    // A head without a body is complete at the first read: until then the caller may still
+    // refuse it, and the connection is not pooled behind its back.
+    length_left_ = head_.length;
     co_return std::pair{Failure::None, error_code{}};
 }
 
 bool StreamImpl::take_buffered(std::string& out, error_code& ec) {
     auto& in = conn_->buffer;
     const std::string_view bytes(static_cast<const char*>(in.data().data()), in.size());
-    switch (body_) {
-        case Body::Chunked: {
+    switch (head_.body) {
+        case wire::BodyEnd::Chunked: {
             in.consume(chunked_.decode(bytes, out, ec));
             return chunked_.done();
         }
-        case Body::Length: {
+        case wire::BodyEnd::Length: {
             const auto n =
                 static_cast<std::size_t>(std::min<std::uint64_t>(length_left_, bytes.size()));
             out.append(bytes.data(), n);
@@ -77,11 +90,11 @@ bool StreamImpl::take_buffered(std::string& out, error_code& ec) {
             length_left_ -= n;
             return length_left_ == 0;
         }
-        case Body::ToEof:
+        case wire::BodyEnd::ToEof:
             out.append(bytes);
             in.consume(bytes.size());
             return false;
-        case Body::None:
+        case wire::BodyEnd::None:
             break;
     }
     return true;
@@ -111,8 +124,12 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
     } waiting{*this};
     conn_->quiet_since = Clock::now();
     // Timeouts::idle from each call on (not the response timeout read_head armed, when this
-    // call is served from the buffer while the client is slow to take it).
-    conn_->deadline.expires_after(timeouts_.idle);
+    // call is served from the buffer while the client is slow to take it); the response
+    // timeout still, for a whole exchange.
+    if (!whole_exchange_) {
+        conn_->deadline.expires_after(timeouts_.idle);
+    }
+    const Failure on_timeout = whole_exchange_ ? Failure::ResponseTimeout : Failure::IdleTimeout;
     const std::size_t start = out.size();
     try {
         for (;;) {
@@ -121,7 +138,8 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             const bool complete = take_buffered(out, ec);
             if (ec) {  // a malformed body
                 drop();
-                const Failure f = classify_read(ec, Failure::IdleTimeout);
+                error_ = ec;
+                const Failure f = classify_read(ec, on_timeout);
                 if (out.size() > start) {
                     // Body bytes taken before the error are good: they go out first, the
                     // failure with the next call.
@@ -139,7 +157,7 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             }
             auto [read_ec, n] = co_await conn_->stream.socket().async_read_some(
                 conn_->buffer.prepare(wire::kReadSize), use_tuple);
-            if (read_ec && body_ == Body::ToEof && read_ec == net::error::eof) {
+            if (read_ec && head_.body == wire::BodyEnd::ToEof && read_ec == net::error::eof) {
                 finish();  // the end of a body that ends with the connection
                 co_return Failure::None;
             }
@@ -148,8 +166,8 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
                 ec = io_error(*conn_, read_ec == net::error::eof
                                           ? error_code(http::error::partial_message)
                                           : read_ec);
-                const Failure f =
-                    canceled_ ? Failure::Canceled : classify_read(ec, Failure::IdleTimeout);
+                error_ = ec;
+                const Failure f = canceled_ ? Failure::Canceled : classify_read(ec, on_timeout);
                 canceled_ = f == Failure::Canceled;
                 drop();
                 co_return f;
@@ -170,9 +188,11 @@ awaitable<Failure> StreamImpl::read_all(std::string& out) {
     // A declared length over the limit fails before a byte is read; one within it is the
     // capacity. Else the string grows by doubling, but never past the limit plus one read: the
     // memory of one answer stays near the limit, not twice it.
-    const auto declared = parser_.content_length();
+    const std::optional<std::uint64_t> declared =
+        head_.body == wire::BodyEnd::Length ? std::optional(head_.length) : std::nullopt;
     if (declared && *declared > max_body_) {
         drop();
+        error_ = http::error::body_limit;
         co_return Failure::TooLarge;
     }
     const std::size_t cap = start + max_body_ + kBufferSize;
@@ -189,6 +209,7 @@ awaitable<Failure> StreamImpl::read_all(std::string& out) {
         }
         if (out.size() - start > max_body_) {
             drop();
+            error_ = http::error::body_limit;
             co_return Failure::TooLarge;
         }
     }
@@ -210,7 +231,7 @@ void StreamImpl::finish() {
     }
     auto pool = pool_.lock();
     // A body that ended with the connection leaves nothing to reuse.
-    if (pool && keep_alive_ && body_ != Body::ToEof && parser_.get().keep_alive()) {
+    if (pool && keep_alive_ && head_.body != wire::BodyEnd::ToEof && head_.keep_alive) {
         pool->give_back(key_, std::move(conn_));
     } else {
         drop();

@@ -76,9 +76,9 @@ bool status_prefix_ok(std::string_view part, error_code& ec) {
     static constexpr std::string_view kShape = "HTTP/1.0 000 ";  // 0: a digit (1.0 or 1.1)
     const std::size_t n = std::min(part.size(), kShape.size());
     for (std::size_t i = 0; i < n; ++i) {
-        const bool ok = i == 7   ? part[i] == '0' || part[i] == '1'
-                         : kShape[i] == '0' ? is_digit(part[i])
-                                            : part[i] == kShape[i];
+        const bool ok = i == 7             ? part[i] == '0' || part[i] == '1'
+                        : kShape[i] == '0' ? is_digit(part[i])
+                                           : part[i] == kShape[i];
         if (!ok) {
             ec = i < 9 ? http::error::bad_version : http::error::bad_status;
             return false;
@@ -141,7 +141,8 @@ bool parse_status_line(std::string_view line, http::response_header<>& h, error_
         }
     }
     h.version(static_cast<unsigned>(10 + (line[7] - '0')));
-    h.result(static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0')));
+    h.result(
+        static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0')));
     return true;
 }
 

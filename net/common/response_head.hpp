@@ -8,13 +8,14 @@
 //   status-line  = "HTTP/1." ( "0" / "1" ) SP 3DIGIT SP *( HTAB / SP / VCHAR / obs-text ) CRLF
 //   field-line   = token ":" OWS *( HTAB / SP / VCHAR / obs-text ) OWS CRLF
 // Every line ends in CRLF: a bare LF or a CR not followed by LF fails at once (Beast would wait
-// for a line end that never comes). A line that cannot become valid fails before it ends. A line that starts with SP or HTAB (an obsolete folded
-// line, RFC 9112 5.2) fails: Beast unfolds it. The body's framing (RFC 9112 6.3): none for an
-// answer to HEAD and for 1xx, 204 and 304; else "Transfer-Encoding: chunked" (exactly that: one
-// field, one coding, which is all the router can relay) or Content-Length (digits; repeated
-// only with the same value, as one field's list or several fields); else until the connection
-// closes. Content-Length and Transfer-Encoding together fail, as does any other transfer
-// coding. Errors are Beast's http::error codes, so callers classify them as before. No I/O.
+// for a line end that never comes). A line that cannot become valid fails before it ends. A line
+// that starts with SP or HTAB (an obsolete folded line, RFC 9112 5.2) fails: Beast unfolds it. The
+// body's framing (RFC 9112 6.3): none for an answer to HEAD and for 1xx, 204 and 304; else
+// "Transfer-Encoding: chunked" (exactly that: one field, one coding, which is all the router can
+// relay) or Content-Length (digits; repeated only with the same value, as one field's list or
+// several fields); else until the connection closes. Content-Length and Transfer-Encoding together
+// fail, as does any other transfer coding. Errors are Beast's http::error codes, so callers
+// classify them as before. No I/O.
 #include <boost/beast/http/message.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -49,7 +50,6 @@ enum class HeadParse : std::uint8_t { NeedMore, Done, Failed };
 // `ec` says why; a head not ended within `max_head` bytes fails with http::error::header_limit.
 // `head_request`: the answer is to a HEAD request (no body, whatever its fields say).
 HeadParse parse_response_head(std::string_view in, std::size_t max_head, bool head_request,
-                              ResponseHead& out, std::size_t& used,
-                              boost::system::error_code& ec);
+                              ResponseHead& out, std::size_t& used, boost::system::error_code& ec);
 
 }  // namespace pdr::wire

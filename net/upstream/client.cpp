@@ -2,9 +2,14 @@
 
 #include "net/upstream/pool.hpp"
 
+#include "config/ascii.hpp"
 #include "net/common/error.hpp"
 #include "net/common/fields.hpp"
 #include "net/common/http_wire.hpp"
+#include "net/common/request_id.hpp"
+
+#include <array>
+#include <charconv>
 
 namespace pdr::upstream {
 
@@ -60,17 +65,34 @@ std::string describe(Failure f, const error_code& ec) {
 
 namespace {
 
-// Sends the request: head and body in one gather write (the bytes http::async_write would send).
-// The caller has armed the stream's timer for the exchange; `timeout` covers a write that has to
-// wait for the socket.
-awaitable<error_code> write_request(detail::Conn& c, const Request& req, Duration timeout) {
-    if (req.chunked()) {
-        c.stream.expires_after(timeout);
-        auto [ec, n] = co_await http::async_write(c.stream, req, use_tuple);
-        (void)n;
-        co_return detail::io_error(c, ec);
+// The head of `req` as sent to `authority`: the request line, its fields, then Host (unless it
+// has its own) and Content-Length where the request has a body or its method calls for one
+// (what Beast's prepare_payload and serializer write).
+void serialize_head(std::string& out, const PreparedRequest& req, std::string_view authority) {
+    out.clear();
+    const std::string_view method = http::to_string(req.method);
+    out.reserve(method.size() + req.target.size() + req.fields.size() + authority.size() + 64);
+    out.append(method).append(" ").append(req.target).append(" HTTP/1.1\r\n");
+    out.append(req.fields);
+    if (!req.has_host) {
+        out.append("Host: ").append(authority).append("\r\n");
     }
-    const auto buffers = wire::message_buffers(c.head_buf, req);
+    if (!req.body.empty() || req.method == http::verb::post || req.method == http::verb::put ||
+        req.method == http::verb::options) {
+        char digits[24];
+        const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, req.body.size());
+        (void)ec;
+        out.append("Content-Length: ").append(digits, end).append("\r\n");
+    }
+    out.append("\r\n");
+}
+
+// Sends the request: head and body in one gather write. The caller has armed the stream's timer
+// for the exchange; `timeout` covers a write that has to wait for the socket.
+awaitable<error_code> write_request(detail::Conn& c, const PreparedRequest& req,
+                                    std::string_view authority, Duration timeout) {
+    serialize_head(c.head_buf, req, authority);
+    const std::array<net::const_buffer, 2> buffers{net::buffer(c.head_buf), net::buffer(req.body)};
     error_code ec;
     if (auto rest = wire::send_or_rest(c.stream, buffers, timeout, ec)) {
         ec = co_await std::move(*rest);
@@ -78,11 +100,23 @@ awaitable<error_code> write_request(detail::Conn& c, const Request& req, Duratio
     co_return detail::io_error(c, ec);
 }
 
-void prepare(Request& req, const std::string& authority) {
-    if (wire::find_field(req, http::field::host) == nullptr) {
-        req.set(http::field::host, authority);
+// A Request as the same PreparedRequest: its fields serialized in their order (Host among them
+// when it has one), its body, its X-Request-Id.
+PreparedRequest prepared(Request req) {
+    PreparedRequest p;
+    p.method = req.method();
+    p.target = std::string(req.target());
+    p.keep_alive = req.keep_alive();
+    for (const auto& f : req) {
+        if (f.name() == http::field::content_length) {
+            continue;  // the body's own length goes out
+        }
+        p.has_host = p.has_host || f.name() == http::field::host;
+        p.add(f.name_string(), f.value());
     }
-    req.prepare_payload();
+    p.request_id = std::string(wire::field_value(req, kRequestIdHeader));
+    p.body = std::move(req.body());
+    return p;
 }
 
 // A request that may be sent again when a reused connection ends before any answer (RFC 9110
@@ -90,14 +124,14 @@ void prepare(Request& req, const std::string& authority) {
 // the request and failed; only an idempotent one may be repeated without knowing which. A
 // completion or a prefill is never sent twice (the engine would run it twice; a decode would
 // read the same KV handle twice): that ends as a failure the flow's own retry rules handle.
-bool may_resend(const Request& req) {
-    return req.method() == http::verb::get || req.method() == http::verb::head;
+bool may_resend(const PreparedRequest& req) {
+    return req.method == http::verb::get || req.method == http::verb::head;
 }
 
 // Why an answer's head cannot be relayed (a protocol failure): it names another request
 // (X-Request-Id), or it has a content or transfer coding the router does not pass on. Clear
 // when it can.
-error_code unrelayable_head(const Request& req, const http::response_header<>& head) {
+error_code unrelayable_head(const PreparedRequest& req, const http::response_header<>& head) {
     if (!detail::answers_request(req, head)) {
         return Errc::UpstreamAnswerMismatch;
     }
@@ -159,10 +193,31 @@ Client::~Client() {
     impl_->close_all();
 }
 
+std::string_view PreparedRequest::field(std::string_view name) const {
+    std::string_view rest = fields;
+    while (!rest.empty()) {
+        const auto eol = rest.find("\r\n");
+        const std::string_view line = rest.substr(0, eol);
+        rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 2);
+        const auto colon = line.find(':');
+        if (colon == name.size() && beast::iequals(line.substr(0, colon), name)) {
+            return ascii::trim(line.substr(colon + 1));
+        }
+    }
+    return {};
+}
+
 awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
+    return request(ep, prepared(std::move(req)), t);
+}
+
+awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts t) {
+    return open(ep, prepared(std::move(req)), t);
+}
+
+awaitable<Result> Client::request(const Endpoint& ep, PreparedRequest req, Timeouts t) {
     std::shared_ptr<Impl> impl = impl_;
     const std::string key = ep.authority();
-    prepare(req, key);
     Result r;
     try {
         for (int attempt = 0; attempt < 2; ++attempt) {
@@ -174,7 +229,7 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
             }
             detail::Conn& c = *a.conn;
             c.deadline.expires_after(t.response);  // the whole exchange
-            const error_code wec = co_await write_request(c, req, t.response);
+            const error_code wec = co_await write_request(c, req, key, t.response);
             if (wec && !answer_may_wait(a, wec)) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;
@@ -184,8 +239,8 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
                 co_return r;
             }
             // After a failed write the connection is never reused, whatever the answer says.
-            detail::StreamImpl s(impl, key, std::move(a.conn), t, req.keep_alive() && !wec,
-                                 req.method() == http::verb::head, impl->limits.max_response_body,
+            detail::StreamImpl s(impl, key, std::move(a.conn), t, req.keep_alive && !wec,
+                                 req.method == http::verb::head, impl->limits.max_response_body,
                                  /*whole_exchange=*/true);
             auto [f, rec] = co_await s.read_head();
             if (f != Failure::None && wec) {  // no early answer either: the write's failure
@@ -225,10 +280,9 @@ awaitable<Result> Client::request(const Endpoint& ep, Request req, Timeouts t) {
     co_return r;
 }
 
-awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts t) {
+awaitable<Client::Opened> Client::open(const Endpoint& ep, PreparedRequest req, Timeouts t) {
     std::shared_ptr<Impl> impl = impl_;
     std::string key = ep.authority();
-    prepare(req, key);
     Opened o;
     try {
         for (int attempt = 0; attempt < 2; ++attempt) {
@@ -239,7 +293,7 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 co_return o;
             }
             a.conn->deadline.expires_after(t.response);  // the write, then read_head
-            const error_code wec = co_await write_request(*a.conn, req, t.response);
+            const error_code wec = co_await write_request(*a.conn, req, key, t.response);
             if (wec && !answer_may_wait(a, wec)) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;
@@ -249,9 +303,9 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, Request req, Timeouts
                 co_return o;
             }
             // After a failed write the connection is never reused, whatever the answer says.
-            const bool keep_alive = req.keep_alive() && !wec;
+            const bool keep_alive = req.keep_alive && !wec;
             auto s = std::make_unique<detail::StreamImpl>(
-                impl, key, std::move(a.conn), t, keep_alive, req.method() == http::verb::head,
+                impl, key, std::move(a.conn), t, keep_alive, req.method == http::verb::head,
                 impl->limits.max_response_body);
             auto [f, ec] = co_await s->read_head();
             if (f != Failure::None && wec) {  // no early answer either

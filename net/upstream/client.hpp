@@ -66,6 +66,27 @@ struct PoolLimits {
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 
+// A request whose fields are serialized already: the router's legs build one with a few appends
+// (no field tree, no serializer). The Client writes it as HTTP/1.1, adding Host (the endpoint's
+// authority) and Content-Length (the body's size, where a request has one), each after
+// `fields`, as Beast would for a Request. A Request is sent as one of these too.
+struct PreparedRequest {
+    http::verb method = http::verb::get;
+    std::string target;
+    std::string fields;  // "Name: value\r\n" lines: not Content-Length or the empty line
+    std::string body;
+    std::string request_id;  // the X-Request-Id value among `fields`, or empty
+    bool keep_alive = true;  // false: `fields` ask for "Connection: close"
+    bool has_host = false;   // `fields` hold Host: none is added
+
+    // Appends "name: value\r\n" to `fields`.
+    void add(std::string_view name, std::string_view value) {
+        fields.append(name).append(": ").append(value).append("\r\n");
+    }
+    // The value of the first field `name` (case-insensitive) in `fields`; empty when none.
+    std::string_view field(std::string_view name) const;
+};
+
 struct Result {
     Failure failure = Failure::None;
     error_code ec;      // the underlying error, for logs
@@ -84,6 +105,7 @@ public:
 
     // Sends `req` (Host and Content-Length are filled in) and reads the whole answer.
     awaitable<Result> request(const Endpoint& ep, Request req, Timeouts t);
+    awaitable<Result> request(const Endpoint& ep, PreparedRequest req, Timeouts t);
 
     // Sends `req` and reads only the response head; the body is then read piece by piece from
     // the returned stream as upstream sends it (chunked encoding decoded). On failure the
@@ -94,6 +116,7 @@ public:
         std::unique_ptr<ResponseStream> stream;
     };
     awaitable<Opened> open(const Endpoint& ep, Request req, Timeouts t);
+    awaitable<Opened> open(const Endpoint& ep, PreparedRequest req, Timeouts t);
 
     // Closes idle pooled connections (all endpoints, or one).
     void close_idle();

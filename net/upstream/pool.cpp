@@ -259,13 +259,12 @@ bool final_status(unsigned status) noexcept {
     return status >= 200 && status <= 599 && status != 204 && status != 205 && status != 304;
 }
 
-bool answers_request(const Request& req, const http::response_header<>& head) noexcept {
-    const auto* asked = wire::find_field(req, kRequestIdHeader);
-    if (asked == nullptr) {
+bool answers_request(const PreparedRequest& req, const http::response_header<>& head) noexcept {
+    if (req.request_id.empty()) {
         return true;
     }
     const auto* answered = wire::find_field(head, kRequestIdHeader);
-    return answered == nullptr || answered->value() == asked->value();
+    return answered == nullptr || answered->value() == req.request_id;
 }
 
 bool plain_coding(const http::response_header<>& head) noexcept {

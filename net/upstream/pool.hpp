@@ -95,7 +95,7 @@ bool final_status(unsigned status) noexcept;
 // engine that echoes the id, as vLLM does with --enable-request-id-headers and pdsim always
 // does). Such an answer was meant for an earlier request on the same connection: an upstream
 // that wrote more than one answer to one request. The connection is closed, the exchange fails.
-bool answers_request(const Request& req, const http::response_header<>& head) noexcept;
+bool answers_request(const PreparedRequest& req, const http::response_header<>& head) noexcept;
 // False for an answer the router cannot relay as it is: a Content-Encoding other than identity
 // (the router sends no Accept-Encoding, and drops the header when relaying), or a
 // Transfer-Encoding other than one "chunked" (only the chunking is undone).

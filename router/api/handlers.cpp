@@ -191,7 +191,7 @@ awaitable<void> App::handle_models(TrackedExchange& ex, Worker& w) {
     upstream::Failure last_failure = upstream::Failure::None;
     while (instances::InstancePtr decode = tries.next()) {
         // Counted like a leg: in flight, and in the instance's request total (its failures are).
-        upstream::Request req = disagg::make_leg_request(
+        upstream::PreparedRequest req = disagg::make_leg_request(
             http::verb::get, "/v1/models", ex.request_id(), headers, {}, decode->upstream_key);
         upstream::Result res =
             co_await w.client.request(decode->endpoint, std::move(req), timeouts);

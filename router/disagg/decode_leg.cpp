@@ -26,7 +26,7 @@ awaitable<Attempt> attempt_on(FlowDeps& deps, FlowRequest& req, LegCanceler& can
                               std::string& failure) {
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
                                       deps.cfg.decode_idle_timeout};
-    upstream::Request attempt_req =
+    upstream::PreparedRequest attempt_req =
         make_leg_request(http::verb::post, req.target, req.request_id, req.headers, std::move(body),
                          decode.upstream_key);
     const Clock::time_point leg_start = Clock::now();

@@ -43,8 +43,8 @@ awaitable<PostResult> post_to(FlowDeps& deps, FlowRequest& req, instances::Insta
                               std::string_view target, std::string body) {
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.prefill_timeout,
                                       deps.cfg.prefill_timeout};
-    upstream::Request r = make_leg_request(http::verb::post, target, req.request_id, req.headers,
-                                           std::move(body), p.upstream_key);
+    upstream::PreparedRequest r = make_leg_request(http::verb::post, target, req.request_id,
+                                                   req.headers, std::move(body), p.upstream_key);
     PostResult out;
     out.result = co_await deps.client.request(p.endpoint, std::move(r), timeouts);
     out.status = out.result.ok() ? out.result.response.result_int() : 0;

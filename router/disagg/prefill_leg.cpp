@@ -33,7 +33,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
         }
         const bool last = tries.last();
         // Built per attempt: a retry is rare, so only the body is kept for it (not a whole copy).
-        upstream::Request attempt_req =
+        upstream::PreparedRequest attempt_req =
             make_leg_request(http::verb::post, req.target, req.request_id, req.headers,
                              last ? std::move(body) : body, p->upstream_key);
         const Clock::time_point leg_start = Clock::now();

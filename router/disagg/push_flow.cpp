@@ -103,8 +103,8 @@ awaitable<void> prefill_side(FlowDeps& deps, FlowRequest& req, Pair& pair, insta
     using namespace net::experimental::awaitable_operators;
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.prefill_timeout,
                                       deps.cfg.prefill_timeout};
-    upstream::Request r = make_leg_request(http::verb::post, req.target, req.request_id,
-                                           req.headers, std::move(body), p.upstream_key);
+    upstream::PreparedRequest r = make_leg_request(http::verb::post, req.target, req.request_id,
+                                                   req.headers, std::move(body), p.upstream_key);
     const Clock::time_point leg_start = Clock::now();
     auto leg = deps.client.request(p.endpoint, std::move(r), timeouts);
     auto stop = pair.d_ended.wait();
@@ -185,8 +185,8 @@ awaitable<void> decode_side(FlowDeps& deps, FlowRequest& req, Pair& pair, instan
     EndsDecode ends{pair};
     const upstream::Timeouts timeouts{deps.cfg.connect_timeout, deps.cfg.decode_timeout,
                                       deps.cfg.decode_idle_timeout};
-    upstream::Request r = make_leg_request(http::verb::post, req.target, req.request_id,
-                                           req.headers, std::move(body), d.upstream_key);
+    upstream::PreparedRequest r = make_leg_request(http::verb::post, req.target, req.request_id,
+                                                   req.headers, std::move(body), d.upstream_key);
     const Clock::time_point leg_start = Clock::now();
     auto leg = deps.client.open(d.endpoint, std::move(r), timeouts);
     auto stop = pair.p_failed.wait();

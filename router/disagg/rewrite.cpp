@@ -80,28 +80,32 @@ bool is_hop_loop(const server::Request& client, std::string_view router_id) {
     return false;
 }
 
-upstream::Request make_leg_request(http::verb verb, std::string_view target,
-                                   std::string_view request_id, const LegHeaders& headers,
-                                   std::string body, bool key_allowed) {
-    upstream::Request req{verb, target, 11};
-    req.keep_alive(true);
+upstream::PreparedRequest make_leg_request(http::verb verb, std::string_view target,
+                                           std::string_view request_id, const LegHeaders& headers,
+                                           std::string body, bool key_allowed) {
+    upstream::PreparedRequest req;
+    req.method = verb;
+    req.target.assign(target);
+    req.fields.reserve(64 + request_id.size() + headers.authorization.size() + headers.hops.size() +
+                       headers.traceparent.size() + headers.tracestate.size());
     if (!body.empty() || verb == http::verb::post) {
-        req.set(http::field::content_type, "application/json");
+        req.add("Content-Type", "application/json");
     }
-    req.set(kRequestIdHeader, request_id);
+    req.add(kRequestIdHeader, request_id);
+    req.request_id.assign(request_id);
     if (!headers.authorization.empty() && (key_allowed || !headers.router_key)) {
-        req.set(http::field::authorization, headers.authorization);
+        req.add("Authorization", headers.authorization);
     }
     if (!headers.hops.empty()) {
-        req.set(instances::kHopHeader, headers.hops);
+        req.add(instances::kHopHeader, headers.hops);
     }
     if (!headers.traceparent.empty()) {
-        req.set("traceparent", headers.traceparent);
+        req.add("traceparent", headers.traceparent);
     }
     if (!headers.tracestate.empty()) {
-        req.set("tracestate", headers.tracestate);
+        req.add("tracestate", headers.tracestate);
     }
-    req.body() = std::move(body);
+    req.body = std::move(body);
     return req;
 }
 

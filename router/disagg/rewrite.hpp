@@ -46,11 +46,12 @@ inline constexpr std::size_t kMaxHops = 8;
 bool is_hop_loop(const server::Request& client, std::string_view router_id);
 
 // An upstream request: `verb target`, Content-Type: application/json (when a body is given),
-// X-Request-Id, and the LegHeaders that are not empty. Host/Content-Length are set by the client.
+// X-Request-Id, and the LegHeaders that are not empty, serialized in that order. Host and
+// Content-Length are added by the client.
 // `key_allowed` false (an instance outside --instance-allow): the router's own key is left out.
-upstream::Request make_leg_request(http::verb verb, std::string_view target,
-                                   std::string_view request_id, const LegHeaders& headers,
-                                   std::string body, bool key_allowed = true);
+upstream::PreparedRequest make_leg_request(http::verb verb, std::string_view target,
+                                           std::string_view request_id, const LegHeaders& headers,
+                                           std::string body, bool key_allowed = true);
 
 // The prefill body from the scanned client body: every member as the client wrote it, in its
 // order, except stream:false, no stream_options, max_tokens:1, max_completion_tokens:1 if

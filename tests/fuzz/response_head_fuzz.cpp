@@ -6,8 +6,8 @@
 //   refuses, and when ours takes a head, Beast takes it too, with the same status, version and
 //   fields, the same head length, and the same framing and keep-alive where the router relies
 //   on them (one Transfer-Encoding field that says "chunked", or none; keep-alive where the body
-//   does not end with the connection, with one Connection field or none). In pieces, ours reaches the same verdict as whole, and never refuses a prefix of a
-//   head it takes;
+//   does not end with the connection, with one Connection field or none). In pieces, ours reaches
+//   the same verdict as whole, and never refuses a prefix of a head it takes;
 // - a valid head built from the input (first byte odd): ours takes it, and agrees with Beast.
 // Build and run: scripts/fuzz response_head SECONDS. Seeds: corpus/response_head/.
 #include <boost/beast/core/string.hpp>
@@ -156,13 +156,15 @@ void differential(std::string_view in, bool head_request) {
 // A valid head from the input's bytes.
 std::string build(std::string_view in, bool& head_request) {
     std::size_t at = 0;
-    auto next = [&]() -> unsigned { return at < in.size() ? static_cast<unsigned char>(in[at++]) : 0; };
+    auto next = [&]() -> unsigned {
+        return at < in.size() ? static_cast<unsigned char>(in[at++]) : 0;
+    };
     static constexpr std::string_view kNames[] = {
-        "Content-Type", "X-Request-Id", "Connection",  "Content-Length", "Transfer-Encoding",
+        "Content-Type", "X-Request-Id", "Connection", "Content-Length", "Transfer-Encoding",
         "Retry-After",  "Server",       "X-Custom-1", "date",           "CONTENT-ENCODING"};
     static constexpr std::string_view kValues[] = {
-        "application/json", "close",   "keep-alive", "chunked", "12",  "0",
-        "",                 "a  b\tc", "\x80\xff",   "x, y",    "7, 7", "Chunked"};
+        "application/json", "close",    "keep-alive", "chunked", "12",     "0", "",
+        "a  b\tc",          "\x80\xff", "x, y",       "7, 7",    "Chunked"};
     head_request = (next() & 1) != 0;
     std::string head = "HTTP/1.";
     head.push_back(static_cast<char>('0' + next() % 2));

@@ -97,6 +97,81 @@ TEST_F(ClientTest, RequestReusesPooledConnection) {
     }());
 }
 
+// What goes on the wire: a PreparedRequest's fields as they are, then Host (unless it has its
+// own) and Content-Length where a request has a body or its method calls for one, as Beast wrote
+// a Request; a Request goes out the same way.
+TEST_F(ClientTest, RequestsGoOutWithHostAndLengthAfterTheirFields) {
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    std::vector<std::string> seen;
+    auto serve = [&]() -> awaitable<void> {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            std::string in;
+            for (;;) {
+                char buf[4096];
+                auto [rec, n] = co_await sock.async_read_some(net::buffer(buf), use_tuple);
+                if (rec) {
+                    break;
+                }
+                in.append(buf, n);
+                const auto end = in.find("\r\n\r\n");
+                if (end == std::string::npos) {
+                    continue;
+                }
+                std::size_t length = 0;
+                if (const auto cl = in.find("Content-Length: "); cl < end) {
+                    length = std::stoul(in.substr(cl + 16));
+                }
+                if (in.size() >= end + 4 + length) {
+                    seen.push_back(in);
+                    const std::string_view answer =
+                        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                    co_await net::async_write(sock, net::buffer(answer), use_tuple);
+                    break;
+                }
+            }
+            error_code ignored;
+            sock.shutdown(tcp::socket::shutdown_send, ignored);
+        }
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        const Endpoint ep{"127.0.0.1", port};
+        PreparedRequest post;
+        post.method = http::verb::post;
+        post.target = "/p";
+        post.add("X-A", "1");
+        post.add("X-Request-Id", "r1");
+        post.request_id = "r1";
+        post.body = "ok";
+        EXPECT_TRUE((co_await client.request(ep, post, quick())).ok());
+        PreparedRequest get;
+        get.target = "/g";
+        EXPECT_TRUE((co_await client.request(ep, get, quick())).ok());
+        Request own_host{http::verb::get, "/h", 11};
+        own_host.set(http::field::host, "example");
+        own_host.set("X-B", "2");
+        EXPECT_TRUE((co_await client.request(ep, own_host, quick())).ok());
+        Request empty_post{http::verb::post, "/e", 11};
+        empty_post.keep_alive(false);
+        EXPECT_TRUE((co_await client.request(ep, empty_post, quick())).ok());
+    }());
+    acceptor.close();
+    const std::string host = "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
+    ASSERT_EQ(seen.size(), 4u);
+    EXPECT_EQ(seen[0], "POST /p HTTP/1.1\r\nX-A: 1\r\nX-Request-Id: r1\r\n" + host +
+                           "Content-Length: 2\r\n\r\nok");
+    EXPECT_EQ(seen[1], "GET /g HTTP/1.1\r\n" + host + "\r\n");
+    EXPECT_EQ(seen[2], "GET /h HTTP/1.1\r\nHost: example\r\nX-B: 2\r\n\r\n");
+    EXPECT_EQ(seen[3],
+              "POST /e HTTP/1.1\r\nConnection: close\r\n" + host + "Content-Length: 0\r\n\r\n");
+}
+
 TEST_F(ClientTest, ConcurrentRequestsOpenSeparateConnections) {
     start_server();
     run([this]() -> awaitable<void> {

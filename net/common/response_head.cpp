@@ -13,6 +13,92 @@ namespace pdr::wire {
 namespace http = boost::beast::http;
 using boost::system::error_code;
 
+// Fills a ResponseFields: fields are added as views into the parsed text, then the text is
+// copied once and the views moved onto the copy.
+struct HeadBuilder {
+    ResponseFields& f;
+    void start(unsigned status, unsigned version) {
+        f.text_.reset();
+        f.size_ = 0;
+        f.fields_.clear();
+        f.fields_.reserve(8);
+        f.status_ = status;
+        f.version_ = version;
+    }
+    void add(http::field code, std::string_view name, std::string_view value) {
+        f.fields_.push_back(HeadField(code, name, value));
+    }
+    // Copies `text` (which the views point into) and points them at the copy.
+    void keep(std::string_view text) {
+        f.text_ = std::make_unique_for_overwrite<char[]>(text.size());
+        std::memcpy(f.text_.get(), text.data(), text.size());
+        f.size_ = text.size();
+        rebase(text.data());
+    }
+    void rebase(const char* from) {
+        const char* to = f.text_.get();
+        for (auto& x : f.fields_) {
+            x.name_ = {to + (x.name_.data() - from), x.name_.size()};
+            x.value_ = {to + (x.value_.data() - from), x.value_.size()};
+        }
+    }
+};
+
+ResponseFields::ResponseFields(const ResponseFields& other)
+    : size_(other.size_), fields_(other.fields_), status_(other.status_), version_(other.version_) {
+    if (other.text_) {
+        text_ = std::make_unique_for_overwrite<char[]>(size_);
+        std::memcpy(text_.get(), other.text_.get(), size_);
+        HeadBuilder{*this}.rebase(other.text_.get());
+    }
+}
+
+ResponseFields& ResponseFields::operator=(const ResponseFields& other) {
+    if (this != &other) {
+        ResponseFields copy(other);
+        *this = std::move(copy);
+    }
+    return *this;
+}
+
+std::string_view ResponseFields::operator[](http::field name) const noexcept {
+    for (const auto& x : fields_) {
+        if (x.name() == name) {
+            return x.value();
+        }
+    }
+    return {};
+}
+
+std::string_view ResponseFields::operator[](std::string_view name) const noexcept {
+    for (const auto& x : fields_) {
+        if (x.name_string().size() == name.size() && boost::beast::iequals(x.name_string(), name)) {
+            return x.value();
+        }
+    }
+    return {};
+}
+
+ResponseFields ResponseFields::make(
+    unsigned status, std::vector<std::pair<std::string_view, std::string_view>> fields,
+    unsigned version) {
+    std::string text;
+    for (const auto& [name, value] : fields) {
+        text.append(name).append(value);
+    }
+    ResponseFields out;
+    HeadBuilder b{out};
+    b.start(status, version);
+    std::size_t at = 0;
+    for (const auto& [name, value] : fields) {
+        b.add(http::string_to_field(name), {text.data() + at, name.size()},
+              {text.data() + at + name.size(), value.size()});
+        at += name.size() + value.size();
+    }
+    b.keep(text);
+    return out;
+}
+
 namespace {
 
 // tchar (RFC 9110 5.6.2): ALPHA, DIGIT and !#$%&'*+-.^_`|~
@@ -123,7 +209,7 @@ bool field_prefix_ok(std::string_view part, error_code& ec) {
 }
 
 // "HTTP/1.0" or "HTTP/1.1", SP 3DIGIT SP reason, without its CRLF.
-bool parse_status_line(std::string_view line, http::response_header<>& h, error_code& ec) {
+bool parse_status_line(std::string_view line, HeadBuilder& b, error_code& ec) {
     if (line.size() < 9 || line.substr(0, 5) != "HTTP/" || line[5] != '1' || line[6] != '.' ||
         (line[7] != '0' && line[7] != '1') || line[8] != ' ') {
         ec = http::error::bad_version;
@@ -140,9 +226,8 @@ bool parse_status_line(std::string_view line, http::response_header<>& h, error_
             return false;
         }
     }
-    h.version(static_cast<unsigned>(10 + (line[7] - '0')));
-    h.result(
-        static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0')));
+    b.start(static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0')),
+            static_cast<unsigned>(10 + (line[7] - '0')));
     return true;
 }
 
@@ -237,8 +322,10 @@ bool has_option(std::string_view v, std::string_view option) {
 
 }  // namespace
 
-HeadParse parse_response_head(std::string_view in, std::size_t max_head, bool head_request,
-                              ResponseHead& out, std::size_t& used, error_code& ec) {
+namespace {
+
+HeadParse parse_head(std::string_view in, std::size_t max_head, bool head_request,
+                     ResponseHead& out, std::size_t& used, error_code& ec) {
     ec = {};
     used = 0;
     const std::string_view text = in.substr(0, std::min(in.size(), max_head));
@@ -255,11 +342,11 @@ HeadParse parse_response_head(std::string_view in, std::size_t max_head, bool he
         }
         return need_more();
     }
-    out.fields = {};
     out.body = BodyEnd::None;
     out.length = 0;
     out.keep_alive = false;
-    if (!parse_status_line(text.substr(0, cr), out.fields, ec)) {
+    HeadBuilder builder{out.fields};
+    if (!parse_status_line(text.substr(0, cr), builder, ec)) {
         return HeadParse::Failed;
     }
     bool have_length = false;
@@ -334,10 +421,11 @@ HeadParse parse_response_head(std::string_view in, std::size_t max_head, bool he
             close = close || has_option(value, "close");
             keep_alive = keep_alive || has_option(value, "keep-alive");
         }
-        out.fields.insert(f, name, value);
+        builder.add(f, name, value);
     }
+    builder.keep(text.substr(0, used));
     out.keep_alive = !close && (out.fields.version() >= 11 || keep_alive);
-    const unsigned status = out.fields.result_int();
+    const unsigned status = out.fields.result_int();  // (set by parse_status_line)
     if (head_request || status / 100 == 1 || status == 204 || status == 304) {
         out.body = BodyEnd::None;
     } else if (chunked) {
@@ -349,6 +437,17 @@ HeadParse parse_response_head(std::string_view in, std::size_t max_head, bool he
         out.body = BodyEnd::ToEof;
     }
     return HeadParse::Done;
+}
+
+}  // namespace
+
+HeadParse parse_response_head(std::string_view in, std::size_t max_head, bool head_request,
+                              ResponseHead& out, std::size_t& used, error_code& ec) {
+    const HeadParse r = parse_head(in, max_head, head_request, out, used, ec);
+    if (r != HeadParse::Done) {
+        out.fields = ResponseFields();  // no views into `in` are left behind
+    }
+    return r;
 }
 
 }  // namespace pdr::wire

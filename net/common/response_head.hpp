@@ -16,14 +16,71 @@
 // several fields); else until the connection closes. Content-Length and Transfer-Encoding together
 // fail, as does any other transfer coding. Errors are Beast's http::error codes, so callers
 // classify them as before. No I/O.
-#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/field.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace pdr::wire {
+
+// One field of a parsed head (the names of Beast's field accessors, so the lookups of
+// net/common/fields.hpp work on both).
+class HeadField {
+public:
+    boost::beast::http::field name() const noexcept { return code_; }
+    std::string_view name_string() const noexcept { return name_; }
+    std::string_view value() const noexcept { return value_; }
+
+private:
+    friend struct HeadBuilder;
+    HeadField(boost::beast::http::field code, std::string_view name, std::string_view value)
+        : code_(code), name_(name), value_(value) {}
+    boost::beast::http::field code_;
+    std::string_view name_;
+    std::string_view value_;
+};
+
+// An answer's status, version and fields, in their order, with views into one copy of the
+// head's bytes (on the heap: a move keeps the views valid). Two allocations a head, where
+// Beast's field tree made one per field and a lookup walked a tree.
+class ResponseFields {
+public:
+    using value_type = HeadField;
+    using const_iterator = std::vector<HeadField>::const_iterator;
+
+    ResponseFields() = default;
+    ResponseFields(const ResponseFields& other);
+    ResponseFields& operator=(const ResponseFields& other);
+    ResponseFields(ResponseFields&&) noexcept = default;
+    ResponseFields& operator=(ResponseFields&&) noexcept = default;
+    ~ResponseFields() = default;
+
+    unsigned result_int() const noexcept { return status_; }
+    unsigned version() const noexcept { return version_; }
+    const_iterator begin() const noexcept { return fields_.begin(); }
+    const_iterator end() const noexcept { return fields_.end(); }
+    // The value of the first field `name` (a name: case-insensitive); empty when there is none.
+    std::string_view operator[](boost::beast::http::field name) const noexcept;
+    std::string_view operator[](std::string_view name) const noexcept;
+
+    // A head with these fields, as if parsed (tests and fakes).
+    static ResponseFields make(unsigned status,
+                               std::vector<std::pair<std::string_view, std::string_view>> fields,
+                               unsigned version = 11);
+
+private:
+    friend struct HeadBuilder;
+    std::unique_ptr<char[]> text_;  // the head's bytes the views point into
+    std::size_t size_ = 0;
+    std::vector<HeadField> fields_;
+    unsigned status_ = 0;
+    unsigned version_ = 11;
+};
 
 // How an answer's body ends (RFC 9112 6.3).
 enum class BodyEnd : std::uint8_t {
@@ -34,7 +91,7 @@ enum class BodyEnd : std::uint8_t {
 };
 
 struct ResponseHead {
-    boost::beast::http::response_header<> fields;  // status, reason, version and fields
+    ResponseFields fields;  // status, version and fields (the reason phrase is checked, not kept)
     BodyEnd body = BodyEnd::None;
     std::uint64_t length = 0;  // BodyEnd::Length
     // The upstream keeps the connection open after this answer: HTTP/1.1 without a "close"

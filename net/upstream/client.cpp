@@ -131,7 +131,7 @@ bool may_resend(const PreparedRequest& req) {
 // Why an answer's head cannot be relayed (a protocol failure): it names another request
 // (X-Request-Id), or it has a content or transfer coding the router does not pass on. Clear
 // when it can.
-error_code unrelayable_head(const PreparedRequest& req, const http::response_header<>& head) {
+error_code unrelayable_head(const PreparedRequest& req, const wire::ResponseFields& head) {
     if (!detail::answers_request(req, head)) {
         return Errc::UpstreamAnswerMismatch;
     }
@@ -268,8 +268,7 @@ awaitable<Result> Client::request(const Endpoint& ep, PreparedRequest req, Timeo
                 r.ec = wec ? wec : s.error();
                 co_return r;
             }
-            r.response.base() = std::move(s.head());
-            r.response.body() = std::move(body);
+            r.response = Response(std::move(s.head()), std::move(body));
             co_return r;
         }
     } catch (const boost::system::system_error& e) {

@@ -10,6 +10,7 @@
 // was read completely and both sides allow keep-alive.
 #include "net/common/error.hpp"
 #include "net/common/io.hpp"
+#include "net/common/response_head.hpp"
 
 #include <cstddef>
 #include <memory>
@@ -64,7 +65,19 @@ struct PoolLimits {
 };
 
 using Request = http::request<http::string_body>;
-using Response = http::response<http::string_body>;
+
+// A whole answer: its status and fields, and its body.
+class Response : public wire::ResponseFields {
+public:
+    Response() = default;
+    Response(wire::ResponseFields head, std::string body)
+        : wire::ResponseFields(std::move(head)), body_(std::move(body)) {}
+    std::string& body() noexcept { return body_; }
+    const std::string& body() const noexcept { return body_; }
+
+private:
+    std::string body_;
+};
 
 // A request whose fields are serialized already: the router's legs build one with a few appends
 // (no field tree, no serializer). The Client writes it as HTTP/1.1, adding Host (the endpoint's
@@ -142,7 +155,7 @@ private:
 class ResponseStream {
 public:
     virtual ~ResponseStream() = default;
-    virtual const http::response_header<>& head() const = 0;
+    virtual const wire::ResponseFields& head() const = 0;
     unsigned status() const { return head().result_int(); }
 
     // Appends the next piece of the body to `out` (waits at most Timeouts::idle for it).

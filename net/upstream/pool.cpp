@@ -259,7 +259,7 @@ bool final_status(unsigned status) noexcept {
     return status >= 200 && status <= 599 && status != 204 && status != 205 && status != 304;
 }
 
-bool answers_request(const PreparedRequest& req, const http::response_header<>& head) noexcept {
+bool answers_request(const PreparedRequest& req, const wire::ResponseFields& head) noexcept {
     if (req.request_id.empty()) {
         return true;
     }
@@ -267,7 +267,7 @@ bool answers_request(const PreparedRequest& req, const http::response_header<>& 
     return answered == nullptr || answered->value() == req.request_id;
 }
 
-bool plain_coding(const http::response_header<>& head) noexcept {
+bool plain_coding(const wire::ResponseFields& head) noexcept {
     // One walk over the fields (see net/common/fields.hpp).
     std::size_t te_fields = 0;
     for (const auto& f : head) {

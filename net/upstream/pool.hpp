@@ -3,7 +3,6 @@
 // classification shared by client.cpp and response_stream.cpp.
 #include "net/common/chunked.hpp"
 #include "net/common/deadline.hpp"
-#include "net/common/response_head.hpp"
 #include "net/upstream/client.hpp"
 
 #include <unordered_map>
@@ -95,11 +94,11 @@ bool final_status(unsigned status) noexcept;
 // engine that echoes the id, as vLLM does with --enable-request-id-headers and pdsim always
 // does). Such an answer was meant for an earlier request on the same connection: an upstream
 // that wrote more than one answer to one request. The connection is closed, the exchange fails.
-bool answers_request(const PreparedRequest& req, const http::response_header<>& head) noexcept;
+bool answers_request(const PreparedRequest& req, const wire::ResponseFields& head) noexcept;
 // False for an answer the router cannot relay as it is: a Content-Encoding other than identity
 // (the router sends no Accept-Encoding, and drops the header when relaying), or a
 // Transfer-Encoding other than one "chunked" (only the chunking is undone).
-bool plain_coding(const http::response_header<>& head) noexcept;
+bool plain_coding(const wire::ResponseFields& head) noexcept;
 Failure classify_write(const error_code& ec) noexcept;
 Failure classify_read(const error_code& ec, Failure on_timeout) noexcept;
 
@@ -125,8 +124,8 @@ public:
     awaitable<std::pair<Failure, error_code>> read_head();
     bool got_some() const noexcept { return got_some_; }
 
-    const http::response_header<>& head() const override { return head_.fields; }
-    http::response_header<>& head() { return head_.fields; }
+    const wire::ResponseFields& head() const override { return head_.fields; }
+    wire::ResponseFields& head() { return head_.fields; }
     awaitable<Failure> read_some(std::string& out) override;
     bool done() const override { return done_; }
     bool body_buffered() const override {

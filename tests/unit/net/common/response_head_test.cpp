@@ -55,6 +55,29 @@ TEST(ResponseHead, ParsesStatusFieldsAndWhereTheHeadEnds) {
     EXPECT_EQ(std::next(p.head.fields.begin())->name(), http::field::unknown);
 }
 
+TEST(ResponseHead, KeepsItsOwnCopyOfTheFieldsInTheirOrder) {
+    std::string text = "HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nA: 3\r\n\r\n";
+    Parsed p = parse(text);
+    ASSERT_EQ(p.result, HeadParse::Done);
+    text.assign(text.size(), 'x');  // the parsed bytes are gone: the head has its own
+    ResponseFields copy = p.head.fields;
+    const ResponseFields moved = std::move(p.head.fields);
+    p.head.fields = ResponseFields();
+    for (const ResponseFields* f : {static_cast<const ResponseFields*>(&copy), &moved}) {
+        std::string seen;
+        for (const auto& x : *f) {
+            seen.append(x.name_string()).append("=").append(x.value()).append(";");
+        }
+        EXPECT_EQ(seen, "A=1;B=2;A=3;");
+        EXPECT_EQ((*f)["a"], "1");  // the first of a repeated name
+        EXPECT_EQ((*f)["X"], "");
+    }
+    const ResponseFields made = ResponseFields::make(503, {{"Retry-After", "2"}, {"X", "y"}});
+    EXPECT_EQ(made.result_int(), 503u);
+    EXPECT_EQ(made[http::field::retry_after], "2");
+    EXPECT_EQ(made["x"], "y");
+}
+
 TEST(ResponseHead, WaitsForTheWholeHeadInAnyPiece) {
     const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
     for (std::size_t n = 0; n < head.size(); ++n) {

@@ -105,7 +105,7 @@ TEST(TrackedExchange, RelayedAnswerKeepsStatusTypeAndBody) {
 
 class FakeStream final : public upstream::ResponseStream {
 public:
-    const http::response_header<>& head() const override { return head_; }
+    const wire::ResponseFields& head() const override { return head_; }
     awaitable<upstream::Failure> read_some(std::string&) override {
         co_return upstream::Failure::None;
     }
@@ -115,7 +115,7 @@ public:
     }
     void cancel() override { ++cancels; }
 
-    http::response_header<> head_;
+    wire::ResponseFields head_;
     int cancels = 0;
 };
 

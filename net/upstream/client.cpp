@@ -87,17 +87,15 @@ void serialize_head(std::string& out, const PreparedRequest& req, std::string_vi
     out.append("\r\n");
 }
 
-// Sends the request: head and body in one gather write. The caller has armed the stream's timer
-// for the exchange; `timeout` covers a write that has to wait for the socket.
-awaitable<error_code> write_request(detail::Conn& c, const PreparedRequest& req,
-                                    std::string_view authority, Duration timeout) {
+// Sends the request: head and body in one gather write, at once when the socket takes it all
+// (no coroutine, the usual case). Otherwise returns the awaitable that sends the rest under
+// `timeout`; await it at once. The caller has armed the stream's timer for the exchange.
+std::optional<awaitable<error_code>> write_request(detail::Conn& c, const PreparedRequest& req,
+                                                   std::string_view authority, Duration timeout,
+                                                   error_code& ec) {
     serialize_head(c.head_buf, req, authority);
     const std::array<net::const_buffer, 2> buffers{net::buffer(c.head_buf), net::buffer(req.body)};
-    error_code ec;
-    if (auto rest = wire::send_or_rest(c.stream, buffers, timeout, ec)) {
-        ec = co_await std::move(*rest);
-    }
-    co_return detail::io_error(c, ec);
+    return wire::send_or_rest(c.stream, buffers, timeout, ec);
 }
 
 // A Request as the same PreparedRequest: its fields serialized in their order (Host among them
@@ -149,17 +147,19 @@ struct Acquired {
     bool reused = false;
 };
 
-awaitable<Acquired> acquire(Client::Impl& impl, const Endpoint& ep, const std::string& key,
-                            const Timeouts& t, bool fresh) {
-    Acquired a;
-    if (!fresh) {
-        a.conn = impl.take(key);
-        if (a.conn) {
-            a.reused = true;
-            a.conn->set_busy(impl.busy);
-            co_return a;
-        }
+// The pooled connection, without a coroutine (the usual case); false when there is none.
+bool take_pooled(Client::Impl& impl, const std::string& key, Acquired& a) {
+    a.conn = impl.take(key);
+    if (a.conn) {
+        a.reused = true;
+        a.conn->set_busy(impl.busy);
     }
+    return a.conn != nullptr;
+}
+
+awaitable<Acquired> connect_new(Client::Impl& impl, const Endpoint& ep, const std::string& key,
+                                const Timeouts& t) {
+    Acquired a;
     a.conn = std::make_unique<detail::Conn>(impl.executor);
     a.conn->key = key;
     auto [f, ec] = co_await impl.connect(*a.conn, ep, t);
@@ -221,7 +221,10 @@ awaitable<Result> Client::request(const Endpoint& ep, PreparedRequest req, Timeo
     Result r;
     try {
         for (int attempt = 0; attempt < 2; ++attempt) {
-            Acquired a = co_await acquire(*impl, ep, key, t, attempt > 0);
+            Acquired a;
+            if (attempt > 0 || !take_pooled(*impl, key, a)) {
+                a = co_await connect_new(*impl, ep, key, t);
+            }
             if (!a.conn) {
                 r.failure = a.failure;
                 r.ec = a.ec;
@@ -229,7 +232,11 @@ awaitable<Result> Client::request(const Endpoint& ep, PreparedRequest req, Timeo
             }
             detail::Conn& c = *a.conn;
             c.deadline.expires_after(t.response);  // the whole exchange
-            const error_code wec = co_await write_request(c, req, key, t.response);
+            error_code wec;
+            if (auto rest = write_request(c, req, key, t.response, wec)) {
+                wec = co_await std::move(*rest);
+            }
+            wec = detail::io_error(c, wec);
             if (wec && !answer_may_wait(a, wec)) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;
@@ -262,7 +269,9 @@ awaitable<Result> Client::request(const Endpoint& ep, PreparedRequest req, Timeo
                 co_return r;  // the connection is dropped with `s`
             }
             std::string body;
-            f = co_await s.read_all(body);
+            if (!s.take_whole_body(body)) {
+                f = co_await s.read_all(body);
+            }
             if (f != Failure::None) {
                 r.failure = wec ? detail::classify_write(wec) : f;
                 r.ec = wec ? wec : s.error();
@@ -285,14 +294,21 @@ awaitable<Client::Opened> Client::open(const Endpoint& ep, PreparedRequest req, 
     Opened o;
     try {
         for (int attempt = 0; attempt < 2; ++attempt) {
-            Acquired a = co_await acquire(*impl, ep, key, t, attempt > 0);
+            Acquired a;
+            if (attempt > 0 || !take_pooled(*impl, key, a)) {
+                a = co_await connect_new(*impl, ep, key, t);
+            }
             if (!a.conn) {
                 o.failure = a.failure;
                 o.ec = a.ec;
                 co_return o;
             }
             a.conn->deadline.expires_after(t.response);  // the write, then read_head
-            const error_code wec = co_await write_request(*a.conn, req, key, t.response);
+            error_code wec;
+            if (auto rest = write_request(*a.conn, req, key, t.response, wec)) {
+                wec = co_await std::move(*rest);
+            }
+            wec = detail::io_error(*a.conn, wec);
             if (wec && !answer_may_wait(a, wec)) {
                 if (a.reused && detail::is_stale_error(wec)) {
                     continue;

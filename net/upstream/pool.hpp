@@ -132,6 +132,9 @@ public:
         return done_ || head_.body == wire::BodyEnd::None || (conn_ && conn_->buffer.size() > 0);
     }
     awaitable<Failure> read_all(std::string& out) override;
+    // The whole body into `out` when it is buffered already (the usual case for a short answer
+    // that came with its head), without a coroutine; false (nothing taken) when it is not.
+    bool take_whole_body(std::string& out);
     void cancel() override;
     // The error under the last failure of read_some() or read_all(), for logs.
     const error_code& error() const noexcept { return error_; }

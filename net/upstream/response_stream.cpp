@@ -183,6 +183,35 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
     co_return Failure::Canceled;
 }
 
+bool StreamImpl::take_whole_body(std::string& out) {
+    if (done_ || canceled_ || closed_ || !conn_ || deferred_ != Failure::None) {
+        return false;
+    }
+    const std::size_t buffered = conn_->buffer.size();
+    bool whole = false;
+    switch (head_.body) {
+        case wire::BodyEnd::None:
+            whole = true;
+            break;
+        case wire::BodyEnd::Length:
+            whole = buffered >= length_left_ && length_left_ <= max_body_;
+            break;
+        case wire::BodyEnd::Chunked:
+        case wire::BodyEnd::ToEof:
+            break;  // their end is known only by reading: read_all
+    }
+    if (!whole) {
+        return false;
+    }
+    error_code ec;
+    const bool complete = take_buffered(out, ec);
+    (void)ec;  // (a length cannot be malformed)
+    if (complete) {
+        finish();
+    }
+    return complete;
+}
+
 awaitable<Failure> StreamImpl::read_all(std::string& out) {
     const std::size_t start = out.size();
     // A declared length over the limit fails before a byte is read; one within it is the

@@ -152,10 +152,35 @@ struct StreamState {
     // The client's head: held to go out with the first events that came with D's head, or sent.
     enum class Head { Held, Sent } head = Head::Sent;
     bool first_byte_seen = false;  // D's first body byte has arrived (the handover is over)
-    // The last whole event relayed: D's own error event (the client has been told; no second
-    // error event), [DONE] (the client has the whole answer), or another.
-    LastEvent last = LastEvent::Other;
     SseCutter cutter;  // whole events only: a failure never leaves a truncated one behind
+
+    // The last whole event relayed: D's own error event (the client has been told; no second
+    // error event), [DONE] (the client has the whole answer), or another. Read only when the
+    // body ends or fails, so the piece it is in is kept (swapped in, not copied) and looked at
+    // then, not after every write.
+    LastEvent last() {
+        if (last_pending_) {
+            last_ = last_event(last_piece_);
+            last_pending_ = false;
+        }
+        return last_;
+    }
+    // `piece` went out and ends at an event's end: its last event is the last one relayed.
+    // Takes its bytes (leaves `piece` with other ones, to be cleared).
+    void relayed_whole(std::string& piece) {
+        last_piece_.swap(piece);
+        last_pending_ = true;
+    }
+    // Part of an over-long event went out after the last whole one.
+    void relayed_part() {
+        last_pending_ = false;
+        last_ = LastEvent::Other;
+    }
+
+private:
+    LastEvent last_ = LastEvent::Other;
+    bool last_pending_ = false;
+    std::string last_piece_;
 };
 
 // Ends a started stream after a decode failure: drops the unfinished event the cutter holds,
@@ -242,7 +267,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             deps.metrics.client_disconnect(metrics::DisconnectPhase::Decode);
             co_return RelayEnd::ClientGone;
         }
-        if (f != upstream::Failure::None && st.last == LastEvent::Done && st.cutter.held() == 0) {
+        if (f != upstream::Failure::None && st.cutter.held() == 0 && st.last() == LastEvent::Done) {
             // Only the end of the body failed: the answer is whole, so it ends cleanly (an
             // error event after [DONE] would contradict it). D's failure is still counted.
             deps.metrics.upstream_error(Leg::Decode, error_kind_for(f));
@@ -258,7 +283,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             co_await end_with_error(
                 req, st.cutter, decode, errc_for(f),
                 std::string("decode instance failed mid-stream: ").append(upstream::to_string(f)),
-                st.last == LastEvent::Error && st.cutter.held() == 0);
+                st.cutter.held() == 0 && st.last() == LastEvent::Error);
             co_return RelayEnd::UpstreamFailed;
         }
         if (!piece.empty() && !st.first_byte_seen) {
@@ -299,14 +324,14 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
         // for the rest of that event.
         if (!piece.empty() || (st.head == StreamState::Head::Held && !up.done() && !cut_off)) {
             st.head = StreamState::Head::Sent;
-            if (st.cutter.at_boundary() && !piece.empty()) {
-                st.last = last_event(piece);
-            } else if (!piece.empty()) {
-                st.last = LastEvent::Other;  // part of a later (over-long) event went out after it
+            const bool whole = st.cutter.at_boundary() && !piece.empty();
+            if (!whole && !piece.empty()) {
+                st.relayed_part();  // part of a later (over-long) event went out after it
             }
             // The last piece and the end of the body go out in one write (unless the body ended
             // early: see below).
-            const bool last = up.done() && !cut_off && !ended_early(up, st.last);
+            const bool last =
+                up.done() && !cut_off && !ended_early(up, whole ? last_event(piece) : st.last());
             error_code ec;
             std::optional<awaitable<error_code>> rest;
             if (last) {
@@ -325,6 +350,9 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             if (last) {
                 co_return RelayEnd::Complete;
             }
+            if (whole) {
+                st.relayed_whole(piece);
+            }
         }
         if (cut_off) {
             count_failure(deps, req, decode, upstream::Failure::Read, true);
@@ -332,11 +360,11 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
                                     "decode instance closed the stream inside an event", false);
             co_return RelayEnd::UpstreamFailed;
         }
-        if (up.done() && ended_early(up, st.last)) {
+        if (up.done() && ended_early(up, st.last())) {
             count_failure(deps, req, decode, upstream::Failure::Read, true);
             co_await end_with_error(req, st.cutter, decode, Errc::UpstreamClosed,
                                     "decode instance closed the stream before [DONE]",
-                                    st.last == LastEvent::Error);
+                                    st.last() == LastEvent::Error);
             co_return RelayEnd::UpstreamFailed;
         }
         if (up.done()) {

@@ -89,13 +89,14 @@ void serialize_head(std::string& out, const PreparedRequest& req, std::string_vi
 
 // Sends the request: head and body in one gather write, at once when the socket takes it all
 // (no coroutine, the usual case). Otherwise returns the awaitable that sends the rest under
-// `timeout`; await it at once. The caller has armed the stream's timer for the exchange.
+// `timeout`; await it at once (it refers to `c.request_buffers`, and so to `req`'s body). The
+// caller has armed the stream's timer for the exchange.
 std::optional<awaitable<error_code>> write_request(detail::Conn& c, const PreparedRequest& req,
                                                    std::string_view authority, Duration timeout,
                                                    error_code& ec) {
     serialize_head(c.head_buf, req, authority);
-    const std::array<net::const_buffer, 2> buffers{net::buffer(c.head_buf), net::buffer(req.body)};
-    return wire::send_or_rest(c.stream, buffers, timeout, ec);
+    c.request_buffers = {net::buffer(c.head_buf), net::buffer(req.body)};
+    return wire::send_or_rest(c.stream, c.request_buffers, timeout, ec);
 }
 
 // A Request as the same PreparedRequest: its fields serialized in their order (Host among them
@@ -106,8 +107,8 @@ PreparedRequest prepared(Request req) {
     p.target = std::string(req.target());
     p.keep_alive = req.keep_alive();
     for (const auto& f : req) {
-        if (f.name() == http::field::content_length) {
-            continue;  // the body's own length goes out
+        if (f.name() == http::field::content_length || f.name() == http::field::transfer_encoding) {
+            continue;  // the body goes out whole, with its own length (as prepare_payload did)
         }
         p.has_host = p.has_host || f.name() == http::field::host;
         p.add(f.name_string(), f.value());

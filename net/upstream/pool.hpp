@@ -5,6 +5,7 @@
 #include "net/common/deadline.hpp"
 #include "net/upstream/client.hpp"
 
+#include <array>
 #include <unordered_map>
 #include <vector>
 
@@ -30,7 +31,10 @@ struct Conn {
     beast::flat_buffer buffer;  // kept with the connection (holds read-ahead bytes)
     Clock::time_point idle_since{};
     std::string head_buf;  // scratch for the serialized request head
-    std::string key;       // the endpoint's authority (its pool's key)
+    // The request's head and body as one gather write: kept here, since a write that did not go
+    // out at once finishes in an awaitable that refers to them.
+    std::array<net::const_buffer, 2> request_buffers;
+    std::string key;  // the endpoint's authority (its pool's key)
     // Since when the exchange has waited on the upstream with nothing arriving: its start, the
     // last bytes received, or (a streamed body) the start of the current read; max() while the
     // caller is not waiting on it (between two reads of a streamed body).

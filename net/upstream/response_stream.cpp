@@ -30,13 +30,22 @@ awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
     }
     auto& in = conn_->buffer;
     error_code ec;
+    // The head is parsed whole, from its start: again only once its end (an empty line) has come,
+    // or once the bytes have doubled since the last try (which also judges what came so far), so
+    // a head that arrives a few bytes at a time costs a few parses, not one per read.
+    std::size_t tried = 0;     // bytes buffered at the last parse that needed more
+    std::size_t searched = 0;  // bytes searched for the head's end
     for (;;) {
-        if (in.size() > 0) {
-            got_some_ = true;
+        const std::string_view text(static_cast<const char*>(in.data().data()), in.size());
+        const bool ended =
+            text.find("\r\n\r\n", searched < 3 ? 0 : searched - 3) != std::string_view::npos;
+        searched = text.size();
+        got_some_ = got_some_ || !text.empty();
+        if (!text.empty() && (ended || tried == 0 || text.size() >= 2 * tried ||
+                              text.size() >= kMaxResponseHeader)) {
             std::size_t used = 0;
             const auto parsed =
-                wire::parse_response_head({static_cast<const char*>(in.data().data()), in.size()},
-                                          kMaxResponseHeader, head_request_, head_, used, ec);
+                wire::parse_response_head(text, kMaxResponseHeader, head_request_, head_, used, ec);
             if (parsed == wire::HeadParse::Done) {
                 in.consume(used);  // the body's bytes stay buffered
                 break;
@@ -44,6 +53,7 @@ awaitable<std::pair<Failure, error_code>> StreamImpl::read_head() {
             if (parsed == wire::HeadParse::Failed) {
                 break;
             }
+            tried = text.size();
         }
         auto [rec, n] =
             co_await conn_->stream.socket().async_read_some(in.prepare(wire::kReadSize), use_tuple);
@@ -175,8 +185,9 @@ awaitable<Failure> StreamImpl::read_some(std::string& out) {
             conn_->buffer.commit(n);
             conn_->quiet_since = Clock::now();
         }
-    } catch (const boost::system::system_error&) {
+    } catch (const boost::system::system_error& e) {
         // The calling coroutine was cancelled between two operations.
+        error_ = e.code();
     }
     canceled_ = true;
     drop();

@@ -156,6 +156,7 @@ TEST_F(ClientTest, RequestsGoOutWithHostAndLengthAfterTheirFields) {
         Request own_host{http::verb::get, "/h", 11};
         own_host.set(http::field::host, "example");
         own_host.set("X-B", "2");
+        own_host.set(http::field::transfer_encoding, "chunked");  // dropped: the body goes whole
         EXPECT_TRUE((co_await client.request(ep, own_host, quick())).ok());
         Request empty_post{http::verb::post, "/e", 11};
         empty_post.keep_alive(false);
@@ -170,6 +171,109 @@ TEST_F(ClientTest, RequestsGoOutWithHostAndLengthAfterTheirFields) {
     EXPECT_EQ(seen[2], "GET /h HTTP/1.1\r\nHost: example\r\nX-B: 2\r\n\r\n");
     EXPECT_EQ(seen[3],
               "POST /e HTTP/1.1\r\nConnection: close\r\n" + host + "Content-Length: 0\r\n\r\n");
+}
+
+// A request too big for the socket's send buffer goes out in a write that finishes later: the
+// upstream, which starts reading only after a while, gets every byte of it as sent.
+TEST_F(ClientTest, ARequestThatDoesNotGoOutAtOnceArrivesWhole) {
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    std::string body(16 << 20, 'x');
+    for (std::size_t i = 0; i < body.size(); i += 4096) {
+        body[i] = static_cast<char>('a' + (i / 4096) % 26);
+    }
+    std::string received;
+    auto serve = [&]() -> awaitable<void> {
+        auto [ec, sock] = co_await acceptor.async_accept();
+        if (ec) {
+            co_return;
+        }
+        co_await sleep_for(Duration{200});  // the client's first send fills the buffers
+        std::vector<char> buf(1 << 16);
+        for (;;) {
+            auto [rec, n] = co_await sock.async_read_some(net::buffer(buf), use_tuple);
+            if (rec) {
+                co_return;
+            }
+            received.append(buf.data(), n);
+            const auto end = received.find("\r\n\r\n");
+            if (end != std::string::npos && received.size() >= end + 4 + body.size()) {
+                const std::string_view answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                co_await net::async_write(sock, net::buffer(answer), use_tuple);
+                co_return;
+            }
+        }
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        PreparedRequest req;
+        req.method = http::verb::post;
+        req.target = "/big";
+        req.body = body;
+        Timeouts t = quick();
+        t.response = Duration{10'000};
+        const Endpoint ep{"127.0.0.1", port};  // (named: GCC 12 ends a temporary's life early)
+        Result r = co_await client.request(ep, std::move(req), t);
+        EXPECT_TRUE(r.ok()) << to_string(r.failure) << " " << r.ec.message();
+        EXPECT_EQ(r.response.body(), "ok");
+    }());
+    acceptor.close();
+    const auto end = received.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos);
+    EXPECT_TRUE(received.substr(end + 4) == body) << received.size() - end - 4;
+}
+
+// An upstream's head that comes a few bytes at a time is read whole; one that cannot be a head
+// fails at its first bad byte, long before the response timeout.
+TEST_F(ClientTest, AHeadInSmallPiecesIsReadAndAGarbledOneFailsAtOnce) {
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    const std::vector<std::string> answers{
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Pad: 0123456789abcdef\r\n"
+        "Connection: close\r\nContent-Length: 2\r\n\r\nok",
+        "XTTP/1.1 200 OK\r\n",  // then silence
+    };
+    std::size_t next = 0;
+    // Each connection is answered on its own, a few bytes at a time, and then left open.
+    auto answer = [](tcp::socket sock, std::string a) -> awaitable<void> {
+        sock.set_option(tcp::no_delay(true));
+        std::vector<char> buf(4096);
+        auto [rec, n] = co_await sock.async_read_some(net::buffer(buf), use_tuple);
+        (void)n;
+        for (std::size_t at = 0; !rec && at < a.size(); at += 3) {
+            co_await net::async_write(sock, net::buffer(a.substr(at, 3)), use_tuple);
+            co_await sleep_for(Duration{2});
+        }
+        co_await sleep_for(Duration{3000});
+    };
+    auto serve = [&]() -> awaitable<void> {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            net::co_spawn(ioc_, answer(std::move(sock), answers[next++ % answers.size()]),
+                          net::detached);
+        }
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        Client client(ioc_.get_executor());
+        Timeouts t = quick();
+        t.response = Duration{5000};
+        const Endpoint ep{"127.0.0.1", port};
+        Result good = co_await client.request(ep, make_get("/a"), t);
+        EXPECT_TRUE(good.ok()) << to_string(good.failure) << " " << good.ec.message();
+        EXPECT_EQ(good.response.body(), "ok");
+        EXPECT_EQ(good.response["x-pad"], "0123456789abcdef");
+        const auto start = Clock::now();
+        Result bad = co_await client.request(ep, make_get("/b"), t);
+        EXPECT_EQ(bad.failure, Failure::Protocol);
+        EXPECT_LT(Clock::now() - start, Duration{1000});
+        client.close_idle();
+    }());
+    acceptor.close();
 }
 
 TEST_F(ClientTest, ConcurrentRequestsOpenSeparateConnections) {

@@ -1,6 +1,7 @@
 #include "net/common/response_head.hpp"
 
-#include <boost/beast/core/string.hpp>
+#include "config/ascii.hpp"
+
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 
@@ -72,7 +73,7 @@ std::string_view ResponseFields::operator[](http::field name) const noexcept {
 
 std::string_view ResponseFields::operator[](std::string_view name) const noexcept {
     for (const auto& x : fields_) {
-        if (x.name_string().size() == name.size() && boost::beast::iequals(x.name_string(), name)) {
+        if (ascii::iequals(x.name_string(), name)) {
             return x.value();
         }
     }
@@ -272,11 +273,8 @@ bool parse_length(std::string_view v, std::uint64_t& out) {
 // True when the last element of a Transfer-Encoding list is "chunked".
 bool ends_chunked(std::string_view v) {
     const auto comma = v.rfind(',');
-    std::string_view last = comma == std::string_view::npos ? v : v.substr(comma + 1);
-    while (!last.empty() && is_ows(last.front())) {
-        last.remove_prefix(1);
-    }
-    return last.size() == 7 && boost::beast::iequals(last, "chunked");
+    return ascii::iequals(ascii::trim(comma == std::string_view::npos ? v : v.substr(comma + 1)),
+                          "chunked");
 }
 
 // A Connection list: tokens, with commas and OWS between them (empty items allowed).
@@ -305,14 +303,7 @@ bool valid_options(std::string_view v) {
 bool has_option(std::string_view v, std::string_view option) {
     while (!v.empty()) {
         const auto comma = v.find(',');
-        std::string_view item = v.substr(0, comma);
-        while (!item.empty() && is_ows(item.front())) {
-            item.remove_prefix(1);
-        }
-        while (!item.empty() && is_ows(item.back())) {
-            item.remove_suffix(1);
-        }
-        if (item.size() == option.size() && boost::beast::iequals(item, option)) {
+        if (ascii::iequals(ascii::trim(v.substr(0, comma)), option)) {
             return true;
         }
         v.remove_prefix(comma == std::string_view::npos ? v.size() : comma + 1);

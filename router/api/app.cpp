@@ -51,11 +51,13 @@ server::Limits limits_from(const config::Config& cfg, std::size_t workers,
     l.reserved_probe_connections = cfg.reserved_probe_connections;
     l.max_connections_per_source = cfg.max_connections_per_source;
     l.counts = std::move(counts);
-    // Liveness and scraping keep working with every client slot taken.
+    // Liveness (the Helm chart's probe is /status: it answers while the process serves HTTP,
+    // where /health is 503 without instances), readiness and scraping keep working with every
+    // client slot taken.
     l.is_probe = [](const http::request_header<>& h) {
         const RouteMatch m = match_route(h.method(), h.target());
         return m.kind == RouteMatch::Kind::Found &&
-               (m.id == RouteId::Health || m.id == RouteId::Metrics);
+               (m.id == RouteId::Health || m.id == RouteId::Status || m.id == RouteId::Metrics);
     };
     return l;
 }

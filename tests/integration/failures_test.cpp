@@ -667,9 +667,9 @@ TEST_F(FailureTest, ConnectionsBeyondMaxClientConnectionsGet503) {
     return ::testing::AssertionSuccess();
 }
 
-// Every client slot taken (idle kept-alive connections): a liveness probe and a scrape still get
-// their answer on the reserved probe slots, a generation gets 503 too_many_connections; once the
-// probe slots are held too, a probe is refused as well.
+// Every client slot taken (idle kept-alive connections): liveness and readiness probes and a
+// scrape still get their answer on the reserved probe slots, a generation gets 503
+// too_many_connections; once the probe slots are held too, a probe is refused as well.
 TEST_F(FailureTest, ProbesAreServedWithEveryClientSlotTaken) {
     auto& pd = start(PdOptions{}.sim(kFastSim).router(
         fast_router({"--max-client-connections", "8", "--reserved-probe-connections", "2"})));
@@ -682,8 +682,11 @@ TEST_F(FailureTest, ProbesAreServedWithEveryClientSlotTaken) {
     auto work = send_generation(*pd.router, completion_body("no slot left", 3, false));
     EXPECT_EQ(work.status, 503) << work.describe();
     EXPECT_NE(work.body.find("too_many_connections"), std::string::npos) << work.body;
+    // /status is the Helm chart's liveness probe: served too. /v1/models is not a probe.
     auto status = http_get(pd.router->port, "/status");
-    EXPECT_EQ(status.status, 503) << status.describe();
+    EXPECT_EQ(status.status, 200) << status.describe();
+    auto models = http_get(pd.router->port, "/v1/models");
+    EXPECT_EQ(models.status, 503) << models.describe();
     // Two idle connections hold both probe slots: now a probe is refused too. (The probe
     // slots of the probes above are given back when the router sees those connections end, on
     // whichever worker thread holds them: a connection made just before that is refused, so

@@ -3,8 +3,8 @@
 #include "config/ascii.hpp"
 
 #include "net/common/log.hpp"
+#include "net/common/log_limit.hpp"
 #include "net/common/shared_state.hpp"
-#include "router/api/log_limit.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/flow.hpp"
 

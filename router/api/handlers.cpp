@@ -2,10 +2,10 @@
 // metrics and the lease-refresh forwarder.
 #include "net/common/fields.hpp"
 #include "net/common/log.hpp"
+#include "net/common/log_limit.hpp"
 #include "net/common/shared_state.hpp"
 #include "router/api/admin.hpp"
 #include "router/api/app.hpp"
-#include "router/api/log_limit.hpp"
 #include "router/api/validate.hpp"
 #include "router/api/worker.hpp"
 #include "router/disagg/attempts.hpp"
@@ -204,7 +204,7 @@ awaitable<void> App::handle_models(TrackedExchange& ex, Worker& w) {
                          std::string(upstream::to_string(res.failure)));
             registry_.report_leg_failure(*decode, res.failure, upstream::to_string(res.failure));
             if (!tries.last()) {
-                disagg::log_retry(ex.request_id(), "models", decode->name,
+                disagg::log_retry(ex, ex.request_id(), "models", decode->name,
                                   upstream::to_string(res.failure));
             }
             continue;
@@ -219,7 +219,7 @@ awaitable<void> App::handle_models(TrackedExchange& ex, Worker& w) {
                                        metrics::UpstreamErrorKind::NoInstance);
         co_await server::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
     } else {
-        disagg::log_failure(ex.request_id(), "models", tries.last_failed(),
+        disagg::log_failure(ex, ex.request_id(), "models", tries.last_failed(),
                             "last try: " + tries.last_error());
         co_await server::respond_error(ex, disagg::errc_for(last_failure),
                                        "decode instance " + tries.last_error());

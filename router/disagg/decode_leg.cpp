@@ -43,10 +43,10 @@ awaitable<Attempt> attempt_on(FlowDeps& deps, FlowRequest& req, LegCanceler& can
         failure = decode.client_name() + ": " + reason;
         deps.registry.report_leg_failure(decode, f, reason);
         if (upstream::request_not_sent(f) && may_retry) {
-            log_retry(req.request_id, "decode", decode.name, reason);
+            log_retry(req, "decode", decode.name, reason);
             co_return Attempt::Retry;
         }
-        log_failure(req.request_id, "decode", decode.name, reason);
+        log_failure(req, "decode", decode.name, reason);
         co_await respond_error(req.exchange, errc_for(f), "decode instance " + failure);
         co_return Attempt::Done;
     }
@@ -75,7 +75,7 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
                 "the prefill's KV lease would expire before a decode instance "
                 "could take the request" +
                 (tries.last_error().empty() ? "" : " (last try: " + tries.last_error() + ")");
-            log_failure(req.request_id, "decode", tries.last_failed(), why);
+            log_failure(req, "decode", tries.last_failed(), why);
             co_await respond_error(req.exchange, Errc::UpstreamTimeout, why);
             co_return;
         }
@@ -108,7 +108,7 @@ awaitable<void> run_decode_leg(FlowDeps& deps, FlowRequest& req, LegCanceler& ca
         co_await respond_no_instance(deps, req, metrics::Leg::Decode);
     } else {
         log_failure(
-            req.request_id, "decode", tries.last_failed(),
+            req, "decode", tries.last_failed(),
             "no other healthy decode instance to retry on (last try: " + tries.last_error() + ")");
         co_await respond_error(req.exchange, Errc::UpstreamConnect,
                                "could not reach a decode instance: " + tries.last_error());

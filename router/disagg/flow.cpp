@@ -1,6 +1,7 @@
 #include "router/disagg/flow.hpp"
 
 #include "net/common/log.hpp"
+#include "net/common/log_limit.hpp"
 
 namespace pdr::disagg {
 
@@ -52,24 +53,40 @@ double seconds_since(Clock::time_point t) noexcept {
 
 namespace {
 
-void log_leg(std::string_view what, std::string_view request_id, std::string_view leg,
-             std::string_view instance, std::string_view reason) {
+// `what` for `leg` and `instance`, at most once per second for each of the three together (a
+// line left out goes out at DEBUG instead).
+void log_leg(LogLimiter& limiter, std::string_view what, const server::Exchange& client,
+             std::string_view request_id, std::string_view leg, std::string_view instance,
+             std::string_view reason) {
     if (log::level() > log::Level::Warn) {
         return;
     }
+    if (instance.empty()) {
+        instance = "-";
+    }
+    std::string kind;
+    kind.reserve(leg.size() + instance.size() + 1);
+    kind.append(leg).append(" ").append(instance);
+    std::string note;
+    const bool allowed = limiter.allow(kind, note);
+    if (!allowed && log::level() > log::Level::Debug) {
+        return;
+    }
     std::string line;
-    line.reserve(what.size() + leg.size() + instance.size() + reason.size() + 24);
+    line.reserve(what.size() + leg.size() + instance.size() + reason.size() + note.size() + 80);
     line.append(what).append(": leg=").append(leg);
-    line.append(" instance=").append(instance.empty() ? "-" : instance);
+    line.append(" instance=").append(instance);
     line.append(" reason=").append(reason);
-    log::write(log::Level::Warn, kLogComponent, line, request_id);
+    line.append(" client=").append(client.remote_address()).append(note);
+    log::write(allowed ? log::Level::Warn : log::Level::Debug, kLogComponent, line, request_id);
 }
 
 }  // namespace
 
-void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
-                 std::string_view reason) {
-    log_leg("request failed", request_id, leg, instance, reason);
+void log_failure(const server::Exchange& client, std::string_view request_id, std::string_view leg,
+                 std::string_view instance, std::string_view reason) {
+    static LogLimiter limiter;
+    log_leg(limiter, "request failed", client, request_id, leg, instance, reason);
 }
 
 awaitable<void> respond_no_instance(FlowDeps& deps, FlowRequest& req, metrics::Leg leg) {
@@ -77,14 +94,16 @@ awaitable<void> respond_no_instance(FlowDeps& deps, FlowRequest& req, metrics::L
     const std::string_view why =
         prefill ? "no healthy prefill instance" : "no healthy decode instance";
     deps.metrics.upstream_error(leg, metrics::UpstreamErrorKind::NoInstance);
-    log_failure(req.request_id, prefill ? "prefill" : "decode", {}, why);
+    log_failure(req, prefill ? "prefill" : "decode", {}, why);
     co_await respond_error(req.exchange, prefill ? Errc::NoPrefillInstance : Errc::NoDecodeInstance,
                            why);
 }
 
-void log_retry(std::string_view request_id, std::string_view leg, std::string_view instance,
-               std::string_view reason) {
-    log_leg("leg attempt failed, retrying on another instance", request_id, leg, instance, reason);
+void log_retry(const server::Exchange& client, std::string_view request_id, std::string_view leg,
+               std::string_view instance, std::string_view reason) {
+    static LogLimiter limiter;
+    log_leg(limiter, "leg attempt failed, retrying on another instance", client, request_id, leg,
+            instance, reason);
 }
 
 }  // namespace pdr::disagg

@@ -62,15 +62,27 @@ std::string status_reason(unsigned status, std::string_view body);
 // upstream::describe, but a body over the limit names the limit and its flag.
 std::string describe_failure(const config::Config& cfg, upstream::Failure f, const error_code& ec);
 
-// One warn line for a failed request: "request failed: leg=<leg> instance=<i> reason=<r>".
-void log_failure(std::string_view request_id, std::string_view leg, std::string_view instance,
-                 std::string_view reason);
+// One warn line for a failed request: "request failed: leg=<leg> instance=<i> reason=<r>
+// client=<address>". Anyone can make requests fail (prompts the engines refuse, an outage), so
+// these lines go out at most once a second per leg and instance; the next one that does says
+// how many were left out (those go out at DEBUG, and the metrics count every failure).
+void log_failure(const server::Exchange& client, std::string_view request_id, std::string_view leg,
+                 std::string_view instance, std::string_view reason);
+inline void log_failure(const FlowRequest& req, std::string_view leg, std::string_view instance,
+                        std::string_view reason) {
+    log_failure(req.exchange, req.request_id, leg, instance, reason);
+}
 // No instance of `leg`'s role is up: counts it (kind no_instance), logs it and answers 503
 // no_prefill_instance / no_decode_instance.
 awaitable<void> respond_no_instance(FlowDeps& deps, FlowRequest& req, metrics::Leg leg);
 // One warn line for a leg attempt that failed and is retried on another instance (the request
-// goes on): "leg attempt failed, retrying on another instance: leg=... instance=... reason=...".
-void log_retry(std::string_view request_id, std::string_view leg, std::string_view instance,
-               std::string_view reason);
+// goes on): "leg attempt failed, retrying on another instance: leg=... instance=... reason=...
+// client=...", limited as log_failure's lines.
+void log_retry(const server::Exchange& client, std::string_view request_id, std::string_view leg,
+               std::string_view instance, std::string_view reason);
+inline void log_retry(const FlowRequest& req, std::string_view leg, std::string_view instance,
+                      std::string_view reason) {
+    log_retry(req.exchange, req.request_id, leg, instance, reason);
+}
 
 }  // namespace pdr::disagg

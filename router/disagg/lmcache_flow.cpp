@@ -94,8 +94,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
                 // The prompt itself is bad (too long, a bad template): P's answer is the client's.
                 deps.registry.report_success(*p);
                 deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
-                log_failure(req.request_id, "prefill", p->name,
-                            "/tokenize " + status_reason(tok.status, {}));
+                log_failure(req, "prefill", p->name, "/tokenize " + status_reason(tok.status, {}));
                 co_await respond_relayed(req.exchange, tok.status,
                                          tok.result.response[http::field::content_type],
                                          std::move(tok.result.response.body()));
@@ -112,10 +111,10 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
             if (!reason.empty()) {
                 tries.failed(p->client_name() + " " + reason);
                 if (!tries.last()) {
-                    log_retry(req.request_id, "prefill", p->name, reason);
+                    log_retry(req, "prefill", p->name, reason);
                     continue;
                 }
-                log_failure(req.request_id, "prefill", p->name, reason);
+                log_failure(req, "prefill", p->name, reason);
                 co_await respond_error(req.exchange, last_errc,
                                        "prefill instance " + tries.last_error());
                 co_return side;
@@ -145,7 +144,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
                 const std::string why =
                     "cannot wait for KV-ready notifications: " + std::string(side.ready.error()) +
                     " (--kv-ready-max-pending)";
-                log_failure(req.request_id, "prefill", p->name, why);
+                log_failure(req, "prefill", p->name, why);
                 co_await respond_error(req.exchange, Errc::TooManyRequests, why);
                 co_return side;
             }
@@ -168,7 +167,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
             if (upstream::request_not_sent(pre.result.failure) && !tries.last()) {
                 side.ready = {};
                 tries.failed(p->client_name() + " " + reason);
-                log_retry(req.request_id, "prefill", p->name, reason);
+                log_retry(req, "prefill", p->name, reason);
                 continue;
             }
         } else if (pre.status >= 500) {
@@ -179,7 +178,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
         } else if (pre.status >= 400) {
             deps.registry.report_success(*p);
             deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
-            log_failure(req.request_id, "prefill", p->name, status_reason(pre.status, {}));
+            log_failure(req, "prefill", p->name, status_reason(pre.status, {}));
             co_await respond_relayed(req.exchange, pre.status,
                                      pre.result.response[http::field::content_type],
                                      std::move(pre.result.response.body()),
@@ -198,7 +197,7 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
         if (!reason.empty()) {
             // P may have moved KV or notified already: no other P, and D is never called.
             tries.failed(p->client_name() + " " + reason);
-            log_failure(req.request_id, "prefill", p->name, reason);
+            log_failure(req, "prefill", p->name, reason);
             co_await respond_error(req.exchange, last_errc,
                                    "prefill instance " + tries.last_error());
             co_return side;
@@ -263,7 +262,7 @@ awaitable<void> run_lmcache_flow(FlowDeps& deps, FlowRequest& req) {
             "no decode instance has LMCache receiver ports (--lmcache-init-ports and "
             "--lmcache-alloc-ports, or lmcache_init_ports/lmcache_alloc_ports in "
             "/instances/add); see GET /status";
-        log_failure(req.request_id, "decode", {}, why);
+        log_failure(req, "decode", {}, why);
         co_await respond_error(req.exchange, Errc::NoDecodeInstance, why);
         co_return;
     }
@@ -326,7 +325,7 @@ awaitable<void> run_lmcache_flow(FlowDeps& deps, FlowRequest& req) {
                                 side.prefill->client_name() + " within " +
                                 std::to_string(deps.cfg.kv_ready_timeout.count()) + " ms";
         if (!proceed) {
-            log_failure(req.request_id, "prefill", side.prefill->name, why);
+            log_failure(req, "prefill", side.prefill->name, why);
             co_await respond_error(req.exchange, Errc::UpstreamTimeout,
                                    why + " (--on-kv-ready-timeout error)");
             co_return;

@@ -15,7 +15,7 @@ awaitable<void> respond_prefill_attempts_used(FlowDeps& deps, FlowRequest& req,
         co_return;
     }
     log_failure(
-        req.request_id, "prefill", tries.last_failed(),
+        req, "prefill", tries.last_failed(),
         "no other healthy prefill instance to retry on (last try: " + tries.last_error() + ")");
     co_await respond_error(req.exchange, last_errc, "prefill instance " + tries.last_error());
 }
@@ -65,7 +65,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             // it is working (as for a decode 4xx): its error count starts again.
             deps.registry.report_success(*p);
             deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Status4xx);
-            log_failure(req.request_id, "prefill", p->name, status_reason(status, {}));
+            log_failure(req, "prefill", p->name, status_reason(status, {}));
             const std::string_view ct =
                 wire::field_value(result.response, http::field::content_type);
             const std::string_view retry_after =
@@ -94,10 +94,10 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
         if (!reason.empty()) {
             tries.failed(p->client_name() + " " + reason);
             if (!last) {
-                log_retry(req.request_id, "prefill", p->name, reason);
+                log_retry(req, "prefill", p->name, reason);
                 continue;
             }
-            log_failure(req.request_id, "prefill", p->name, reason);
+            log_failure(req, "prefill", p->name, reason);
             co_await respond_error(req.exchange, last_errc,
                                    "prefill instance " + tries.last_error());
             co_return PrefillEnd::Answered;
@@ -116,7 +116,7 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
                        req.request_id);
             co_return PrefillEnd::Recompute;
         }
-        log_failure(req.request_id, "prefill", p->name, "answer has no kv_transfer_params");
+        log_failure(req, "prefill", p->name, "answer has no kv_transfer_params");
         co_await respond_error(req.exchange, Errc::MissingKvParams,
                                "prefill instance " + p->client_name() +
                                    " answered without kv_transfer_params (no KV handle to "

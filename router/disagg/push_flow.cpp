@@ -174,7 +174,7 @@ awaitable<void> prefill_side(FlowDeps& deps, FlowRequest& req, Pair& pair, insta
     }
     pair.p_reason = p.client_name() + " " + reason;
     if (pair.p_end != Pair::PEnd::NotSent) {
-        log_failure(req.request_id, "prefill", p.name, reason);
+        log_failure(req, "prefill", p.name, reason);
     }
     prefill_failed(req, pair, p);
 }
@@ -212,7 +212,7 @@ awaitable<void> decode_side(FlowDeps& deps, FlowRequest& req, Pair& pair, instan
             pair.d_end = Pair::DEnd::NotSent;
             co_return;
         }
-        log_failure(req.request_id, "decode", d.name, reason);
+        log_failure(req, "decode", d.name, reason);
         pair.d_end = Pair::DEnd::Failed;
         co_return;
     }
@@ -301,7 +301,7 @@ awaitable<PairEnd> run_pair(FlowDeps& deps, FlowRequest& req, instances::Instanc
             pair.p_end = Pair::PEnd::Failed;
             pair.p_errc = Errc::UpstreamProtocol;
             pair.p_reason = p.client_name() + " reported that the KV transfer failed: " + e.error;
-            log_failure(req.request_id, "prefill", p.name, pair.p_reason);
+            log_failure(req, "prefill", p.name, pair.p_reason);
             prefill_failed(req, pair, p);
         }));
     }
@@ -340,7 +340,7 @@ awaitable<PairEnd> run_pair(FlowDeps& deps, FlowRequest& req, instances::Instanc
         co_return PairEnd{};
     }
     // Not reached: D's leg is cancelled only after P failed.
-    log_failure(req.request_id, "decode", d.name, "decode leg ended without an answer");
+    log_failure(req, "decode", d.name, "decode leg ended without an answer");
     if (!req.exchange.responded()) {
         co_await respond_error(req.exchange, Errc::Internal, "decode leg ended without an answer");
     } else {
@@ -367,7 +367,7 @@ awaitable<void> run_push_flow(FlowDeps& deps, FlowRequest& req) {
         const std::string why =
             "no prefill instance has push-mode KV coordinates (--prefill-engine-ids, or "
             "engine_id in /instances/add); see GET /instances";
-        log_failure(req.request_id, "prefill", {}, why);
+        log_failure(req, "prefill", {}, why);
         co_await respond_error(req.exchange, Errc::NoPrefillInstance, why);
         co_return;
     }
@@ -390,7 +390,7 @@ awaitable<void> run_push_flow(FlowDeps& deps, FlowRequest& req) {
                 co_await respond_no_instance(deps, req, Leg::Decode);
                 co_return;
             }
-            log_failure(req.request_id, "decode", d_tries.last_failed(),
+            log_failure(req, "decode", d_tries.last_failed(),
                         "no other healthy decode instance to retry on (last try: " +
                             d_tries.last_error() + ")");
             co_await respond_error(req.exchange, Errc::UpstreamConnect,
@@ -404,14 +404,14 @@ awaitable<void> run_push_flow(FlowDeps& deps, FlowRequest& req) {
         // One side was not reached: the pair goes out again, under a new transfer id, with
         // another instance on that side (the other side's leg was cancelled).
         if (end.kind == PairEnd::Kind::RetryPrefill) {
-            log_retry(req.request_id, "prefill", p->name, end.reason);
+            log_retry(req, "prefill", p->name, end.reason);
             p_tries.failed(end.reason);
             p = p_tries.next();
             if (p) {
                 deps.metrics.retry(Leg::Prefill);
             }
         } else {
-            log_retry(req.request_id, "decode", d->name, end.reason);
+            log_retry(req, "decode", d->name, end.reason);
             d_tries.failed(end.reason);
             d = d_tries.next();
             if (d) {

@@ -28,7 +28,7 @@ void count_failure(FlowDeps& deps, FlowRequest& req, const instances::Instance& 
     }
     std::string reason(mid_stream ? "mid-stream " : "");
     reason.append(describe_failure(deps.cfg, f, {}));
-    log_failure(req.request_id, "decode", decode.name, reason);
+    log_failure(req, "decode", decode.name, reason);
 }
 
 // Whole answers (errors, non-stream completions): read everything, answer once.
@@ -70,7 +70,7 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
         deps.metrics.upstream_error(Leg::Decode, status >= 500
                                                      ? metrics::UpstreamErrorKind::Status5xx
                                                      : metrics::UpstreamErrorKind::Status4xx);
-        log_failure(req.request_id, "decode", decode.name,
+        log_failure(req, "decode", decode.name,
                     std::string("status ").append(std::to_string(status)));
     }
     std::string_view content_type = content_type_of(up);
@@ -78,7 +78,7 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
         std::string shaped;
         if (!rewriter->whole(body, shaped)) {
             deps.metrics.upstream_error(Leg::Decode, metrics::UpstreamErrorKind::Protocol);
-            log_failure(req.request_id, "decode", decode.name,
+            log_failure(req, "decode", decode.name,
                         "answered something that is not a completion object");
             co_await respond_error(req.exchange, Errc::UpstreamProtocol,
                                    "decode instance " + decode.client_name() +
@@ -304,7 +304,7 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
             if (!st.cutter.at_boundary() || !rewriter->stream_events(piece, shaped)) {
                 deps.metrics.upstream_error(Leg::Decode, metrics::UpstreamErrorKind::Protocol);
                 deps.metrics.mid_stream_error(Leg::Decode);
-                log_failure(req.request_id, "decode", decode.name,
+                log_failure(req, "decode", decode.name,
                             "sent a stream event that is not a completion chunk");
                 SseCutter clean;
                 co_await end_with_error(req, clean, decode, Errc::UpstreamProtocol,

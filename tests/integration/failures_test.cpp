@@ -682,9 +682,17 @@ TEST_F(FailureTest, ProbesAreServedWithEveryClientSlotTaken) {
     auto work = send_generation(*pd.router, completion_body("no slot left", 3, false));
     EXPECT_EQ(work.status, 503) << work.describe();
     EXPECT_NE(work.body.find("too_many_connections"), std::string::npos) << work.body;
-    // /status is the Helm chart's liveness probe: served too. /v1/models is not a probe.
-    auto status = http_get(pd.router->port, "/status");
-    EXPECT_EQ(status.status, 200) << status.describe();
+    // /status is the Helm chart's liveness probe: served too (once the probe slots of the two
+    // probes above are back, which the router sees on whichever worker holds them).
+    // /v1/models is not a probe.
+    HttpResponse status;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            status = http_get(pd.router->port, "/status");
+            return status.status == 200;
+        },
+        Ms{3000}))
+        << status.describe();
     auto models = http_get(pd.router->port, "/v1/models");
     EXPECT_EQ(models.status, 503) << models.describe();
     // Two idle connections hold both probe slots: now a probe is refused too. (The probe
@@ -787,6 +795,31 @@ TEST_F(FailureTest, PerRequestWarningsAreRateLimitedAndNameTheClient) {
     const std::size_t admin = count_lines_with(log, "admin authentication failed: wrong key");
     EXPECT_EQ(admin, 1u) << log;
     EXPECT_NE(log.find("on add from client=127.0.0.1:"), std::string::npos) << log;
+}
+
+// Requests the engines refuse: "request failed" lines at most once a second per leg and
+// instance, naming the client; the next line says how many were left out.
+TEST_F(FailureTest, RequestFailedLinesAreRateLimitedAndNameTheClient) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    sim_fault(*pd.decode[0], {{"status", 400}, {"count", 1000}});
+    for (int i = 0; i < 40; ++i) {
+        ASSERT_EQ(send_generation(*pd.router, completion_body("refused", 3, false)).status, 400);
+    }
+    EXPECT_TRUE(wait_until(
+        [&] {
+            send_generation(*pd.router, completion_body("refused again", 3, false));
+            return pd.router->proc.log().find("similar lines left out)") != std::string::npos;
+        },
+        Ms{5000}));
+    const std::string log = pd.router->proc.log();
+    const std::size_t failed = count_lines_with(log, "request failed: leg=decode");
+    EXPECT_GE(failed, 2u) << log;
+    EXPECT_LE(failed, 10u) << "not rate-limited:\n" << log;
+    const auto line_at = log.find("request failed: leg=decode");
+    ASSERT_NE(line_at, std::string::npos) << log;
+    const std::string line = log.substr(line_at, log.find('\n', line_at) - line_at);
+    EXPECT_NE(line.find("client=127.0.0.1:"), std::string::npos) << line;
+    EXPECT_NE(line.find("reason=status 400"), std::string::npos) << line;
 }
 
 // --max-connections-per-source: one address past its share gets 503 (the message says why).

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace pdr::api {
+namespace pdr {
 
 class LogLimiter {
 public:
@@ -48,4 +48,4 @@ private:
     std::map<std::string, Entry, std::less<>> entries_;
 };
 
-}  // namespace pdr::api
+}  // namespace pdr

@@ -121,6 +121,7 @@ struct SimServer::Impl : std::enable_shared_from_this<Impl> {
 
     // Routing and the small endpoints (sim_server.cpp).
     awaitable<void> dispatch(server::Exchange& x);
+    void count_probe(const server::Request& req);  // a /health or /v1/models, with or without a key
     awaitable<void> sweep_loop();
 
     // Completions and chat (generation_flow.cpp).

@@ -128,6 +128,13 @@ SimServer::Impl::Impl(net::any_io_executor executor, SimConfig config)
       sweep_timer(ex),
       lmcache_tasks(ex) {}
 
+void SimServer::Impl::count_probe(const server::Request& req) {
+    ++state.counters.probes;
+    if (req.find(http::field::authorization) != req.end()) {
+        ++state.counters.probes_with_key;
+    }
+}
+
 awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
     const auto& req = x.request();
     const std::string_view path = path_of(req.target());
@@ -157,6 +164,7 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
     } else if (path == "/v1/chat/completions") {
         co_await handle_generation(x, Api::Chat);
     } else if (path == "/v1/models") {
+        count_probe(req);
         json model{{"id", cfg.model},
                    {"object", "model"},
                    {"created", created},
@@ -167,6 +175,7 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         std::string body = dump_json(json{{"object", "list"}, {"data", json::array({model})}});
         co_await send_json(x, http::status::ok, std::move(body));
     } else if (path == "/health") {
+        count_probe(req);
         co_await send_json(x, http::status::ok, std::string());
     } else if (path == "/metrics") {
         server::Response res{http::status::ok, req.version()};

@@ -66,7 +66,9 @@ json state_json(const Identity& id, const SimState& s, const BlockStore& store) 
                 {"in_flight", c.in_flight},
                 {"kv_transfer_bytes", c.kv_transfer_bytes},
                 {"kv_transfer_us", c.kv_transfer_us},
-                {"faults_applied", c.faults_applied}};
+                {"faults_applied", c.faults_applied},
+                {"probes", c.probes},
+                {"probes_with_key", c.probes_with_key}};
 }
 
 json requests_json(const SimState& s) {

@@ -29,6 +29,8 @@ struct Counters {
     std::uint64_t local_prefills = 0;
     std::uint64_t client_disconnects = 0;
     std::uint64_t faults_applied = 0;
+    std::uint64_t probes = 0;           // GET /health and GET /v1/models received
+    std::uint64_t probes_with_key = 0;  // those with an Authorization header
     std::uint64_t prompt_tokens = 0;
     std::uint64_t generation_tokens = 0;
     std::uint64_t in_flight = 0;

@@ -112,7 +112,9 @@ TEST_F(AdminTest, ALoopThroughAnotherRouterEndsIn508) {
 // --upstream-api-key goes to static instances and to admin-added ones in --instance-allow only.
 TEST_F(AdminTest, UpstreamKeyOnlyForAllowedInstances) {
     for (const bool allowed : {false, true}) {
-        std::vector<std::string> args{"--admin-api-key", kKey, "--upstream-api-key", "up-secret"};
+        std::vector<std::string> args{"--admin-api-key",      kKey,
+                                      "--upstream-api-key",   "up-secret",
+                                      "--health-interval-ms", "300"};
         if (allowed) {
             args.insert(args.end(), {"--instance-allow", "127.0.0.0/8"});
         }
@@ -135,6 +137,13 @@ TEST_F(AdminTest, UpstreamKeyOnlyForAllowedInstances) {
         EXPECT_EQ(recorded_header(on_p.back(), "authorization"), "Bearer up-secret");
         EXPECT_EQ(recorded_header(on_d2.back(), "authorization"), allowed ? "Bearer up-secret" : "")
             << "allowed=" << allowed;
+        // Probes too (the add's model probe, then the health loop's): the key only where it is
+        // allowed.
+        EXPECT_TRUE(wait_until([&] { return counter(sim_state(d2), "probes") >= 2; }, Ms{10000}))
+            << sim_state(d2).dump();
+        const json st = sim_state(d2);
+        EXPECT_EQ(counter(st, "probes_with_key") > 0, allowed) << st.dump();
+        EXPECT_GT(counter(sim_state(*pd.prefill[0]), "probes_with_key"), 0);
     }
 }
 

@@ -163,7 +163,7 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
         }
         port = tail.substr(1);
         if (host.empty() || !canonical_v6(host, v6)) {
-            error = "invalid IPv6 address '" + std::string(host) + "'";
+            error = "invalid IPv6 address";
             return false;
         }
         host = v6;  // one name per address: [0::1] and [::1] are the same instance
@@ -184,7 +184,7 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
             return false;
         }
         if (!valid_host_syntax(host)) {
-            error = "invalid host name '" + std::string(host) + "'";
+            error = "invalid host name";
             return false;
         }
         if (host.back() == '.') {
@@ -193,7 +193,7 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
         if (canonical_v4(host, v6)) {
             host = v6;  // one name per address: 127.1 and 127.0.0.1 are the same instance
         } else if (numeric_last_label(host)) {
-            error = "invalid IPv4 address '" + std::string(host) + "'";
+            error = "invalid IPv4 address";
             return false;
         }
     }
@@ -201,7 +201,7 @@ bool parse_instance_address(std::string_view s, InstanceAddress& out, std::strin
     auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
     if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || value == 0 ||
         value > 65535) {
-        error = "invalid port '" + std::string(port) + "' (expected 1..65535)";
+        error = "invalid port (expected 1..65535)";
         return false;
     }
     out.host.clear();
@@ -270,7 +270,7 @@ bool parse_port_list(std::string_view s, std::vector<unsigned short>& out, std::
         auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), port);
         if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || port == 0 ||
             port > 65535) {
-            error = "'" + std::string(item) + "' is not a port 1..65535";
+            error = "item " + std::to_string(out.size() + 1) + " is not a port 1..65535";
             return false;
         }
         out.push_back(static_cast<unsigned short>(port));

@@ -17,10 +17,12 @@ namespace pdr::config::detail {
 
 namespace {
 
+// The refused value itself is never in the message: it may be a secret given in the wrong place
+// (a key pasted into an address), and errors reach logs.
 [[noreturn]] void bad_value(const Source& src, const RawSetting& s, std::string_view value,
                             std::string_view expected) {
-    fail("pdrouter: invalid value '" + std::string(value) + "' for " + src.where(s) + ": " +
-         std::string(expected));
+    fail("pdrouter: " + std::string(value.empty() ? "empty" : "invalid") + " value for " +
+         src.where(s) + ": " + std::string(expected));
 }
 
 bool parse_uint(std::string_view s, std::uint64_t& out) {
@@ -490,8 +492,9 @@ void check_host_and_port_file(Config& cfg) {
     std::string error;
     if (host.find_first_of("[]/") != std::string::npos ||
         !parse_instance_address(host_port_text(host, "1"), a, error)) {
-        fail("pdrouter: invalid value '" + cfg.host + "' for --host: expected an IP address or a " +
-             "host name" + (error.empty() ? std::string() : " (" + error + ")"));
+        fail(std::string(
+                 "pdrouter: invalid value for --host: expected an IP address or a host name") +
+             (error.empty() ? std::string() : " (" + error + ")"));
     }
     cfg.host = host;
     if (!cfg.port_file.empty()) {
@@ -500,11 +503,12 @@ void check_host_and_port_file(Config& cfg) {
         const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
         std::error_code ec;
         if (fs::is_directory(file, ec)) {
-            fail("pdrouter: invalid value '" + cfg.port_file + "' for --port-file: a directory");
+            fail("pdrouter: invalid value for --port-file: it names a directory");
         }
         if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
-            fail("pdrouter: invalid value '" + cfg.port_file + "' for --port-file: directory '" +
-                 dir.string() + "' does not exist or is not writable");
+            fail(
+                "pdrouter: invalid value for --port-file: its directory does not exist or is not "
+                "writable");
         }
     }
 }

@@ -64,9 +64,10 @@ void check_lmcache(Config& cfg) {
             "socket LMCache's pd_proxy_host/pd_proxy_port point to)");
     }
     if (!cfg.kv_ready_bind.empty() && !valid_zmq_tcp_endpoint(cfg.kv_ready_bind)) {
-        fail("pdrouter: invalid value '" + cfg.kv_ready_bind +
-             "' for --kv-ready-bind: expected tcp://HOST:PORT (HOST may be * for all "
-             "interfaces)");
+        fail(
+            "pdrouter: invalid value for --kv-ready-bind: expected tcp://HOST:PORT (HOST may be * "
+            "for all "
+            "interfaces)");
     }
     if (cfg.demo) {
         return;  // the demo makes its own receivers
@@ -143,15 +144,15 @@ void check_replicas(Config& cfg) {
     }
     cfg.replica_id = bare_host(cfg.replica_id);
     if (!valid_replica_id(cfg.replica_id)) {
-        fail("pdrouter: invalid value '" + cfg.replica_id + "' for --replica-id: expected 1 to " +
+        fail("pdrouter: invalid value for --replica-id: expected 1 to " +
              std::to_string(Config::kMaxReplicaIdBytes) + " letters, digits, '.', ':', '-' or '_'");
     }
     for (auto& p : cfg.peer_routers) {
         p.host = bare_host(p.host);
         if (!valid_replica_id(p.host)) {
-            fail("pdrouter: invalid peer router '" + p.text() +
-                 "': its host is its replica id, and must be letters, digits, '.', ':', '-' or "
-                 "'_'");
+            fail(
+                "pdrouter: invalid peer router in --peer-routers: its host is its replica id, and "
+                "must be letters, digits, '.', ':', '-' or '_'");
         }
     }
 }

@@ -77,29 +77,26 @@ int main() {
         {{"--model", "--port", "1"}, "pdrouter: missing value for --model"},
         {{"--prefill", "--decode", "a:1"}, "pdrouter: missing value for --prefill"},
         {{"--config"}, "pdrouter: missing value for --config"},
-        {{"--port", "abc"},
-         "pdrouter: invalid value 'abc' for --port: expected an integer 0..65535"},
-        {{"--port=65536"},
-         "pdrouter: invalid value '65536' for --port: expected an integer 0..65535"},
-        {{"--port", "-1"}, "pdrouter: invalid value '-1' for --port: expected an integer 0..65535"},
-        {{"--port", "80 "},
-         "pdrouter: invalid value '80 ' for --port: expected an integer 0..65535"},
+        {{"--port", "abc"}, "pdrouter: invalid value for --port: expected an integer 0..65535"},
+        {{"--port=65536"}, "pdrouter: invalid value for --port: expected an integer 0..65535"},
+        {{"--port", "-1"}, "pdrouter: invalid value for --port: expected an integer 0..65535"},
+        {{"--port", "80 "}, "pdrouter: invalid value for --port: expected an integer 0..65535"},
         {{"--connect-timeout-ms", "0"},
-         "pdrouter: invalid value '0' for --connect-timeout-ms: expected an integer 1..2147483647 "
+         "pdrouter: invalid value for --connect-timeout-ms: expected an integer 1..2147483647 "
          "(milliseconds)"},
         {{"--max-body-bytes", "1073741825"},
-         "pdrouter: invalid value '1073741825' for --max-body-bytes: expected an integer "
+         "pdrouter: invalid value for --max-body-bytes: expected an integer "
          "1..1073741824 (bytes)"},
         {{"--log-level", "loud"},
-         "pdrouter: invalid value 'loud' for --log-level: expected one of debug, info, warn, "
+         "pdrouter: invalid value for --log-level: expected one of debug, info, warn, "
          "error"},
         {{"--demo=maybe"},
-         "pdrouter: invalid value 'maybe' for --demo: expected true or false (also yes/no, "
+         "pdrouter: invalid value for --demo: expected true or false (also yes/no, "
          "on/off, 1/0)"},
         {{"--prefiller-port", "x"},
-         "pdrouter: invalid value 'x' for --prefiller-port: expected an integer 1..65535"},
+         "pdrouter: invalid value for --prefiller-port: expected an integer 1..65535"},
         {{"--config", "/tmp/pdr-cli11-bad-port.ini"},
-         "pdrouter: invalid value 'abc' for key 'port' in config file "
+         "pdrouter: invalid value for key 'port' in config file "
          "'/tmp/pdr-cli11-bad-port.ini': "
          "expected an integer 0..65535"},
         {{"--config", "/tmp/pdr-cli11-unknown.ini"},

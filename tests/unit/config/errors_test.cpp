@@ -31,80 +31,82 @@ TEST(ConfigErrors, MissingValues) {
 
 TEST(ConfigErrors, NonNumericAndOutOfRange) {
     expect_error(parse(with_instances({"--port", "abc"})),
-                 "pdrouter: invalid value 'abc' for --port: expected an integer 0..65535");
+                 "pdrouter: invalid value for --port: expected an integer 0..65535");
     expect_error(parse(with_instances({"--port=65536"})),
-                 "pdrouter: invalid value '65536' for --port: expected an integer 0..65535");
+                 "pdrouter: invalid value for --port: expected an integer 0..65535");
     expect_error(parse(with_instances({"--port", "-1"})),
-                 "pdrouter: invalid value '-1' for --port: expected an integer 0..65535");
+                 "pdrouter: invalid value for --port: expected an integer 0..65535");
     expect_error(parse(with_instances({"--port", "80 "})),
-                 "pdrouter: invalid value '80 ' for --port: expected an integer 0..65535");
+                 "pdrouter: invalid value for --port: expected an integer 0..65535");
     expect_error(parse(with_instances({"--connect-timeout-ms", "0"})),
-                 "pdrouter: invalid value '0' for --connect-timeout-ms: expected an integer "
+                 "pdrouter: invalid value for --connect-timeout-ms: expected an integer "
                  "1..2147483647 (milliseconds)");
     expect_error(parse(with_instances({"--kv-lease-timeout-ms", "1.5"})),
-                 "pdrouter: invalid value '1.5' for --kv-lease-timeout-ms: expected an integer "
+                 "pdrouter: invalid value for --kv-lease-timeout-ms: expected an integer "
                  "100..2147483647 (milliseconds)");
     // A lease under 100 ms would make the lease keeper hammer prefills with refreshes.
     expect_error(parse(with_instances({"--kv-lease-timeout-ms", "99"})),
-                 "pdrouter: invalid value '99' for --kv-lease-timeout-ms: expected an integer "
+                 "pdrouter: invalid value for --kv-lease-timeout-ms: expected an integer "
                  "100..2147483647 (milliseconds)");
     // Bodies are buffered in memory: the limit is capped at 1 GiB.
     expect_error(parse(with_instances({"--max-body-bytes", "1073741825"})),
-                 "pdrouter: invalid value '1073741825' for --max-body-bytes: expected an integer "
+                 "pdrouter: invalid value for --max-body-bytes: expected an integer "
                  "1..1073741824 (bytes)");
     expect_error(parse(with_instances({"--demo-token-delay-ms", "60001"})),
-                 "pdrouter: invalid value '60001' for --demo-token-delay-ms: expected an integer "
+                 "pdrouter: invalid value for --demo-token-delay-ms: expected an integer "
                  "0..60000 (milliseconds)");
     expect_error(parse(with_instances({"--max-body-bytes", "0"})),
-                 "pdrouter: invalid value '0' for --max-body-bytes: expected an integer "
+                 "pdrouter: invalid value for --max-body-bytes: expected an integer "
                  "1..1073741824 (bytes)");
     expect_error(parse(with_instances({"--max-concurrent-requests", "99999999999999999999999"})),
-                 "pdrouter: invalid value '99999999999999999999999' for "
+                 "pdrouter: invalid value for "
                  "--max-concurrent-requests: expected an integer 1..1000000");
     expect_error(parse(with_instances({"--prefill-retries", "11"})),
-                 "pdrouter: invalid value '11' for --prefill-retries: expected an integer 0..10");
+                 "pdrouter: invalid value for --prefill-retries: expected an integer 0..10");
     for (const char* flag :
          {"--prefill-timeout-ms", "--decode-timeout-ms", "--decode-idle-timeout-ms",
           "--request-read-timeout-ms", "--client-idle-timeout-ms", "--upstream-idle-timeout-ms",
           "--health-interval-ms", "--health-backoff-max-ms"}) {
         auto r = parse(with_instances({flag, "0"}));
         EXPECT_EQ(r.exit_code, 2) << flag;
-        EXPECT_NE(r.output.find(std::string("'0' for ") + flag), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find(std::string("invalid value for ") + flag), std::string::npos)
+            << r.output;
     }
     for (const char* flag : {"--max-header-bytes", "--decode-retries", "--demo-token-delay-ms"}) {
         auto r = parse(with_instances({flag, "x"}));
         EXPECT_EQ(r.exit_code, 2) << flag;
-        EXPECT_NE(r.output.find(std::string("'x' for ") + flag), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find(std::string("invalid value for ") + flag), std::string::npos)
+            << r.output;
     }
 }
 
 TEST(ConfigErrors, BadEnumsAndBooleans) {
     expect_error(parse(with_instances({"--log-level", "loud"})),
-                 "pdrouter: invalid value 'loud' for --log-level: expected one of debug, info, "
+                 "pdrouter: invalid value for --log-level: expected one of debug, info, "
                  "warn, error");
     expect_error(parse(with_instances({"--log-format=xml"})),
-                 "pdrouter: invalid value 'xml' for --log-format: expected one of text, json");
+                 "pdrouter: invalid value for --log-format: expected one of text, json");
     expect_error(parse(with_instances({"--on-missing-kv-params", "ignore"})),
-                 "pdrouter: invalid value 'ignore' for --on-missing-kv-params: expected one of "
+                 "pdrouter: invalid value for --on-missing-kv-params: expected one of "
                  "error, recompute");
     expect_error(parse(with_instances({"--kv-mode", "nixl"})),
-                 "pdrouter: invalid value 'nixl' for --kv-mode: expected pull, push or lmcache");
+                 "pdrouter: invalid value for --kv-mode: expected pull, push or lmcache");
     expect_error(parse(with_instances({"--demo=maybe"})),
-                 "pdrouter: invalid value 'maybe' for --demo: expected true or false (also yes/no, "
+                 "pdrouter: invalid value for --demo: expected true or false (also yes/no, "
                  "on/off, 1/0)");
     expect_error(parse(with_instances({"--host="})),
-                 "pdrouter: invalid value '' for --host: expected a non-empty string");
+                 "pdrouter: empty value for --host: expected a non-empty string");
 }
 
 TEST(ConfigErrors, BadInstances) {
     expect_error(parse({"--prefill", "nohost", "--decode", "d:1"}),
-                 "pdrouter: invalid value 'nohost' for --prefill: missing port (expected "
+                 "pdrouter: invalid value for --prefill: missing port (expected "
                  "HOST:PORT, http://HOST:PORT or [IPv6]:PORT)");
     expect_error(parse({"--prefill", "a:1", "--decode", "::1:80"}),
-                 "pdrouter: invalid value '::1:80' for --decode: an IPv6 address needs brackets, "
+                 "pdrouter: invalid value for --decode: an IPv6 address needs brackets, "
                  "e.g. [::1]:8100");
     expect_error(parse({"--prefill", "a:1,,b:2", "--decode", "d:1"}),
-                 "pdrouter: invalid value 'a:1,,b:2' for --prefill: empty list item");
+                 "pdrouter: invalid value for --prefill: empty list item");
     expect_error(parse({"--prefill", "a:1", "http://a:1/", "--decode", "d:1"}),
                  "pdrouter: duplicate prefill instance 'a:1' in --prefill");
     expect_error(parse({"--prefill", "a:1", "--decode", "d:1", "--decode", "D:1"}),
@@ -122,12 +124,12 @@ TEST(ConfigErrors, BadToyProxyAliases) {
                  "pdrouter: 1 decoder host(s) but 2 decoder port(s) (default, --decoder-ports): "
                  "hosts and ports are paired one to one");
     expect_error(parse({"--prefiller-port", "x", "--decode", "d:1"}),
-                 "pdrouter: invalid value 'x' for --prefiller-port: expected an integer 1..65535");
+                 "pdrouter: invalid value for --prefiller-port: expected an integer 1..65535");
     expect_error(parse({"--prefiller-host", "a/b", "--decode", "d:1"}),
-                 "pdrouter: invalid value 'a/b' for --prefiller-host: expected a host name or "
+                 "pdrouter: invalid value for --prefiller-host: expected a host name or "
                  "address only (no scheme, path or port: the port goes in --prefiller-ports)");
     expect_error(parse({"--prefiller-host", "a:5", "--decode", "d:1"}),
-                 "pdrouter: invalid value 'a:5' for --prefiller-host: expected a host name or "
+                 "pdrouter: invalid value for --prefiller-host: expected a host name or "
                  "address only (no scheme, path or port: the port goes in --prefiller-ports)");
     auto v6 = parse({"--prefiller-host", "[::1]", "--prefiller-port", "5", "--decode", "d:1"});
     ASSERT_EQ(v6.exit_code, 0) << v6.output;
@@ -171,6 +173,32 @@ TEST(ConfigErrors, MalformedJsonDoesNotEchoValues) {
         const std::string out = malformed_file_error(".json", text);
         EXPECT_EQ(out.find("SECRET"), std::string::npos) << out;
         EXPECT_EQ(out.find("99999"), std::string::npos) << out;
+    }
+}
+
+// A refused value is never in the message (a key pasted into the wrong flag would reach the
+// logs): not a number, not an address, not a list item, not a host, not a bind address.
+TEST(ConfigErrors, RefusedValuesAreNeverEchoed) {
+    const std::string secret = "sk-UPSTREAMSECRET";
+    const std::vector<std::vector<std::string>> cases = {
+        {"--port", secret},
+        {"--connect-timeout-ms", secret},
+        {"--log-level", secret},
+        {"--prefill", secret},
+        {"--decode", "10.0.0.1:1," + secret + ":80x"},
+        {"--decode", "[" + secret + "]:80"},
+        {"--prefiller-hosts", "a/" + secret, "--prefiller-ports", "1"},
+        {"--host", secret + "/x"},
+        {"--port-file", "/nonexistent-dir/" + secret},
+        {"--kv-mode", "lmcache", "--kv-ready-bind", "udp://" + secret + ":1"},
+        {"--kv-mode", "lmcache", "--kv-ready-bind", "tcp://127.0.0.1:1", "--lmcache-init-ports",
+         "8300," + secret},
+    };
+    for (const auto& args : cases) {
+        const auto r = parse(with_instances(args));
+        EXPECT_EQ(r.exit_code, 2) << args.front() << ": " << r.output;
+        EXPECT_EQ(r.output.find("SECRET"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("pdrouter: "), std::string::npos) << r.output;
     }
 }
 
@@ -320,11 +348,11 @@ TEST(ConfigErrors, ConfigFileKeysAndValues) {
                  "pdrouter: unknown key 'extra' in config file '" + nested.path() + "'");
     TempFile bad_port(".json", R"({"port": "abc"})");
     expect_error(parse(with_instances({"--config", bad_port.path()})),
-                 "pdrouter: invalid value 'abc' for key 'port' in config file '" + bad_port.path() +
+                 "pdrouter: invalid value for key 'port' in config file '" + bad_port.path() +
                      "': expected an integer 0..65535");
     TempFile float_ms(".json", R"({"connect_timeout_ms": 1.5})");
     expect_error(parse(with_instances({"--config", float_ms.path()})),
-                 "pdrouter: invalid value '1.5' for key 'connect_timeout_ms' in config file '" +
+                 "pdrouter: invalid value for key 'connect_timeout_ms' in config file '" +
                      float_ms.path() + "': expected an integer 1..2147483647 (milliseconds)");
     TempFile list_for_scalar(".yaml", "port: [1, 2]\n");
     expect_error(parse(with_instances({"--config", list_for_scalar.path()})),
@@ -344,7 +372,7 @@ TEST(ConfigErrors, ConfigFileKeysAndValues) {
                      "': expected a string, number or boolean");
     TempFile bad_instance(".yaml", "prefill: [a:1, nope]\ndecode: d:1\n");
     expect_error(parse({"--config", bad_instance.path()}),
-                 "pdrouter: invalid value 'nope' for key 'prefill' in config file '" +
+                 "pdrouter: invalid value for key 'prefill' in config file '" +
                      bad_instance.path() +
                      "': missing port (expected HOST:PORT, http://HOST:PORT or [IPv6]:PORT)");
     TempFile dup_instance(".json", R"({"prefill": ["a:1", "a:1"], "decode": "d:1"})");
@@ -353,7 +381,7 @@ TEST(ConfigErrors, ConfigFileKeysAndValues) {
                      dup_instance.path() + "'");
     TempFile bad_bool(".yaml", "no_lease_refresh: sometimes\n");
     expect_error(parse(with_instances({"--config", bad_bool.path()})),
-                 "pdrouter: invalid value 'sometimes' for key 'no_lease_refresh' in config file '" +
+                 "pdrouter: invalid value for key 'no_lease_refresh' in config file '" +
                      bad_bool.path() + "': expected true or false (also yes/no, on/off, 1/0)");
 }
 

@@ -402,7 +402,7 @@ TEST(ConfigAddress, RejectsHostNamesOverTheDnsLimits) {
     long_name += "example";  // 257 characters in labels of 9
     EXPECT_FALSE(parse_instance_address(long_name + ":1", a, err));
     EXPECT_FALSE(parse_instance_address("256.1.1.1:1", a, err));
-    EXPECT_EQ(err, "invalid IPv4 address '256.1.1.1'");
+    EXPECT_EQ(err, "invalid IPv4 address");
 }
 
 TEST(ConfigAddress, RejectsBadForms) {

@@ -74,10 +74,10 @@ TEST(ConfigLmcache, Errors) {
                  "pdrouter: --kv-mode lmcache needs --kv-ready-bind tcp://HOST:PORT (the ZMQ "
                  "PULL socket LMCache's pd_proxy_host/pd_proxy_port point to)");
     expect_error(parse(lmcache({"--kv-ready-bind", "udp://x:1"})),
-                 "pdrouter: invalid value 'udp://x:1' for --kv-ready-bind: expected "
+                 "pdrouter: invalid value for --kv-ready-bind: expected "
                  "tcp://HOST:PORT (HOST may be * for all interfaces)");
     expect_error(parse(lmcache({"--kv-ready-bind", "tcp://x:70000"})),
-                 "pdrouter: invalid value 'tcp://x:70000' for --kv-ready-bind: expected "
+                 "pdrouter: invalid value for --kv-ready-bind: expected "
                  "tcp://HOST:PORT (HOST may be * for all interfaces)");
     expect_error(parse(lmcache({"--lmcache-init-ports", "8300", "--lmcache-alloc-ports", "8310"})),
                  "pdrouter: 1 LMCache receiver(s) (--lmcache-init-ports/--lmcache-alloc-ports/"
@@ -88,15 +88,15 @@ TEST(ConfigLmcache, Errors) {
         "pdrouter: decode instance 127.0.0.1:8200 has 2 LMCache init port(s) but 1 "
         "alloc port(s): give one of each per D TP rank");
     expect_error(parse(lmcache({"--lmcache-init-ports", "8300,0 1"})),
-                 "pdrouter: invalid value '8300,0' for --lmcache-init-ports: '0' is not a port "
+                 "pdrouter: invalid value for --lmcache-init-ports: item 2 is not a port "
                  "1..65535");
     expect_error(parse(lmcache({"--kv-ready-expected", "1", "2"})),
                  "pdrouter: 2 --kv-ready-expected value(s) for 1 prefill instance(s): give one "
                  "per prefill instance, in --prefill order");
     expect_error(parse(lmcache({"--kv-ready-expected", "65"})),
-                 "pdrouter: invalid value '65' for --kv-ready-expected: expected an integer 0..64");
+                 "pdrouter: invalid value for --kv-ready-expected: expected an integer 0..64");
     expect_error(parse(lmcache({"--on-kv-ready-timeout", "wait"})),
-                 "pdrouter: invalid value 'wait' for --on-kv-ready-timeout: expected one of "
+                 "pdrouter: invalid value for --on-kv-ready-timeout: expected one of "
                  "error, proceed");
     expect_error(parse(with_instances({"--kv-ready-bind", "tcp://*:1"})),
                  "pdrouter: --kv-ready-bind, --lmcache-* and --kv-ready-expected are only used "
@@ -143,16 +143,16 @@ TEST(ConfigLmcache, ReplicaErrors) {
         "other replicas reach this one's PULL socket at (e.g. the pod IP), since "
         "--kv-ready-bind tcp://*:7500 does not name one");
     expect_error(parse(lmcache({"--replica-id", "a@b"})),
-                 "pdrouter: invalid value 'a@b' for --replica-id: expected 1 to 64 letters, "
+                 "pdrouter: invalid value for --replica-id: expected 1 to 64 letters, "
                  "digits, '.', ':', '-' or '_'");
     expect_error(parse(with_instances({"--peer-routers", "10.0.0.3:7500"})),
                  "pdrouter: --replica-id, --peer-routers and --peer-routers-dns are only used "
                  "with --kv-mode lmcache (and not with --demo)");
     expect_error(parse(lmcache({"--peer-routers", "tcp://10.0.0.3:7500"})),
-                 "pdrouter: invalid value 'tcp://10.0.0.3:7500' for --peer-routers: expected "
+                 "pdrouter: invalid value for --peer-routers: expected "
                  "HOST:PORT");
     expect_error(parse(lmcache({"--kv-ready-forward-hwm", "0"})),
-                 "pdrouter: invalid value '0' for --kv-ready-forward-hwm: expected an integer "
+                 "pdrouter: invalid value for --kv-ready-forward-hwm: expected an integer "
                  "1..1000000");
 }
 

@@ -93,14 +93,14 @@ TEST(ConfigPush, Errors) {
                  "pdrouter: prefill instances 127.0.0.1:8100 and 127.0.0.1:8101 have the same "
                  "engine id 'p0' (--prefill-engine-ids): each P needs its own");
     expect_error(parse(push({"--prefill-engine-ids", "p0", "p\x01"})),
-                 "pdrouter: invalid value 'p\x01' for --prefill-engine-ids: an engine id holds "
+                 "pdrouter: invalid value for --prefill-engine-ids: an engine id holds "
                  "printable ASCII characters only, no spaces");
     expect_error(parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-kv-hosts", "h1"})),
                  "pdrouter: 1 --prefill-kv-hosts value(s) for 2 prefill instance(s): give one "
                  "per prefill instance, in --prefill order");
     expect_error(
         parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-kv-hosts", "a/b", "h"})),
-        "pdrouter: invalid value 'a/b' for --prefill-kv-hosts: expected a host name or "
+        "pdrouter: invalid value for --prefill-kv-hosts: expected a host name or "
         "IP address");
     expect_error(parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-side-channel-ports",
                              "1", "2", "3"})),
@@ -108,14 +108,14 @@ TEST(ConfigPush, Errors) {
                  "give one for all, or one per prefill instance");
     expect_error(
         parse(push({"--prefill-engine-ids", "p0", "p1", "--prefill-side-channel-ports", "0"})),
-        "pdrouter: invalid value '0' for --prefill-side-channel-ports: expected a port "
+        "pdrouter: invalid value for --prefill-side-channel-ports: expected a port "
         "1..65535");
     expect_error(parse(with_instances({"--prefill-engine-ids", "p0"})),
                  "pdrouter: --prefill-engine-ids, --prefill-kv-hosts and "
                  "--prefill-side-channel-ports are only used with --kv-mode push (the mode is "
                  "pull)");
     expect_error(parse(with_instances({"--kv-mode", "pushy"})),
-                 "pdrouter: invalid value 'pushy' for --kv-mode: expected pull, push or lmcache");
+                 "pdrouter: invalid value for --kv-mode: expected pull, push or lmcache");
 }
 
 }  // namespace

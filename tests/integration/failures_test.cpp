@@ -822,6 +822,23 @@ TEST_F(FailureTest, RequestFailedLinesAreRateLimitedAndNameTheClient) {
     EXPECT_NE(line.find("reason=status 400"), std::string::npos) << line;
 }
 
+// --log-level debug: one access-style line per request, with its status and the client's
+// address.
+TEST_F(FailureTest, AccessLinesNameTheClient) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router({"--log-level", "debug"})));
+    const json body = completion_body("logged", 3, false);
+    ASSERT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+    const std::string what = "POST /v1/completions 200 ";
+    EXPECT_TRUE(wait_until([&] { return pd.router->proc.log().find(what) != std::string::npos; },
+                           Ms{3000}));
+    const std::string log = pd.router->proc.log();
+    const auto at = log.find(what);
+    ASSERT_NE(at, std::string::npos) << log;
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    EXPECT_NE(line.find("us client=127.0.0.1:"), std::string::npos) << line;
+    EXPECT_NE(line.find("request_id="), std::string::npos) << line;
+}
+
 // --max-connections-per-source: one address past its share gets 503 (the message says why).
 TEST_F(FailureTest, ConnectionsPerSourceAreLimited) {
     auto& pd =

@@ -321,6 +321,66 @@ TEST_F(ClientTest, BodyOverLimitIsTooLargeFailure) {
     }());
 }
 
+// An answer over the body limit fails TooLarge as soon as that is known, while the upstream
+// still holds the rest back: a declared length at once, a chunked or close-delimited body once
+// the bytes read pass the limit. Waiting for the rest (buffering toward the declared 1 GiB) would
+// end in ResponseTimeout instead; so the memory of one answer stays near the limit.
+TEST_F(ClientTest, AnOverLimitBodyFailsBeforeItsRestArrives) {
+    Acceptor acceptor(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    const unsigned short port = acceptor.local_endpoint().port();
+    constexpr std::size_t kLimit = 64 * 1024;
+    const std::string over(kLimit + 32 * 1024, 'x');
+    const std::vector<std::string> answers{
+        "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n" + std::string(100, 'x'),
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n" + over,
+        "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + over,
+    };
+    std::size_t next = 0;
+    auto hold = [](beast::tcp_stream s) -> awaitable<void> {
+        char sink[1024];
+        for (;;) {  // keeps the connection open, the answer unfinished, until the client closes
+            auto [ec, n] = co_await s.socket().async_read_some(net::buffer(sink), use_tuple);
+            (void)n;
+            if (ec) {
+                co_return;
+            }
+        }
+    };
+    auto serve = [&]() -> awaitable<void> {
+        for (;;) {
+            auto [ec, sock] = co_await acceptor.async_accept();
+            if (ec) {
+                co_return;
+            }
+            beast::tcp_stream s(std::move(sock));
+            beast::flat_buffer buf;
+            http::request<http::string_body> req;
+            auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
+            (void)rn;
+            if (rec) {
+                continue;
+            }
+            const std::string& a = answers[next++ % answers.size()];
+            co_await net::async_write(s, net::buffer(a), use_tuple);
+            net::co_spawn(ioc_, hold(std::move(s)), net::detached);
+        }
+    };
+    net::co_spawn(ioc_, serve(), net::detached);
+    run([&]() -> awaitable<void> {
+        PoolLimits limits;
+        limits.max_response_body = kLimit;
+        Client client(ioc_.get_executor(), limits);
+        const Endpoint ep{"127.0.0.1", port};
+        for (std::size_t i = 0; i < answers.size(); ++i) {
+            SCOPED_TRACE(answers[i].substr(0, 60));
+            Result r = co_await client.request(ep, make_get("/r"), quick());
+            EXPECT_EQ(r.failure, Failure::TooLarge) << to_string(r.failure);
+        }
+        EXPECT_EQ(client.idle_connections(), 0u);
+    }());
+    acceptor.close();
+}
+
 // An upstream that answers with an interim (1xx) or out-of-range status first, or with a
 // content or transfer coding: a protocol failure for both request() and open(), never an answer
 // to relay (the router sends nothing that asks for an interim answer or a coding). The last

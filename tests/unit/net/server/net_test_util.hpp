@@ -115,6 +115,15 @@ inline awaitable<RawResponse> exchange_raw(unsigned short port, std::string_view
     co_return co_await read_response(s, buf);
 }
 
+// Reads one request from `s` (a fake upstream's side of a test): its error, or none.
+inline awaitable<error_code> read_one_request(beast::tcp_stream& s) {
+    beast::flat_buffer buf;
+    http::request<http::string_body> req;
+    auto [ec, n] = co_await http::async_read(s, buf, req, use_tuple);
+    (void)n;
+    co_return ec;
+}
+
 // Reads until the peer closes (or `limit`); returns what was read.
 inline awaitable<std::string> read_until_close(beast::tcp_stream& s, Duration limit) {
     std::string out;

@@ -284,11 +284,7 @@ TEST_F(StreamClientTest, ABufferedReadArmsTheIdleTimeout) {
             co_return;
         }
         beast::tcp_stream s(std::move(sock));
-        beast::flat_buffer buf;
-        http::request<http::string_body> req;
-        auto [rec, rn] = co_await http::async_read(s, buf, req, use_tuple);
-        (void)rn;
-        if (rec) {
+        if (co_await read_one_request(s)) {
             co_return;
         }
         co_await write_raw(s,

@@ -10,9 +10,10 @@ namespace pdr::server::detail {
 
 namespace {
 
-// A burst this large (bytes taken at once since the budget was last empty) is handed back to
-// the OS when the budget empties: glibc keeps freed heap memory for reuse otherwise, and a
-// burst of large bodies would leave the process at its peak for good.
+// A burst this large (the most bytes held at once since the last trim) is handed back to the
+// OS once the bytes held fall to a quarter of it (to none, or under steady load with a few
+// bodies always held): glibc and tcmalloc keep freed memory for reuse otherwise, and a burst of
+// large bodies would leave the process at its peak for good.
 constexpr std::size_t kTrimAfterPeak = 32u << 20;
 
 }  // namespace
@@ -70,12 +71,12 @@ void BodyBudget::give(std::size_t n) noexcept {
     }
     used_ -= std::min(n, used_);
     grant_waiters();
-    if (used_ == 0) {
+    if (used_ <= peak_ / 4) {
         if (peak_ >= kTrimAfterPeak) {
-            // After the answer that freed the last body is on its way, not inside its write.
+            // After the answer that freed the body is on its way, not inside its write.
             net::post(ex_, [] { trim_heap(); });
         }
-        peak_ = 0;
+        peak_ = used_;  // the next burst is measured from here
     }
     publish();
 }

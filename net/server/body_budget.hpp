@@ -4,8 +4,9 @@
 // whole Content-Length; a chunked body in steps as it grows) and gives it back when the
 // exchange ends, so connections that are still sending count too. A connection that does not
 // fit waits, first come first served, until bytes are given back or its read deadline passes.
-// After a burst that took a large part of the budget, memory the allocator keeps is handed back
-// to the OS once the budget is empty again. Internal to net/server.
+// After a burst of bodies (32 MiB or more held at once), memory the allocator keeps is handed
+// back to the OS once the bytes held fall to a quarter of the burst's peak (to none, or under
+// steady load to the few bodies still held). Internal to net/server.
 #include "net/common/io.hpp"
 
 #include <atomic>
@@ -46,7 +47,7 @@ private:
     net::any_io_executor ex_;
     std::size_t limit_;
     std::size_t used_ = 0;
-    std::size_t peak_ = 0;  // since the budget was last empty
+    std::size_t peak_ = 0;  // the most held since the last fall to a quarter of the peak
     std::list<Waiter*> waiters_;
     std::atomic<std::size_t> used_seen_{0};
     std::atomic<std::size_t> waiting_seen_{0};

@@ -81,6 +81,15 @@ protected:
         co_return pred();
     }
 
+    // A server whose budget holds a burst of 1 MiB bodies, and burst_and_release on it.
+    void run_burst(int kept, int held) {
+        Limits l;
+        l.max_body_bytes = 2 << 20;
+        l.max_buffered_body_bytes = 256u << 20;
+        start(l);
+        run(burst_and_release(kept, held));
+    }
+
     // Holds kept + held bodies of 1 MiB at once (the /keep ones first), then gives the /hold ones
     // back while the /keep ones stay: the process's memory must come back down to near where it
     // was plus what is still kept (without the trim, the allocator keeps the freed memory, and RSS
@@ -284,11 +293,7 @@ TEST_F(BudgetTest, MemoryGoesBackAfterABurstOfBodies) {
         // 338 MB under ASan).
         GTEST_SKIP() << "the sanitizer's allocator keeps freed memory";
     }
-    Limits l;
-    l.max_body_bytes = 2 << 20;
-    l.max_buffered_body_bytes = 256u << 20;
-    start(l);
-    run(burst_and_release(0, 48));
+    run_burst(0, 48);
 }
 
 // Steady load: 4 bodies are still held when the other 44 of a burst are given back. The
@@ -297,11 +302,7 @@ TEST_F(BudgetTest, MemoryGoesBackWhileSomeBodiesAreStillHeld) {
     if (kSanitizerAllocator) {
         GTEST_SKIP() << "the sanitizer's allocator keeps freed memory";
     }
-    Limits l;
-    l.max_body_bytes = 2 << 20;
-    l.max_buffered_body_bytes = 256u << 20;
-    start(l);
-    run(burst_and_release(4, 44));
+    run_burst(4, 44);
 }
 
 }  // namespace

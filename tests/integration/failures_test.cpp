@@ -1119,6 +1119,22 @@ TEST_F(FailureTest, EngineAnswerBeforeTheBodyWasReadIsRelayed) {
     EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0) << "decode was called";
 }
 
+// The same on the decode leg: a decode that answers 413 before it has read the request (the
+// prompt with P's handle) and closes. The client gets the decode's answer, and P's KV is freed.
+TEST_F(FailureTest, DecodeAnswerBeforeTheBodyWasReadIsRelayed) {
+    RawEngine raw(RawEngine::Script::EarlyAnswer413);
+    auto& pd = start(PdOptions{}.d(0).sim(kFastSim).router(
+        fast_router({"--decode", raw.address(), "--max-body-bytes", "16777216"})));
+    // (6 MiB: under pdsim's 8 MiB body limit, so the prefill serves it.)
+    json body = completion_body(std::string(6u << 20, 'a'), 4, false);
+    auto r = send_generation(*pd.router, body, {}, Ms{15000});
+    EXPECT_EQ(r.status, 413) << r.describe();
+    EXPECT_NE(error_message(r).find("raw engine: request body too large"), std::string::npos)
+        << r.describe();
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 1);
+    EXPECT_TRUE(kv_freed(pd, Ms{3000}));
+}
+
 // --client-write-timeout-ms: a client that stops reading a stream (its socket buffer full) is
 // dropped once one write waits that long; the decode leg is closed and counted as a disconnect.
 TEST_F(FailureTest, ClientThatStopsReadingIsDroppedAfterTheWriteTimeout) {

@@ -187,8 +187,10 @@ void check_push(Config& cfg) {
         for (std::size_t j = 0; j < i; ++j) {
             if (cfg.prefill_engine_ids[i] == cfg.prefill_engine_ids[j]) {
                 fail("pdrouter: prefill instances " + cfg.prefill[j].text() + " and " +
-                     cfg.prefill[i].text() + " have the same engine id '" +
-                     cfg.prefill_engine_ids[i] + "' (--prefill-engine-ids): each P needs its own");
+                     cfg.prefill[i].text() +
+                     " have the same engine id (--prefill-engine-ids values " +
+                     std::to_string(j + 1) + " and " + std::to_string(i + 1) +
+                     "): each P needs its own");
             }
         }
     }
@@ -237,11 +239,20 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
             if (arg == "-h") {
                 arg = "--help";
             }
-            if (arg == "--" || !starts_with_dash(argv[i])) {
-                fail("pdrouter: unexpected argument '" + std::string(arg) + "' (see --help)");
+            // A stray word is not printed (a key given after a space where '=' was meant, or
+            // split from its flag, would reach the logs): its place in the command line is.
+            if (arg == "--") {
+                fail("pdrouter: unexpected argument '--' (see --help)");
+            }
+            if (!starts_with_dash(argv[i])) {
+                fail("pdrouter: unexpected argument #" + std::to_string(i) +
+                     ": not an option, and the option before it takes no value (see --help)");
             }
             if (!arg.starts_with("--")) {
-                fail("pdrouter: unknown option '" + std::string(arg) + "' (see --help)");
+                fail(arg.size() <= 2
+                         ? "pdrouter: unknown option '" + std::string(arg) + "' (see --help)"
+                         : "pdrouter: unknown option at argument #" + std::to_string(i) +
+                               ": options start with '--' (see --help)");
             }
             std::string_view body = arg.substr(2);
             auto eq = body.find('=');

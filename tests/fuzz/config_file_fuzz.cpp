@@ -6,6 +6,7 @@
 // Build and run: scripts/fuzz config_file SECONDS. Seeds: corpus/config_file/.
 #include <unistd.h>
 
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -68,14 +69,25 @@ __attribute__((no_sanitize("coverage"))) bool leaks_secret(const std::string& ms
             return false;
         }
     }
-    // Every occurrence inside an IPv6 zone: after a '%' with no space, quote or bracket between.
+    // Every occurrence inside an IPv6 zone of a bracketed address, "[<hex, ':' and '.'>%ZONE]":
+    // after the '%' nothing but the zone's own bytes, and a ']' after it.
     for (auto i = at; i != std::string::npos; i = plain_find(msg, "UPSTREAMSECRET", i + 1)) {
-        std::size_t j = i;
-        while (j > 0 && msg[j - 1] != '%' && msg[j - 1] != ' ' && msg[j - 1] != '\'' &&
-               msg[j - 1] != '[' && msg[j - 1] != ']') {
-            --j;
+        std::size_t pct = i;
+        while (pct > 0 && msg[pct - 1] != '%' && msg[pct - 1] != ' ' && msg[pct - 1] != '\'' &&
+               msg[pct - 1] != '[' && msg[pct - 1] != ']') {
+            --pct;
         }
-        if (j == 0 || msg[j - 1] != '%') {
+        if (pct == 0 || msg[pct - 1] != '%') {
+            return true;
+        }
+        std::size_t open = pct - 1;  // the '%'
+        while (open > 0 && (std::isxdigit(static_cast<unsigned char>(msg[open - 1])) != 0 ||
+                            msg[open - 1] == ':' || msg[open - 1] == '.')) {
+            --open;
+        }
+        const auto close = msg.find(']', i);
+        if (open == 0 || msg[open - 1] != '[' || open + 1 == pct || close == std::string::npos ||
+            msg.find_first_of(" '[%", pct) < close) {
             return true;
         }
     }

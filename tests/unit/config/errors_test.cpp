@@ -12,10 +12,14 @@ TEST(ConfigErrors, UnknownFlagsAndStrayArguments) {
     expect_error(parse(with_instances({"--bogus=1"})),
                  "pdrouter: unknown option '--bogus' (see --help)");
     expect_error(parse(with_instances({"-x"})), "pdrouter: unknown option '-x' (see --help)");
+    expect_error(parse(with_instances({"-sk-SECRET"})),
+                 "pdrouter: unknown option at argument #5: options start with '--' (see --help)");
     expect_error(parse({"stray", "--prefill", "a:1", "--decode", "b:2"}),
-                 "pdrouter: unexpected argument 'stray' (see --help)");
+                 "pdrouter: unexpected argument #1: not an option, and the option before it takes "
+                 "no value (see --help)");
     expect_error(parse(with_instances({"--port", "1", "stray"})),
-                 "pdrouter: unexpected argument 'stray' (see --help)");
+                 "pdrouter: unexpected argument #7: not an option, and the option before it takes "
+                 "no value (see --help)");
     expect_error(parse(with_instances({"--"})), "pdrouter: unexpected argument '--' (see --help)");
     expect_error(parse(with_instances({"--help=1"})), "pdrouter: --help takes no value");
 }
@@ -193,6 +197,10 @@ TEST(ConfigErrors, RefusedValuesAreNeverEchoed) {
         {"--kv-mode", "lmcache", "--kv-ready-bind", "udp://" + secret + ":1"},
         {"--kv-mode", "lmcache", "--kv-ready-bind", "tcp://127.0.0.1:1", "--lmcache-init-ports",
          "8300," + secret},
+        {"--upstream-api-key=", secret},
+        {"-" + secret},
+        {"--kv-mode", "push", "--prefill", "127.0.0.1:8101", "--prefill-engine-ids", secret,
+         secret},
     };
     for (const auto& args : cases) {
         const auto r = parse(with_instances(args));

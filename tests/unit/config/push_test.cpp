@@ -91,7 +91,7 @@ TEST(ConfigPush, Errors) {
                  "prefill instance(s)");
     expect_error(parse(push({"--prefill-engine-ids", "p0", "p0"})),
                  "pdrouter: prefill instances 127.0.0.1:8100 and 127.0.0.1:8101 have the same "
-                 "engine id 'p0' (--prefill-engine-ids): each P needs its own");
+                 "engine id (--prefill-engine-ids values 1 and 2): each P needs its own");
     expect_error(parse(push({"--prefill-engine-ids", "p0", "p\x01"})),
                  "pdrouter: invalid value for --prefill-engine-ids: an engine id holds "
                  "printable ASCII characters only, no spaces");

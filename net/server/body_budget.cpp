@@ -1,6 +1,8 @@
 #include "net/server/body_budget.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -34,6 +36,37 @@ void trim_heap() noexcept {
 #ifdef __GLIBC__
     ::malloc_trim(0);
 #endif
+}
+
+// The trim acts on the whole process (every worker's budget asks for it): at most one a second,
+// and never at once. It runs kTrimDelay after it is asked for, so that the rest of a burst's
+// bodies (answered in the same moment) are freed before it; a request while one is pending is
+// folded into it.
+constexpr Duration kTrimDelay{100};
+constexpr Duration kMinTrimInterval{1000};
+std::atomic<bool> trim_pending{false};
+std::atomic<Clock::rep> last_trim{0};  // steady clock ticks; 0: never
+
+void schedule_trim(const net::any_io_executor& ex) {
+    if (trim_pending.exchange(true)) {
+        return;
+    }
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point last{Clock::duration{last_trim.load()}};
+    const Clock::time_point at = std::max(
+        now + kTrimDelay, last.time_since_epoch().count() == 0 ? now : last + kMinTrimInterval);
+    auto timer = std::make_shared<Timer>(ex);
+    timer->expires_at(at);
+    // Clears the pending mark however the wait ends: run, or dropped with a stopped context.
+    struct Pending {
+        ~Pending() { trim_pending.store(false); }
+    };
+    timer->async_wait([timer, pending = std::make_shared<Pending>()](const error_code& ec) {
+        if (!ec) {
+            trim_heap();
+            last_trim.store(Clock::now().time_since_epoch().count());
+        }
+    });
 }
 
 }  // namespace
@@ -73,8 +106,7 @@ void BodyBudget::give(std::size_t n) noexcept {
     grant_waiters();
     if (used_ <= peak_ / 4) {
         if (peak_ >= kTrimAfterPeak) {
-            // After the answer that freed the body is on its way, not inside its write.
-            net::post(ex_, [] { trim_heap(); });
+            schedule_trim(ex_);
         }
         peak_ = used_;  // the next burst is measured from here
     }

@@ -23,6 +23,9 @@ public:
         const std::lock_guard<std::mutex> lock(mutex_);
         auto it = entries_.find(kind);
         if (it == entries_.end()) {
+            if (entries_.size() >= kMaxKinds) {
+                entries_.clear();  // kinds come and go (instances): forget the old ones
+            }
             it = entries_.emplace(std::string(kind), Entry{}).first;
         }
         Entry& e = it->second;
@@ -39,6 +42,7 @@ public:
     }
 
 private:
+    static constexpr std::size_t kMaxKinds = 1024;
     struct Entry {
         Clock::time_point last{};
         std::uint64_t dropped = 0;

@@ -109,12 +109,20 @@ awaitable<bool> App::refuse_loop(TrackedExchange& ex) {
         co_return false;
     }
     router_metrics_.bad_request(error_info(Errc::LoopDetected).code);
-    PDR_WARN(kLog,
-             "refused a request that already went through this router (X-Pdrouter-Hop: " +
-                 std::string(ex.request()[instances::kHopHeader]) +
-                 "): one of its instances is the router itself, or leads back to it; check "
-                 "--prefill/--decode, discovery and /instances",
-             ex.request_id());
+    // Any client can send the header: one line a second, the header cut to its first 200 bytes.
+    static LogLimiter limiter;
+    std::string note;
+    if (limiter.allow("loop", note)) {
+        constexpr std::size_t kShown = 200;
+        const std::string_view hops = ex.request()[instances::kHopHeader];
+        PDR_WARN(kLog,
+                 "refused a request that already went through this router (X-Pdrouter-Hop: " +
+                     std::string(hops.substr(0, kShown)) + (hops.size() > kShown ? "..." : "") +
+                     "): one of its instances is the router itself, or leads back to it; check "
+                     "--prefill/--decode, discovery and /instances; client=" +
+                     ex.remote_address() + note,
+                 ex.request_id());
+    }
     co_await server::respond_error(
         ex, Errc::LoopDetected,
         "this request already went through this router: an instance it routes to is the router "
@@ -132,7 +140,11 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
                         router_metrics_.requests_in_flight);
     if (!slot.taken()) {
         router_metrics_.bad_request(error_info(Errc::TooManyRequests).code);
-        PDR_INFO(kLog, "rejected: max_concurrent_requests reached", ex.request_id());
+        static LogLimiter limiter;  // overload: one line a second
+        std::string note;
+        if (limiter.allow("max_concurrent", note)) {
+            PDR_INFO(kLog, "rejected: max_concurrent_requests reached" + note, ex.request_id());
+        }
         co_await server::respond_error(ex, Errc::TooManyRequests,
                                        "too many concurrent requests (max_concurrent_requests=" +
                                            std::to_string(cfg_.max_concurrent_requests) + ")");

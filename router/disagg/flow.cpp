@@ -53,8 +53,10 @@ double seconds_since(Clock::time_point t) noexcept {
 
 namespace {
 
-// `what` for `leg` and `instance`, at most once per second for each of the three together (a
-// line left out goes out at DEBUG instead).
+// `what` for `leg` and `instance`, at most once per second for each of the three together and
+// the failure's class (a line left out goes out at DEBUG instead). An engine's 4xx answer (a
+// prompt it refused, relayed) is a class of its own: clients can cause those at will, and they
+// must not push an instance's transport or protocol failures out of the log.
 void log_leg(LogLimiter& limiter, std::string_view what, const server::Exchange& client,
              std::string_view request_id, std::string_view leg, std::string_view instance,
              std::string_view reason) {
@@ -64,9 +66,11 @@ void log_leg(LogLimiter& limiter, std::string_view what, const server::Exchange&
     if (instance.empty()) {
         instance = "-";
     }
+    const bool client_error =
+        reason.starts_with("status 4") || reason.starts_with("answered HTTP 4");
     std::string kind;
-    kind.reserve(leg.size() + instance.size() + 1);
-    kind.append(leg).append(" ").append(instance);
+    kind.reserve(leg.size() + instance.size() + 5);
+    kind.append(leg).append(" ").append(instance).append(client_error ? " 4xx" : "");
     std::string note;
     const bool allowed = limiter.allow(kind, note);
     if (!allowed && log::level() > log::Level::Debug) {

@@ -759,6 +759,14 @@ TEST_F(FailureTest, OversizedDecodeAnswerNamesTheLimit) {
     EXPECT_TRUE(kv_freed(pd, Ms{3000}));
 }
 
+// Whole seconds since `t`, rounded up: a bound on the lines a once-a-second limit lets out.
+std::size_t seconds_since(std::chrono::steady_clock::time_point t) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+            .count();
+    return static_cast<std::size_t>((ms + 999) / 1000);
+}
+
 std::size_t count_lines_with(const std::string& log, const std::string& what) {
     std::size_t n = 0;
     for (std::size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) {
@@ -771,6 +779,7 @@ std::size_t count_lines_with(const std::string& log, const std::string& what) {
 // next line says how many were left out.
 TEST_F(FailureTest, PerRequestWarningsAreRateLimitedAndNameTheClient) {
     auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router({"--admin-api-key", "k"})));
+    const auto began = std::chrono::steady_clock::now();
     for (int i = 0; i < 40; ++i) {
         ASSERT_EQ(http_post(pd.router->port, "/v1/completions", "{not json").status, 400);
     }
@@ -790,7 +799,7 @@ TEST_F(FailureTest, PerRequestWarningsAreRateLimitedAndNameTheClient) {
     const std::string log = pd.router->proc.log();
     const std::size_t bad = count_lines_with(log, "bad request: invalid_json");
     EXPECT_GE(bad, 2u) << log;
-    EXPECT_LE(bad, 10u) << "not rate-limited:\n" << log;
+    EXPECT_LE(bad, seconds_since(began) + 2) << "not rate-limited:\n" << log;
     EXPECT_NE(log.find("client=127.0.0.1:"), std::string::npos) << log;
     const std::size_t admin = count_lines_with(log, "admin authentication failed: wrong key");
     EXPECT_EQ(admin, 1u) << log;
@@ -802,6 +811,7 @@ TEST_F(FailureTest, PerRequestWarningsAreRateLimitedAndNameTheClient) {
 TEST_F(FailureTest, RequestFailedLinesAreRateLimitedAndNameTheClient) {
     auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
     sim_fault(*pd.decode[0], {{"status", 400}, {"count", 1000}});
+    const auto began = std::chrono::steady_clock::now();
     for (int i = 0; i < 40; ++i) {
         ASSERT_EQ(send_generation(*pd.router, completion_body("refused", 3, false)).status, 400);
     }
@@ -814,12 +824,20 @@ TEST_F(FailureTest, RequestFailedLinesAreRateLimitedAndNameTheClient) {
     const std::string log = pd.router->proc.log();
     const std::size_t failed = count_lines_with(log, "request failed: leg=decode");
     EXPECT_GE(failed, 2u) << log;
-    EXPECT_LE(failed, 10u) << "not rate-limited:\n" << log;
+    EXPECT_LE(failed, seconds_since(began) + 2) << "not rate-limited:\n" << log;
     const auto line_at = log.find("request failed: leg=decode");
     ASSERT_NE(line_at, std::string::npos) << log;
     const std::string line = log.substr(line_at, log.find('\n', line_at) - line_at);
     EXPECT_NE(line.find("client=127.0.0.1:"), std::string::npos) << line;
     EXPECT_NE(line.find("reason=status 400"), std::string::npos) << line;
+    // Refused prompts are a class of their own: a 500 from the same decode right after them
+    // is logged all the same.
+    sim_fault(*pd.decode[0], {{"status", 500}, {"count", 1}});
+    EXPECT_EQ(send_generation(*pd.router, completion_body("broken", 3, false)).status / 100, 5);
+    EXPECT_TRUE(wait_until(
+        [&] { return pd.router->proc.log().find("reason=status 500") != std::string::npos; },
+        Ms{3000}))
+        << pd.router->proc.log();
 }
 
 // --log-level debug: one access-style line per request, with its status and the client's

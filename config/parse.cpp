@@ -234,6 +234,8 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
     bool check_only = false;  // --check-config
     try {
         std::vector<RawSetting> flags;
+        // What the option before a stray word took, for the message about it.
+        std::string stray_why = "not an option";
         for (int i = 1; i < argc; ++i) {
             std::string_view arg = argv[i];
             if (arg == "-h") {
@@ -245,8 +247,8 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
                 fail("pdrouter: unexpected argument '--' (see --help)");
             }
             if (!starts_with_dash(argv[i])) {
-                fail("pdrouter: unexpected argument #" + std::to_string(i) +
-                     ": not an option, and the option before it takes no value (see --help)");
+                fail("pdrouter: unexpected argument #" + std::to_string(i) + ": " + stray_why +
+                     " (see --help)");
             }
             if (!arg.starts_with("--")) {
                 fail(arg.size() <= 2
@@ -280,6 +282,9 @@ ParseOutcome parse_command_line(int argc, const char* const* argv,
             if (s.values.empty()) {
                 fail("pdrouter: missing value for --" + name);
             }
+            stray_why = eq != std::string_view::npos ? "--" + name + " took its value after '='"
+                        : is_switch(o->kind)         ? "--" + name + " takes no value"
+                                                     : "--" + name + " takes one value";
             if (o->kind == Kind::Help) {
                 outcome.action = ParseOutcome::Action::Exit;
                 outcome.output = help_text();

@@ -69,12 +69,9 @@ int main() {
         {{"--bogus"}, "pdrouter: unknown option '--bogus' (see --help)"},
         {{"--bogus=1"}, "pdrouter: unknown option '--bogus' (see --help)"},
         {{"-x"}, "pdrouter: unknown option '-x' (see --help)"},
-        {{"stray"},
-         "pdrouter: unexpected argument #1: not an option, and the option before it takes no "
-         "value (see --help)"},
+        {{"stray"}, "pdrouter: unexpected argument #1: not an option (see --help)"},
         {{"--port", "1", "stray"},
-         "pdrouter: unexpected argument #3: not an option, and the option before it takes no "
-         "value (see --help)"},
+         "pdrouter: unexpected argument #3: --port takes one value (see --help)"},
         {{"--"}, "pdrouter: unexpected argument '--' (see --help)"},
         {{"--help=1"}, "pdrouter: --help takes no value"},
         {{"--port"}, "pdrouter: missing value for --port"},

@@ -24,7 +24,7 @@ public:
         auto it = entries_.find(kind);
         if (it == entries_.end()) {
             if (entries_.size() >= kMaxKinds) {
-                entries_.clear();  // kinds come and go (instances): forget the old ones
+                forget_idle(Clock::now());  // kinds come and go (instances)
             }
             it = entries_.emplace(std::string(kind), Entry{}).first;
         }
@@ -43,6 +43,16 @@ public:
 
 private:
     static constexpr std::size_t kMaxKinds = 1024;
+    // Drops the kinds with nothing left out and no line in the last period; all of them when
+    // none is idle (their left-out counts are then lost).
+    void forget_idle(Clock::time_point now) {
+        std::erase_if(entries_, [&](const auto& kv) {
+            return kv.second.dropped == 0 && now - kv.second.last >= period_;
+        });
+        if (entries_.size() >= kMaxKinds) {
+            entries_.clear();
+        }
+    }
     struct Entry {
         Clock::time_point last{};
         std::uint64_t dropped = 0;

@@ -57,15 +57,24 @@ void schedule_trim(const net::any_io_executor& ex) {
         now + kTrimDelay, last.time_since_epoch().count() == 0 ? now : last + kMinTrimInterval);
     auto timer = std::make_shared<Timer>(ex);
     timer->expires_at(at);
-    // Clears the pending mark however the wait ends: run, or dropped with a stopped context.
+    // Clears the pending mark however the wait ends: before the trim when it runs (a request
+    // during a long trim then schedules the next one), or when a stopped context drops it.
     struct Pending {
-        ~Pending() { trim_pending.store(false); }
+        bool armed = true;
+        ~Pending() {
+            if (armed) {
+                trim_pending.store(false);
+            }
+        }
     };
     timer->async_wait([timer, pending = std::make_shared<Pending>()](const error_code& ec) {
-        if (!ec) {
-            trim_heap();
-            last_trim.store(Clock::now().time_since_epoch().count());
+        if (ec) {
+            return;
         }
+        last_trim.store(Clock::now().time_since_epoch().count());
+        pending->armed = false;
+        trim_pending.store(false);
+        trim_heap();
     });
 }
 

@@ -67,7 +67,7 @@ void log_leg(LogLimiter& limiter, std::string_view what, const server::Exchange&
         instance = "-";
     }
     const bool client_error =
-        reason.starts_with("status 4") || reason.starts_with("answered HTTP 4");
+        reason.starts_with("status 4") || reason.find("answered HTTP 4") != std::string_view::npos;
     std::string kind;
     kind.reserve(leg.size() + instance.size() + 5);
     kind.append(leg).append(" ").append(instance).append(client_error ? " 4xx" : "");

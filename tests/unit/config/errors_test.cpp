@@ -15,11 +15,13 @@ TEST(ConfigErrors, UnknownFlagsAndStrayArguments) {
     expect_error(parse(with_instances({"-sk-SECRET"})),
                  "pdrouter: unknown option at argument #5: options start with '--' (see --help)");
     expect_error(parse({"stray", "--prefill", "a:1", "--decode", "b:2"}),
-                 "pdrouter: unexpected argument #1: not an option, and the option before it takes "
-                 "no value (see --help)");
+                 "pdrouter: unexpected argument #1: not an option (see --help)");
     expect_error(parse(with_instances({"--port", "1", "stray"})),
-                 "pdrouter: unexpected argument #7: not an option, and the option before it takes "
-                 "no value (see --help)");
+                 "pdrouter: unexpected argument #7: --port takes one value (see --help)");
+    expect_error(parse(with_instances({"--demo", "stray"})),
+                 "pdrouter: unexpected argument #6: --demo takes no value (see --help)");
+    expect_error(parse(with_instances({"--port=1", "stray"})),
+                 "pdrouter: unexpected argument #6: --port took its value after '=' (see --help)");
     expect_error(parse(with_instances({"--"})), "pdrouter: unexpected argument '--' (see --help)");
     expect_error(parse(with_instances({"--help=1"})), "pdrouter: --help takes no value");
 }

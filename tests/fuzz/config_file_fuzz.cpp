@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "config/config.hpp"
 
@@ -69,8 +70,8 @@ __attribute__((no_sanitize("coverage"))) bool leaks_secret(const std::string& ms
             return false;
         }
     }
-    // Every occurrence inside an IPv6 zone of a bracketed address, "[<hex, ':' and '.'>%ZONE]":
-    // after the '%' nothing but the zone's own bytes, and a ']' after it.
+    // Every occurrence inside an IPv6 zone of a bracketed address, "[<hex, ':' and '.'>%ZONE]:":
+    // the address holds a ':', the zone is what canonical_v6 takes, and "]:" follows it.
     for (auto i = at; i != std::string::npos; i = plain_find(msg, "UPSTREAMSECRET", i + 1)) {
         std::size_t pct = i;
         while (pct > 0 && msg[pct - 1] != '%' && msg[pct - 1] != ' ' && msg[pct - 1] != '\'' &&
@@ -85,9 +86,17 @@ __attribute__((no_sanitize("coverage"))) bool leaks_secret(const std::string& ms
                             msg[open - 1] == ':' || msg[open - 1] == '.')) {
             --open;
         }
-        const auto close = msg.find(']', i);
-        if (open == 0 || msg[open - 1] != '[' || open + 1 == pct || close == std::string::npos ||
-            msg.find_first_of(" '[%", pct) < close) {
+        // The zone as canonical_v6 takes it: 1..15 letters, digits, '.', '-' or '_', then "]:".
+        std::size_t close = pct;
+        while (close < msg.size() &&
+               (std::isalnum(static_cast<unsigned char>(msg[close])) != 0 || msg[close] == '.' ||
+                msg[close] == '-' || msg[close] == '_')) {
+            ++close;
+        }
+        const std::string_view address(msg.data() + open, pct - 1 - open);
+        if (open == 0 || msg[open - 1] != '[' || address.find(':') == std::string_view::npos ||
+            close - pct > 15 || close + 1 >= msg.size() || msg[close] != ']' ||
+            msg[close + 1] != ':') {
             return true;
         }
     }

@@ -66,8 +66,7 @@ void check_lmcache(Config& cfg) {
     if (!cfg.kv_ready_bind.empty() && !valid_zmq_tcp_endpoint(cfg.kv_ready_bind)) {
         fail(
             "pdrouter: invalid value for --kv-ready-bind: expected tcp://HOST:PORT (HOST may be * "
-            "for all "
-            "interfaces)");
+            "for all interfaces)");
     }
     if (cfg.demo) {
         return;  // the demo makes its own receivers

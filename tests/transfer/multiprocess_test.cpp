@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -182,9 +183,28 @@ TEST_P(MultiProcess, KilledPeerEndsEveryInFlightTransferWithPeerGone) {
 // stopped this agent from receiving anything, from anyone, for good (the pdrouter soak's rare
 // failure). Here a child floods us with notes and is killed in the middle of it, several times;
 // after each kill a new child must still reach us, and its notes arrive.
+// Over tcp the same test found a second fault: under the flood the progress thread held the
+// agent's lock nearly all the time (one backend progress() read without bound, and a plain
+// mutex let it take the lock back before a woken caller ran), so drain_notifications() waited
+// for seconds and the live sender's notes were not seen in time. Each sender's notes must also
+// arrive in order, once each (FLOOD counts transfer_id up).
 TEST_P(MultiProcess, SenderKilledInTheMiddleOfItsNotesDoesNotStopNotesFromOthers) {
     constexpr int kRounds = 20;
     std::uint64_t received = 0;
+    std::map<PeerHandle, std::uint64_t> last_id;  // per live sender
+    std::uint64_t out_of_order = 0;
+    auto drain = [&] {
+        auto notes = agent_->drain_notifications();
+        for (const auto& note : notes) {
+            if (note.peer == kNoPeer) {
+                continue;  // from a sender already declared gone
+            }
+            auto& last = last_id[note.peer];
+            out_of_order += note.notification.transfer_id <= last ? 1 : 0;
+            last = note.notification.transfer_id;
+        }
+        return notes;
+    };
     for (int round = 0; round < kRounds; ++round) {
         std::unique_ptr<Child> flooder;
         PeerHandle f = start(flooder, "flooder-" + std::to_string(round));
@@ -197,7 +217,7 @@ TEST_P(MultiProcess, SenderKilledInTheMiddleOfItsNotesDoesNotStopNotesFromOthers
         const std::uint64_t until_count = received + 20 + 37 * static_cast<std::uint64_t>(round);
         auto until = Clock::now() + 10s;
         while (agent_->stats().notifications_received < until_count && Clock::now() < until) {
-            agent_->drain_notifications();
+            drain();
             std::this_thread::sleep_for(1ms);
         }
         ASSERT_GE(agent_->stats().notifications_received, until_count) << "round " << round;
@@ -212,13 +232,16 @@ TEST_P(MultiProcess, SenderKilledInTheMiddleOfItsNotesDoesNotStopNotesFromOthers
         bool heard = false;
         auto by = Clock::now() + 10s;
         while (!heard && Clock::now() < by) {
-            for (const auto& note : agent_->drain_notifications()) {
+            for (const auto& note : drain()) {
                 heard = heard || note.peer == n;
             }
             std::this_thread::sleep_for(1ms);
         }
         EXPECT_TRUE(heard) << "round " << round << ": no note from a live sender after a sender "
-                           << "was killed in the middle of its notes";
+                           << "was killed in the middle of its notes (live sender alive: "
+                           << agent_->peer_info(n)->alive << ", last heard "
+                           << agent_->peer_info(n)->ms_since_heard << " ms ago)";
+        EXPECT_EQ(out_of_order, 0u) << "round " << round;
         next->kill_now();
         received = agent_->stats().notifications_received;
         if (!heard) {

@@ -181,11 +181,13 @@ int main(int argc, char** argv) {
         } else if (cmd == "FLOOD") {  // notes to a peer without end, until this process is killed
             pdx::PeerHandle h = 0;
             in >> h;
-            const pdx::Notification n{pdx::NotifyKind::Register, 7, 0, 0, pdx::Status::Ok,
-                                      std::string(4000, 'f')};
+            // transfer_id counts up from 7: the receiver can see order and duplicates
+            pdx::Notification n{pdx::NotifyKind::Register, 7, 0, 0, pdx::Status::Ok,
+                                std::string(4000, 'f')};
             auto first = a.notify(h, n);
             ch.send(first ? std::string("OK") : "ERR " + first.message());
             while (first) {
+                ++n.transfer_id;
                 (void)a.notify(h, n);
                 a.progress();
             }

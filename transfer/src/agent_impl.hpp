@@ -20,6 +20,47 @@
 
 namespace pdx {
 
+// The agent's one mutex. The progress loop takes it again right after it let go, many times
+// a millisecond under a message flood, and a plain mutex is not fair: a caller of the API
+// (drain_notifications, stats, write_blocks...) woken on its release lost the race every
+// time and waited hundreds of ms, so a flooded agent looked deaf to its application. Callers
+// say they wait (lock()); the progress loop (lock_for_progress()) lets them go first, for at
+// most kGiveWay yields, so neither side can starve the other.
+class AgentMutex {
+public:
+    void lock() {
+        waiting_.fetch_add(1, std::memory_order_relaxed);
+        m_.lock();
+        waiting_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    bool try_lock() { return m_.try_lock(); }
+    void unlock() { m_.unlock(); }
+    void lock_for_progress() {
+        for (int i = 0; i < kGiveWay && waiting_.load(std::memory_order_relaxed) > 0; ++i) {
+            std::this_thread::yield();
+        }
+        m_.lock();
+    }
+    int waiting() const { return waiting_.load(std::memory_order_relaxed); }
+
+private:
+    static constexpr int kGiveWay = 256;
+    std::mutex m_;
+    std::atomic<int> waiting_{0};
+};
+
+// A lock_guard for the progress loop's side of AgentMutex.
+class ProgressLock {
+public:
+    explicit ProgressLock(AgentMutex& m) : m_(m) { m_.lock_for_progress(); }
+    ~ProgressLock() { m_.unlock(); }
+    ProgressLock(const ProgressLock&) = delete;
+    ProgressLock& operator=(const ProgressLock&) = delete;
+
+private:
+    AgentMutex& m_;
+};
+
 class Agent::Impl final : public detail::BackendEvents {
 public:
     explicit Impl(const Config& config);
@@ -151,8 +192,8 @@ public:
     Config cfg_;
     std::uint64_t instance_ = 0;
     std::string host_id_;
-    mutable std::mutex mu_;
-    std::condition_variable cv_;
+    mutable AgentMutex mu_;
+    std::condition_variable_any cv_;
     std::unique_ptr<detail::Backend> backend_;
 
     std::vector<Region> regions_;

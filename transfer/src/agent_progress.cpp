@@ -150,7 +150,7 @@ std::size_t Agent::Impl::progress() {
     // The transport is progressed between chunks only while more chunks wait; the last chunk
     // is progressed below with everything else (each UCX progress call over tcp is a syscall).
     for (int i = 0; i < kChunksPerProgress; ++i) {
-        std::lock_guard lk(mu_);
+        ProgressLock lk(mu_);
         if (post_queue_.empty()) {
             break;
         }
@@ -162,7 +162,7 @@ std::size_t Agent::Impl::progress() {
         n += backend_->progress();
     }
     {
-        std::lock_guard lk(mu_);
+        ProgressLock lk(mu_);
         drain_wake_locked();
         n += backend_->progress();
         // Deadlines, heartbeats, peer timeouts and lease expiry at most once per kTickEvery:
@@ -217,7 +217,7 @@ void Agent::Impl::run_callbacks() {
         NotificationFn handler;
         PeerEventFn peer_handler;
         {
-            std::lock_guard lk(mu_);
+            ProgressLock lk(mu_);
             cbs.swap(callbacks_);
             events.swap(peer_events_);
             peer_handler = peer_handler_;
@@ -294,7 +294,7 @@ void Agent::Impl::thread_main() {
         {
             // sleeping_ is set under the lock that post() checks it under: a post that comes
             // after this point sees it and writes the wake-up fd.
-            std::lock_guard lk(mu_);
+            ProgressLock lk(mu_);
             if (stop_ || needs_progress_locked() || !backend_->arm()) {
                 continue;
             }
@@ -302,7 +302,7 @@ void Agent::Impl::thread_main() {
         }
         epoll_event ev[4];
         ::epoll_wait(epoll_fd_, ev, 4, static_cast<int>(kTick.count()));
-        std::lock_guard lk(mu_);
+        ProgressLock lk(mu_);
         sleeping_ = false;
     }
 }

@@ -48,6 +48,8 @@ constexpr unsigned kAckAmId = 0x7f;    // the target's answer to one kWriteAmId 
 //   Ack (12 bytes):         u64 sequence, i32 ucs_status_t of the placement (0 = placed)
 constexpr std::size_t kWriteHeaderBytes = 16;
 constexpr std::size_t kAckBytes = 12;
+// Notifications taken from the workers in one progress() call (see progress()).
+constexpr std::size_t kMessagesPerProgress = 256;
 // Am write messages are eager and at most this long (larger segments are split): the target
 // gets each one whole inside its callback and copies it there, under the agent's lock, so no
 // receive is ever in flight into a region the target might release (rendezvous would be, and
@@ -468,7 +470,13 @@ public:
     std::size_t progress() override {
         kicked_ = false;
         std::size_t n = 0;
-        for (int i = 0; i < 4096 && progress_workers() != 0; ++i) {
+        // Bounded by the messages taken, not only by the calls: under a flood one call could
+        // otherwise read for seconds (GBs queued here), holding the agent's lock, with no tick
+        // (heartbeats, peer timeouts, process watches) and no other peer's turn in between.
+        // What stays unread stays in the socket, so TCP holds the flooding sender back.
+        for (int i = 0; i < 4096 && messages_.size() < kMessagesPerProgress &&
+                        progress_workers() != 0;
+             ++i) {
             ++n;
         }
         reap_closing();

@@ -474,9 +474,8 @@ public:
         // otherwise read for seconds (GBs queued here), holding the agent's lock, with no tick
         // (heartbeats, peer timeouts, process watches) and no other peer's turn in between.
         // What stays unread stays in the socket, so TCP holds the flooding sender back.
-        for (int i = 0; i < 4096 && messages_.size() < kMessagesPerProgress &&
-                        progress_workers() != 0;
-             ++i) {
+        for (int i = 0;
+             i < 4096 && messages_.size() < kMessagesPerProgress && progress_workers() != 0; ++i) {
             ++n;
         }
         reap_closing();

@@ -284,13 +284,8 @@ std::vector<std::string> check_lmcache_prefill_request(const json& body,
     if (kv == body.end() || !kv->is_object() || !flag_is_true(*kv, "ret_first_tok")) {
         v.push_back("lmcache prefill request: kv_transfer_params.ret_first_tok is not true");
     }
-    if (kv != body.end() && kv->is_object() && !request_id.empty()) {
-        auto spec = kv->find("disagg_spec");
-        if (spec != kv->end() && spec->is_object() && spec->contains("req_id") &&
-            (*spec)["req_id"] != request_id) {
-            v.push_back("lmcache prefill request: disagg_spec.req_id differs from X-Request-Id");
-        }
-    }
+    // disagg_spec.req_id is the router's own random id, not the request id: LMCache treats it
+    // as opaque (it only has to match the notifications), and the router keeps it unguessable.
     return v;
 }
 

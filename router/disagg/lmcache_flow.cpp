@@ -125,12 +125,10 @@ awaitable<PrefillSide> run_prefill_side(FlowDeps& deps, FlowRequest& req,
         // disagg_spec, so it moves no KV and sends no notification.
         lmcache::DisaggSpec spec;
         if (!first_only) {
-            // The request id (PROTOCOLS.md §5): unique among requests in flight (the API refuses
-            // a client's X-Request-Id that one in flight uses). A retry on another P reuses it:
-            // it follows only a failure that sent nothing. With several replicas it ends in
+            // Random, never the client's id (kv_ready_owner.hpp). A retry on another P reuses
+            // it: it follows only a failure that sent nothing. With several replicas it ends in
             // "@<replica id>", so whichever replica gets the notification can send it here.
-            spec.req_id =
-                kv::kv_req_id(req.request_id, deps.cfg.replica_id, kv::KvReadyTable::kMaxIdBytes);
+            spec.req_id = kv::kv_req_id(deps.cfg.replica_id);
             spec.receiver_host =
                 decode.kv.lmcache.host.empty() ? decode.endpoint.host : decode.kv.lmcache.host;
             spec.init_ports = decode.kv.lmcache.init_ports;

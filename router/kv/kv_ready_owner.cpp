@@ -1,21 +1,37 @@
 #include "router/kv/kv_ready_owner.hpp"
 
-#include "net/common/uuid.hpp"
+#include <sys/random.h>
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <stdexcept>
 
 namespace pdr::kv {
 
-std::string kv_req_id(std::string_view request_id, std::string_view replica_id,
-                      std::size_t max_bytes) {
-    if (replica_id.empty()) {
-        return std::string(request_id);
+std::string kv_req_id(std::string_view replica_id) {
+    std::array<unsigned char, kKvReqIdRandomChars / 2> bytes{};
+    std::size_t got = 0;
+    while (got < bytes.size()) {  // 16 bytes: one call, unless a signal interrupts it
+        const ssize_t n = ::getrandom(bytes.data() + got, bytes.size() - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            throw std::runtime_error("getrandom failed");  // ENOSYS before Linux 3.17 only
+        }
+        got += static_cast<std::size_t>(n);
     }
+    static constexpr char kHex[] = "0123456789abcdef";
     std::string id;
-    if (request_id.size() + 1 + replica_id.size() <= max_bytes) {
-        id = request_id;
-    } else {
-        id = make_uuid_v4();
+    id.reserve(kKvReqIdRandomChars + (replica_id.empty() ? 0 : 1 + replica_id.size()));
+    for (unsigned char b : bytes) {
+        id.push_back(kHex[b >> 4]);
+        id.push_back(kHex[b & 15]);
     }
-    id.append("@").append(replica_id);
+    if (!replica_id.empty()) {
+        id.append("@").append(replica_id);
+    }
     return id;
 }
 

@@ -11,11 +11,14 @@ namespace pdr::kv {
 // came]. A replica never forwards such a message again.
 inline constexpr std::string_view kForwardedMark = "pdrouter-kv-ready-forwarded/1";
 
-// The req_id to put in a request's disagg_spec: `request_id` unchanged without a replica id,
-// else "<request_id>@<replica_id>"; when that would be longer than `max_bytes`, a fresh UUIDv4
-// takes the request id's place.
-std::string kv_req_id(std::string_view request_id, std::string_view replica_id,
-                      std::size_t max_bytes);
+// The req_id to put in a request's disagg_spec: 32 hex digits of the kernel's random bytes
+// (getrandom), fresh for each request and never derived from anything a client sent, then
+// "@<replica_id>" when there is a replica id. The PULL socket takes a notification for
+// whatever id it names: a client that could guess the id (its own X-Request-Id, as it once
+// was) could forge "KV ready" and send D off with no KV on it. The client's request id stays
+// in the logs and the headers; the log line of a KV-ready failure names both.
+inline constexpr std::size_t kKvReqIdRandomChars = 32;
+std::string kv_req_id(std::string_view replica_id);
 
 // The replica id in `req_id` (after its last '@'); empty when there is none.
 std::string_view owner_of(std::string_view req_id) noexcept;

@@ -240,33 +240,37 @@ private:
     zmq::socket_t push_{ctx_, zmq::socket_type::push};
 };
 
-TEST_F(LmcacheFlowTest, NotificationsBeforeTheWaitAreKeptAndCounted) {
+// The req_id is random (kv_ready_owner.hpp): a notification forged with the client's own
+// X-Request-Id, which it once was, names no request. Before the fix the forged one made the
+// router start D with no KV on it (D: 500 "KV not received"); now the request times out
+// cleanly and D is never called.
+TEST_F(LmcacheFlowTest, ANotificationForgedWithTheClientsIdChangesNothing) {
     LmCluster lm = start_lm(
         {.prefills = 1, .decodes = 1, .tp = 1, .router_args = {"--kv-ready-timeout-ms", "1000"}});
     Notifier notifier(lm.kv_ready);
-    // Before the request exists at all: kept as an orphan, claimed when the request comes. P's
-    // own notification is dropped, so only the test's can make the request ready.
-    notifier.notify("came-first");
+    // Sent before the request exists (kept as an unknown id) and again while P works on it.
+    notifier.notify("spoof-victim-1");
     ASSERT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_notifications_total",
                                {{"outcome", "unknown"}}, 1));
-    sim_fault(*lm.prefill[0], {{"lmcache_drop_notif_ranks", {0}}, {"count", 1}});
-    json a = completion_body("ready before asked", 4, false);
-    EXPECT_TRUE(answer_ok(send_generation(*lm.router, a, {{"X-Request-Id", "came-first"}}), a));
-    // While P is still prefilling (registered, P has not answered): counted early.
-    sim_fault(*lm.prefill[0], {{"lmcache_drop_notif_ranks", {0}}, {"delay_ms", 600}, {"count", 1}});
-    json b = chat_body("ready before P answered", 4, true);
-    HttpResponse rb;
-    std::thread client([&] { rb = send_generation(*lm.router, b, {{"X-Request-Id", "beat-p"}}); });
+    sim_fault(*lm.prefill[0], {{"lmcache_drop_notif_ranks", {0}}, {"delay_ms", 300}, {"count", 1}});
+    json a = completion_body("forged ready", 4, false);
+    HttpResponse r;
+    std::thread client([&] {
+        r = send_generation(*lm.router, a, {{"X-Request-Id", "spoof-victim-1"}});
+    });
     const bool p_busy =
         wait_until([&] { return counter(sim_state(*lm.prefill[0]), "in_flight") == 1; }, Ms{3000});
-    if (p_busy) {
-        notifier.notify("beat-p");
-    }
+    notifier.notify("spoof-victim-1");
     client.join();
     ASSERT_TRUE(p_busy);
-    EXPECT_TRUE(answer_ok(rb, b));
-    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_notifications_total", {{"outcome", "early"}}), 1);
-    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_timeouts_total"), 0);
+    EXPECT_EQ(r.status, 504) << r.describe();
+    EXPECT_EQ(r.header("x-request-id"), "spoof-victim-1");  // the client's id is still its own
+    EXPECT_EQ(decode_legs(*lm.decode[0]), 0);
+    EXPECT_TRUE(metric_reaches(*lm.router, "pdrouter_kv_ready_notifications_total",
+                               {{"outcome", "unknown"}}, 2));
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_notifications_total", {{"outcome", "early"}}), 0);
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_notifications_total", {{"outcome", "matched"}}), 0);
+    EXPECT_EQ(m(*lm.router, "pdrouter_kv_ready_timeouts_total", {{"policy", "error"}}), 1);
 }
 
 TEST_F(LmcacheFlowTest, EarlyDuplicateAndGarbageNotificationsChangeNothing) {

@@ -2,11 +2,13 @@
 // prefill TP rank does) and garbage, and drives the router's io_context until a condition holds.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <list>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -437,15 +439,38 @@ TEST_F(KvReadyListenerTest, StopWakesEveryWaiter) {
 }
 
 TEST(KvReadyOwner, TheReplicaIdEndsTheReqId) {
-    EXPECT_EQ(kv_req_id("req-1", "", 256), "req-1");  // one replica: unchanged
-    EXPECT_EQ(kv_req_id("req-1", "10.0.0.2", 256), "req-1@10.0.0.2");
+    const std::string one = kv_req_id("");  // one replica: the random part alone
+    EXPECT_EQ(one.size(), kKvReqIdRandomChars);
+    EXPECT_EQ(one.find_first_not_of("0123456789abcdef"), std::string::npos) << one;
+    EXPECT_EQ(owner_of(one), "");
+    const std::string two = kv_req_id("10.0.0.2");
+    EXPECT_EQ(two.size(), kKvReqIdRandomChars + 1 + 8);
+    EXPECT_EQ(owner_of(two), "10.0.0.2");
     EXPECT_EQ(owner_of("req-1@10.0.0.2"), "10.0.0.2");
-    EXPECT_EQ(owner_of("a@b@fd00::1"), "fd00::1");  // a client id may hold '@'
+    EXPECT_EQ(owner_of("a@b@fd00::1"), "fd00::1");  // the last '@' counts
     EXPECT_EQ(owner_of("req-1"), "");
-    // Too long with the suffix: a fresh UUIDv4 stands in for the request id.
-    const std::string long_id = kv_req_id(std::string(250, 'x'), "10.0.0.2", 256);
-    EXPECT_EQ(long_id.size(), 36u + 1 + 8);
-    EXPECT_EQ(owner_of(long_id), "10.0.0.2");
+}
+
+// The req_id is the only thing a forged notification has to name, so it must not be guessable:
+// fresh random bytes each time, nothing shared between ids.
+TEST(KvReadyOwner, ReqIdsAreFreshRandomEachTime) {
+    std::set<std::string> ids;
+    std::array<int, 16> digit_counts{};
+    constexpr int kIds = 4096;
+    for (int i = 0; i < kIds; ++i) {
+        const std::string id = kv_req_id("");
+        ids.insert(id);
+        for (char c : id) {
+            ++digit_counts[c <= '9' ? c - '0' : c - 'a' + 10];
+        }
+    }
+    EXPECT_EQ(ids.size(), static_cast<std::size_t>(kIds));
+    // Every hex digit turns up about as often as the others (expected 8192 each; a counter or a
+    // constant part would skew this far past the bound).
+    for (int d = 0; d < 16; ++d) {
+        EXPECT_GT(digit_counts[d], 7400) << d;
+        EXPECT_LT(digit_counts[d], 9000) << d;
+    }
 }
 
 // Two listeners as two replicas: A ("a") forwards what is B's (replica 127.0.0.1, the host of

@@ -41,7 +41,6 @@ public:
         }
         m_.lock();
     }
-    int waiting() const { return waiting_.load(std::memory_order_relaxed); }
 
 private:
     static constexpr int kGiveWay = 256;

@@ -83,6 +83,13 @@ std::string check_allow_entry(std::string_view entry) {
     return "expected a CIDR, an IP address or a host name";
 }
 
+bool allow_entry_is_numeric(std::string_view entry) {
+    Numeric n;
+    int bits = 0;
+    return entry.find('/') != std::string_view::npos ? parse_cidr(entry, n, bits)
+                                                     : parse_numeric(entry, n);
+}
+
 bool allow_matches(const std::vector<std::string>& allow, std::string_view host) {
     Numeric h;
     const bool numeric = parse_numeric(host, h);

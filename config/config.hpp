@@ -77,6 +77,8 @@ std::string check_engine_id(std::string_view id);
 // --instance-allow entries: "CIDR" (10.0.0.0/8, fd00::/8), an address, or a host name (matched
 // as written, case-insensitively; no DNS). check_allow_entry: empty when valid, else why not.
 std::string check_allow_entry(std::string_view entry);
+// True when `entry` is a CIDR or a numeric address (what a peer address can match: no names).
+bool allow_entry_is_numeric(std::string_view entry);
 // True when `host` (an instance's host as given, brackets removed) matches one of `allow`.
 bool allow_matches(const std::vector<std::string>& allow, std::string_view host);
 
@@ -139,6 +141,12 @@ struct Config {
     OnKvReadyTimeout on_kv_ready_timeout = OnKvReadyTimeout::Error;
     Duration kv_ready_ttl{60000};              // unclaimed notifications are kept this long
     std::size_t kv_ready_max_pending = 65536;  // hard bound on the notification table
+    // Who may connect to the PULL socket (router/kv/kv_ready_guard.hpp): sender addresses
+    // (CIDR or address; empty: any), and CURVE: this router's secret key file (Z85; empty: no
+    // CURVE) and the senders' public keys file (Z85, one per line; empty: any key).
+    std::vector<std::string> kv_ready_allow;
+    std::string kv_ready_curve_secret_key_file;
+    std::string kv_ready_curve_clients_file;
     std::vector<LmcacheReceiver> lmcache_receivers;
     std::vector<int> kv_ready_expected;
     // push mode (PROTOCOLS.md §4), per prefill instance in `prefill` order: engine ids (one per

@@ -171,6 +171,19 @@ const std::array kOptions = {
            .help = "most notification-table entries; past it the oldest unclaimed go first "
                    "(default 65536)",
            .size = &Config::kv_ready_max_pending, .min = 1, .max = 10000000},
+    Option{.name = "kv-ready-allow", .kind = Kind::AllowList, .meta = "CIDR|ADDR [...]",
+           .help = "lmcache: the sender addresses the PULL socket accepts connections from "
+                   "(prefill hosts, peer replicas); others are refused at the handshake "
+                   "(default: any)",
+           .texts = &Config::kv_ready_allow},
+    Option{.name = "kv-ready-curve-secret-key-file", .kind = Kind::Text, .meta = "PATH",
+           .help = "lmcache: ZMQ CURVE on the PULL socket with this router's secret key (Z85, "
+                   "40 characters); senders must use its public key (default: no CURVE)",
+           .text = &Config::kv_ready_curve_secret_key_file},
+    Option{.name = "kv-ready-curve-clients-file", .kind = Kind::Text, .meta = "PATH",
+           .help = "lmcache, with CURVE: the senders' public keys (Z85, one per line, # "
+                   "comments); others are refused (default: any key)",
+           .text = &Config::kv_ready_curve_clients_file},
     Option{.name = "prefill-engine-ids", .kind = Kind::EngineIds, .meta = "ID [ID ...]",
            .help = "push: per prefill instance (in --prefill order) its engine_id (P's "
                    "--kv-transfer-config engine_id); required in push mode",

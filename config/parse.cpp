@@ -50,9 +50,12 @@ void check_lmcache(Config& cfg) {
     const bool lmcache = cfg.kv_mode == KvMode::Lmcache;
     if (!lmcache) {
         if (!cfg.kv_ready_bind.empty() || !cfg.lmcache_receivers.empty() ||
-            !cfg.kv_ready_expected.empty()) {
+            !cfg.kv_ready_expected.empty() || !cfg.kv_ready_allow.empty() ||
+            !cfg.kv_ready_curve_secret_key_file.empty() ||
+            !cfg.kv_ready_curve_clients_file.empty()) {
             fail(
-                "pdrouter: --kv-ready-bind, --lmcache-* and --kv-ready-expected are only used "
+                "pdrouter: --kv-ready-bind, --kv-ready-allow, --kv-ready-curve-*, --lmcache-* and "
+                "--kv-ready-expected are only used "
                 "with --kv-mode lmcache (the mode is " +
                 std::string(to_string(cfg.kv_mode)) + ")");
         }
@@ -67,6 +70,18 @@ void check_lmcache(Config& cfg) {
         fail(
             "pdrouter: invalid value for --kv-ready-bind: expected tcp://HOST:PORT (HOST may be * "
             "for all interfaces)");
+    }
+    for (const std::string& entry : cfg.kv_ready_allow) {
+        if (!allow_entry_is_numeric(entry)) {
+            fail(
+                "pdrouter: invalid value for --kv-ready-allow: expected CIDRs or IP addresses (a "
+                "sender is known by its address only, host names cannot match)");
+        }
+    }
+    if (!cfg.kv_ready_curve_clients_file.empty() && cfg.kv_ready_curve_secret_key_file.empty()) {
+        fail(
+            "pdrouter: --kv-ready-curve-clients-file needs --kv-ready-curve-secret-key-file (the "
+            "senders' keys are checked only when CURVE is on)");
     }
     if (cfg.demo) {
         return;  // the demo makes its own receivers

@@ -100,11 +100,14 @@ App::App(net::io_context& control, config::Config cfg, std::size_t workers)
       kv_ready_(cfg_.kv_mode == config::KvMode::Lmcache
                     ? std::make_unique<kv::KvReadyListener>(
                           executor_,
-                          kv::KvReadyOptions{.bind = cfg_.kv_ready_bind,
-                                             .ttl = cfg_.kv_ready_ttl,
-                                             .max_pending = cfg_.kv_ready_max_pending,
-                                             .replica_id = cfg_.replica_id,
-                                             .forwarder = kv_forwarder_.get()},
+                          kv::KvReadyOptions{
+                              .bind = cfg_.kv_ready_bind,
+                              .ttl = cfg_.kv_ready_ttl,
+                              .max_pending = cfg_.kv_ready_max_pending,
+                              .replica_id = cfg_.replica_id,
+                              .forwarder = kv_forwarder_.get(),
+                              .guard = {cfg_.kv_ready_allow, cfg_.kv_ready_curve_secret_key_file,
+                                        cfg_.kv_ready_curve_clients_file}},
                           router_metrics_)
                     : nullptr) {
     for (std::size_t i = 0; i < cfg_.prefill.size(); ++i) {
@@ -182,6 +185,9 @@ bool App::bind_kv_ready(std::string& error) {
     }
     PDR_INFO(kLog, "waiting for LMCache KV-ready notifications on " + kv_ready_->endpoint() +
                        " (point LMCache's pd_proxy_host/pd_proxy_port here)");
+    if (const kv::KvReadyGuard* g = kv_ready_->guard(); kv_forwarder_ && g && g->curve()) {
+        kv_forwarder_->use_curve(g->secret_key_z85(), g->public_key_z85());
+    }
     if (kv_forwarder_) {
         PDR_INFO(kLog, "replica id " + cfg_.replica_id + ": KV-ready req_ids end in '@" +
                            cfg_.replica_id + "'; other replicas' notifications are forwarded");

@@ -25,11 +25,17 @@ struct KvReadyForwarder::Zmq {
 };
 
 struct KvReadyForwarder::Peer {
-    Peer(zmq::context_t& ctx, std::string ep, int sndhwm)
+    Peer(zmq::context_t& ctx, std::string ep, int sndhwm, const std::string& curve_secret,
+         const std::string& curve_public)
         : endpoint(std::move(ep)), socket(ctx, zmq::socket_type::push) {
         socket.set(zmq::sockopt::linger, 0);
         socket.set(zmq::sockopt::sndhwm, sndhwm);
         socket.set(zmq::sockopt::ipv6, true);
+        if (!curve_secret.empty()) {
+            socket.set(zmq::sockopt::curve_serverkey, curve_public);
+            socket.set(zmq::sockopt::curve_publickey, curve_public);
+            socket.set(zmq::sockopt::curve_secretkey, curve_secret);
+        }
         socket.connect(endpoint);
     }
     std::string endpoint;
@@ -51,6 +57,13 @@ void KvReadyForwarder::stop() {
     peers_.clear();
     zmq_.reset();
     metrics_.kv_ready_peers.Set(0);
+}
+
+void KvReadyForwarder::use_curve(std::string secret_z85, std::string public_z85) {
+    curve_secret_ = std::move(secret_z85);
+    curve_public_ = std::move(public_z85);
+    peers_.clear();
+    rebuild();
 }
 
 void KvReadyForwarder::set_static(const std::vector<config::InstanceAddress>& peers) {
@@ -91,7 +104,8 @@ void KvReadyForwarder::rebuild() {
             continue;
         }
         try {
-            auto peer = std::make_unique<Peer>(zmq_->context, endpoint, sndhwm_);
+            auto peer = std::make_unique<Peer>(zmq_->context, endpoint, sndhwm_, curve_secret_,
+                                               curve_public_);
             PDR_INFO(kLog,
                      "forwarding the notifications of peer replica " + id + " to " + endpoint);
             peers_.emplace(id, std::move(peer));

@@ -43,6 +43,9 @@ public:
     // The endpoint used for replica `id` ("" when unknown); for logs and tests.
     std::string endpoint_of(std::string_view id) const;
     void stop();  // closes every socket; later forwards are UnknownOwner
+    // CURVE toward the peers (their PULL sockets share this router's key pair: see
+    // kv_ready_guard.hpp): the peer sockets are made again with it.
+    void use_curve(std::string secret_z85, std::string public_z85);
 
 private:
     struct Zmq;
@@ -55,6 +58,7 @@ private:
     std::vector<config::InstanceAddress> static_, discovered_;
     std::unique_ptr<Zmq> zmq_;
     std::map<std::string, std::unique_ptr<Peer>, std::less<>> peers_;  // by replica id
+    std::string curve_secret_, curve_public_;                          // empty: no CURVE
     bool stopped_ = false;
 };
 

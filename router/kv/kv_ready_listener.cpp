@@ -3,6 +3,7 @@
 #include "router/kv/kv_ready_listener.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include <zmq.hpp>
@@ -80,15 +81,32 @@ std::string_view to_string(WaitEnd e) noexcept {
 
 struct KvReadyListener::Zmq {
     explicit Zmq(const net::any_io_executor& ex)
-        : context(1), socket(context, zmq::socket_type::pull), fd(ex) {}
+        : context(1),
+          zap(context, zmq::socket_type::rep),
+          monitor(context, zmq::socket_type::pair),
+          socket(context, zmq::socket_type::pull),
+          fd(ex),
+          zap_fd(ex),
+          monitor_fd(ex) {}
     ~Zmq() {
-        // libzmq owns the descriptor: take it back from Asio (which cancels a pending wait)
-        // before the socket closes it.
+        // libzmq owns the descriptors: take them back from Asio (which cancels a pending wait)
+        // before the sockets close them.
         (void)fd.release();
+        (void)zap_fd.release();
+        (void)monitor_fd.release();
     }
+    zmq::socket_t& sock(Sock s) {
+        return s == Sock::Pull ? socket : s == Sock::Zap ? zap : monitor;
+    }
+    Descriptor& desc(Sock s) { return s == Sock::Pull ? fd : s == Sock::Zap ? zap_fd : monitor_fd; }
+
     zmq::context_t context;
-    zmq::socket_t socket;
+    zmq::socket_t zap;      // bound only with a guard (inproc://zeromq.zap.01)
+    zmq::socket_t monitor;  // the PULL socket's monitor: its disconnections
+    zmq::socket_t socket;   // last: closed first, before the sockets it reports to
     Descriptor fd;
+    Descriptor zap_fd;
+    Descriptor monitor_fd;
 };
 
 // ---- Registration ---------------------------------------------------------------------------
@@ -231,17 +249,43 @@ bool KvReadyListener::start(std::string& error) {
         error = "kv-ready bind address '" + opts_.bind + "' is not tcp://HOST:PORT";
         return false;
     }
+    std::string why;
+    guard_ = KvReadyGuard::load(opts_.guard, why);
+    if (!guard_) {
+        error = "kv-ready socket: " + why;
+        return false;
+    }
     std::unique_ptr<Zmq> z;
     try {
         z = std::make_unique<Zmq>(ex_);
+        z->zap.set(zmq::sockopt::linger, 0);
+        z->monitor.set(zmq::sockopt::linger, 0);
         z->socket.set(zmq::sockopt::linger, 0);
+        if (guard_->active()) {
+            // Before the PULL socket binds: no connection is judged without us.
+            z->zap.bind("inproc://zeromq.zap.01");
+            z->socket.set(zmq::sockopt::zap_domain, "pdrouter-kv-ready");
+        }
+        if (guard_->curve()) {
+            z->socket.set(zmq::sockopt::curve_server, true);
+            z->socket.set(zmq::sockopt::curve_secretkey, guard_->secret_key_z85());
+        }
         z->socket.set(zmq::sockopt::rcvhwm, opts_.rcvhwm);
         z->socket.set(zmq::sockopt::maxmsgsize,
                       static_cast<std::int64_t>(opts_.max_frame_bytes) * kMaxMsgFactor);
         z->socket.set(zmq::sockopt::ipv6, is_ipv6_bind(opts_.bind));
+        constexpr const char* kMonitor = "inproc://pdrouter-kv-ready-monitor";
+        if (zmq_socket_monitor(z->socket.handle(), kMonitor, ZMQ_EVENT_DISCONNECTED) != 0) {
+            throw zmq::error_t();
+        }
+        z->monitor.connect(kMonitor);
         z->socket.bind(opts_.bind);
         endpoint_ = z->socket.get(zmq::sockopt::last_endpoint);
         z->fd.assign(z->socket.get(zmq::sockopt::fd));
+        z->monitor_fd.assign(z->monitor.get(zmq::sockopt::fd));
+        if (guard_->active()) {
+            z->zap_fd.assign(z->zap.get(zmq::sockopt::fd));
+        }
     } catch (const zmq::error_t& e) {
         error = "kv-ready socket: cannot bind " + opts_.bind + ": " + e.what();
         return false;
@@ -251,8 +295,30 @@ bool KvReadyListener::start(std::string& error) {
     }
     zmq_ = std::move(z);
     started_ = true;
-    PDR_INFO(kLog, "listening on " + endpoint_);
-    tasks_.spawn(receive_loop());
+    std::string how;
+    if (guard_->curve()) {
+        how += "; CURVE on, public key " + guard_->public_key_z85();
+    }
+    if (!opts_.guard.allow.empty()) {
+        how += "; senders allowed from";
+        for (const std::string& a : opts_.guard.allow) {
+            how += " " + a;
+        }
+    }
+    PDR_INFO(kLog, "listening on " + endpoint_ + how);
+    const std::string_view host = std::string_view(opts_.bind).substr(6);
+    if (!guard_->active() && (host.rfind("*:", 0) == 0 || host.rfind("0.0.0.0:", 0) == 0 ||
+                              host.rfind("[::]:", 0) == 0)) {
+        PDR_WARN(kLog, "bound to every interface (" + opts_.bind +
+                           ") with no --kv-ready-allow and no CURVE: any host that reaches this "
+                           "port can send notifications; bind an internal address or set "
+                           "--kv-ready-allow");
+    }
+    tasks_.spawn(receive_loop(Sock::Pull));
+    tasks_.spawn(receive_loop(Sock::Monitor));
+    if (guard_->active()) {
+        tasks_.spawn(receive_loop(Sock::Zap));
+    }
     tasks_.spawn(sweep_loop());
     return true;
 }
@@ -361,7 +427,8 @@ void KvReadyListener::log_problems(Clock::time_point now) {
                     std::to_string(malformed_since_log_[r]);
         }
     }
-    if (text.empty() && unknown_since_log_ == 0 && not_forwarded_since_log_ == 0) {
+    if (text.empty() && unknown_since_log_ == 0 && not_forwarded_since_log_ == 0 &&
+        refused_since_log_ == 0) {
         return;
     }
     std::string line = text.empty() ? "no malformed messages" : "malformed messages (" + text + ")";
@@ -371,42 +438,119 @@ void KvReadyListener::log_problems(Clock::time_point now) {
                 " for another replica's req_ids dropped (no such peer, its queue full, or "
                 "forwarded here by mistake: pdrouter_kv_ready_forwarded_total)";
     }
+    if (refused_since_log_ != 0) {
+        line += ", " + std::to_string(refused_since_log_) +
+                " connection(s) refused (the last: " + last_refused_ + ")";
+    }
     line += " since the previous warning (one per " + std::to_string(kLogInterval.count() / 1000) +
             " s at most)";
     PDR_WARN(kLog, line);
     malformed_since_log_ = {};
     unknown_since_log_ = 0;
     not_forwarded_since_log_ = 0;
+    refused_since_log_ = 0;
     last_log_ = now;
 }
 
-KvReadyListener::Drain KvReadyListener::drain() {
+void KvReadyListener::drain_pull(Clock::time_point now, std::size_t& taken) {
     zmq::socket_t& sock = zmq_->socket;
     zmq::message_t msg;
+    while (taken < kBatch && sock.recv(msg, zmq::recv_flags::dontwait)) {
+        ++taken;
+        if (!msg.more()) {
+            on_frame(msg.to_string_view(), now, false);
+            continue;
+        }
+        // [kForwardedMark, frame] from a peer replica; any other multipart is refused.
+        const bool marked = msg.to_string_view() == kForwardedMark;
+        std::size_t parts = 1;
+        while (msg.more() && sock.recv(msg, zmq::recv_flags::dontwait)) {
+            ++parts;
+            if (parts == 2 && marked && !msg.more()) {
+                on_frame(msg.to_string_view(), now, true);
+            }
+        }
+        if (!marked || parts != 2) {
+            note_malformed(metrics::KvReadyMalformed::Multipart, now);
+        }
+    }
+}
+
+// One ZAP request (RFC 27: version, request id, domain, address, routing id, mechanism,
+// credentials...), one reply (version, request id, status code, status text, user id,
+// metadata).
+void KvReadyListener::drain_zap(std::size_t& taken) {
+    zmq::socket_t& sock = zmq_->zap;
+    zmq::message_t msg;
+    while (taken < kBatch && sock.recv(msg, zmq::recv_flags::dontwait)) {
+        ++taken;
+        std::vector<std::string> frames{msg.to_string()};
+        while (msg.more() && frames.size() < 16 && sock.recv(msg, zmq::recv_flags::none)) {
+            frames.push_back(msg.to_string());
+        }
+        while (msg.more() && sock.recv(msg, zmq::recv_flags::none)) {
+        }
+        frames.resize(std::max<std::size_t>(frames.size(), 7));
+        const std::string& address = frames[3];
+        const KvReadyGuard::Verdict v = guard_->judge(address, frames[5], frames[6]);
+        const bool ok = v == KvReadyGuard::Verdict::Allowed;
+        if (!ok) {
+            metrics_.kv_ready_refused(v == KvReadyGuard::Verdict::Address
+                                          ? metrics::KvReadyRefused::Address
+                                          : metrics::KvReadyRefused::Key);
+            ++refused_since_log_;
+            last_refused_ = address.substr(0, 64) + (v == KvReadyGuard::Verdict::Address
+                                                         ? ", not in --kv-ready-allow"
+                                                         : ", CURVE key not allowed");
+        }
+        sock.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
+        sock.send(zmq::buffer(frames[1]), zmq::send_flags::sndmore);
+        sock.send(zmq::buffer(std::string_view(ok ? "200" : "400")), zmq::send_flags::sndmore);
+        sock.send(zmq::buffer(std::string_view(ok ? "OK" : "refused")), zmq::send_flags::sndmore);
+        sock.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
+        sock.send(zmq::str_buffer(""), zmq::send_flags::none);
+        if (!ok) {
+            log_problems(Clock::now());
+        }
+    }
+}
+
+// Monitor events: [6 bytes: event (2) and value (4)][endpoint].
+void KvReadyListener::drain_monitor(std::size_t& taken) {
+    zmq::socket_t& sock = zmq_->monitor;
+    zmq::message_t msg;
+    while (taken < kBatch && sock.recv(msg, zmq::recv_flags::dontwait)) {
+        ++taken;
+        std::uint16_t event = 0;
+        if (msg.size() >= sizeof event) {
+            std::memcpy(&event, msg.data(), sizeof event);
+        }
+        while (msg.more() && sock.recv(msg, zmq::recv_flags::none)) {
+        }
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            metrics_.kv_ready_disconnects.Increment();
+        }
+    }
+}
+
+KvReadyListener::Drain KvReadyListener::drain(Sock which) {
+    zmq::socket_t& sock = zmq_->sock(which);
     const Clock::time_point now = Clock::now();
     std::size_t taken = 0;
     try {
         for (;;) {
             // Until EAGAIN, then ZMQ_EVENTS: reading it processes libzmq's pending commands and
             // re-arms the edge-triggered ZMQ_FD; POLLIN there means more arrived meanwhile.
-            while (taken < kBatch && sock.recv(msg, zmq::recv_flags::dontwait)) {
-                ++taken;
-                if (!msg.more()) {
-                    on_frame(msg.to_string_view(), now, false);
-                    continue;
-                }
-                // [kForwardedMark, frame] from a peer replica; any other multipart is refused.
-                const bool marked = msg.to_string_view() == kForwardedMark;
-                std::size_t parts = 1;
-                while (msg.more() && sock.recv(msg, zmq::recv_flags::dontwait)) {
-                    ++parts;
-                    if (parts == 2 && marked && !msg.more()) {
-                        on_frame(msg.to_string_view(), now, true);
-                    }
-                }
-                if (!marked || parts != 2) {
-                    note_malformed(metrics::KvReadyMalformed::Multipart, now);
-                }
+            switch (which) {
+                case Sock::Pull:
+                    drain_pull(now, taken);
+                    break;
+                case Sock::Zap:
+                    drain_zap(taken);
+                    break;
+                case Sock::Monitor:
+                    drain_monitor(taken);
+                    break;
             }
             const bool readable = (sock.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
             if (!readable) {
@@ -428,10 +572,10 @@ KvReadyListener::Drain KvReadyListener::drain() {
     }
 }
 
-awaitable<void> KvReadyListener::receive_loop() {
+awaitable<void> KvReadyListener::receive_loop(Sock which) {
     const TaskGroup::Alive alive = tasks_.alive();
     while (!stopped_) {
-        const Drain d = drain();
+        const Drain d = drain(which);
         if (d == Drain::Failed) {
             co_return;
         }
@@ -441,7 +585,7 @@ awaitable<void> KvReadyListener::receive_loop() {
             // No cancellation slot: the wait's cancellation handler would point into the
             // descriptor, which stop() destroys before the task group's cancellation is
             // delivered; destroying it (release()) ends the wait with operation_aborted.
-            const auto [ec] = co_await zmq_->fd.async_wait(
+            const auto [ec] = co_await zmq_->desc(which).async_wait(
                 net::posix::descriptor_base::wait_read,
                 net::bind_cancellation_slot(net::cancellation_slot(), use_tuple));
             if (alive && !stopped_ && ec) {

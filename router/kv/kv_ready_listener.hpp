@@ -22,11 +22,19 @@
 // ZMQ_EVENTS (which also re-arms the descriptor) before waiting again; at most kBatch messages
 // are taken before the loop lets other handlers run. No thread of ours, no polling.
 //
-// Frame limits: a message larger than max_frame_bytes is counted as malformed (too_large) and
-// dropped; ZMQ_MAXMSGSIZE is kMaxMsgFactor × max_frame_bytes, and a peer that sends a message
-// larger than that is disconnected by libzmq (its PUSH socket reconnects; that message and any
-// it had in flight are lost and counted nowhere). Memory: at most max_pending entries of at most
-// KvReadyTable::kMaxIdBytes of id each, plus rcvhwm queued messages.
+// Frame limits: a message larger than max_frame_bytes (1024: the largest valid notification,
+// a 256-byte req_id, is under 300) is counted as malformed (too_large) and dropped;
+// ZMQ_MAXMSGSIZE is kMaxMsgFactor × max_frame_bytes, and a peer that sends a message larger
+// than that is disconnected by libzmq (its PUSH socket reconnects; that message and any it had
+// in flight are lost). libzmq 4.3 does not say why it dropped a connection, so those are
+// counted with every other ended connection, in pdrouter_kv_ready_disconnects_total (a socket
+// monitor). Memory: at most max_pending entries of at most KvReadyTable::kMaxIdBytes of id
+// each, plus rcvhwm queued messages of at most ZMQ_MAXMSGSIZE.
+//
+// Who may send (kv_ready_guard.hpp): with an allow-list or CURVE the listener is its context's
+// ZAP handler (a REP socket on inproc://zeromq.zap.01, on the same executor), and each refused
+// connection counts in pdrouter_kv_ready_refused_total{reason} (address, key) and in the
+// 10 s warning with the last refused address.
 //
 // Several replicas (issue 18): with a replica id, a notification whose req_id names another
 // replica (kv_ready_owner.hpp) is not this one's: it goes to the forwarder, unchanged, and is
@@ -44,11 +52,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "net/common/io.hpp"
 #include "net/common/task_group.hpp"
+#include "router/kv/kv_ready_guard.hpp"
 #include "router/kv/kv_ready_table.hpp"
 #include "router/metrics/router_metrics.hpp"
 
@@ -68,10 +78,11 @@ struct KvReadyOptions {
     std::string bind;      // tcp://HOST:PORT; port 0 (or `*` for the host) binds what is free
     Duration ttl{30'000};  // how long unclaimed notifications and finished ids are kept
     std::size_t max_pending = 65'536;  // entries in the table, at most
-    std::size_t max_frame_bytes = 4096;
+    std::size_t max_frame_bytes = 1024;
     int rcvhwm = 1000;                      // ZMQ_RCVHWM: messages queued in the socket, at most
     std::string replica_id;                 // "": one replica, every notification is ours
     KvReadyForwarder* forwarder = nullptr;  // other replicas' notifications go there
+    KvReadyGuardOptions guard = {};         // who may connect (default: anyone)
 };
 
 class KvReadyListener {
@@ -86,7 +97,8 @@ public:
     KvReadyListener& operator=(const KvReadyListener&) = delete;
 
     // Binds the PULL socket and starts receiving and sweeping. False with a message in `error`
-    // (not tcp://, bad address, port in use, already started or stopped).
+    // (not tcp://, bad address, port in use, a key file that cannot be used, already started or
+    // stopped).
     bool start(std::string& error);
     // Closes the socket (linger 0), stops the loops and ends every wait with Stopped; later
     // expect() calls are refused. Idempotent.
@@ -138,12 +150,20 @@ public:
     Registration expect(std::string req_id, std::size_t expected);
 
     const KvReadyTable& table() const noexcept { return table_; }
+    // Who may connect, after start() (null before): its CURVE keys, the allow-list.
+    const KvReadyGuard* guard() const noexcept { return guard_ ? &*guard_ : nullptr; }
 
 private:
-    struct Zmq;  // context, PULL socket and its ZMQ_FD (zmq.hpp stays out of this header)
+    // context, PULL socket, ZAP and monitor sockets and their ZMQ_FDs (zmq.hpp stays out of
+    // this header)
+    struct Zmq;
     enum class Drain { Empty, More, Failed };
+    enum class Sock { Pull, Zap, Monitor };
 
-    Drain drain();
+    Drain drain(Sock which);
+    void drain_pull(Clock::time_point now, std::size_t& taken);
+    void drain_zap(std::size_t& taken);
+    void drain_monitor(std::size_t& taken);
     void on_frame(std::string_view bytes, Clock::time_point now, bool forwarded);
     // False when the frame is another replica's (forwarded or dropped, and counted).
     bool is_ours(const std::string& req_id, std::string_view bytes, bool forwarded);
@@ -152,7 +172,7 @@ private:
     void publish();  // table size and new evictions → metrics
     // Wakes a wait (its timer's executor, found again there by id and serial).
     void wake(KvReadyWaker& w);
-    awaitable<void> receive_loop();
+    awaitable<void> receive_loop(Sock which);
     awaitable<void> sweep_loop();
 
     net::any_io_executor ex_;
@@ -161,6 +181,7 @@ private:
     KvReadyTable table_;
     std::uint64_t next_waker_serial_ = 0;
     KvReadyTable::Evictions published_;
+    std::optional<KvReadyGuard> guard_;
     std::unique_ptr<Zmq> zmq_;
     std::string endpoint_;
 
@@ -168,6 +189,8 @@ private:
     std::array<std::uint64_t, metrics::kKvReadyMalformedCount> malformed_since_log_{};
     std::uint64_t unknown_since_log_ = 0;
     std::uint64_t not_forwarded_since_log_ = 0;  // queue_full, unknown_owner, not_owner
+    std::uint64_t refused_since_log_ = 0;        // connections refused by the guard
+    std::string last_refused_;                   // "ADDR (why)" of the last of them
     Clock::time_point last_log_{};
 
     Timer sweep_timer_;

@@ -108,6 +108,8 @@ static_assert(std::size(kKvReadyTimeoutPolicies) == kKvReadyTimeoutPolicyCount);
 constexpr std::string_view kKvReadyForwards[] = {"sent", "received", "queue_full", "unknown_owner",
                                                  "not_owner"};
 static_assert(std::size(kKvReadyForwards) == kKvReadyForwardCount);
+constexpr std::string_view kKvReadyRefusedReasons[] = {"address", "key"};
+static_assert(std::size(kKvReadyRefusedReasons) == kKvReadyRefusedCount);
 constexpr std::string_view kDiscoveryRoles[] = {"prefill", "decode", "router"};
 static_assert(std::size(kDiscoveryRoles) == kDiscoveryRoleCount);
 constexpr std::string_view kDiscoveryResults[] = {"ok", "empty", "failed"};
@@ -131,6 +133,10 @@ std::string_view to_string(KvReadyTimeoutPolicy p) noexcept {
 
 std::string_view to_string(KvReadyForward f) noexcept {
     return kKvReadyForwards[static_cast<std::size_t>(f)];
+}
+
+std::string_view to_string(KvReadyRefused r) noexcept {
+    return kKvReadyRefusedReasons[static_cast<std::size_t>(r)];
 }
 
 std::string_view to_string(DiscoveryRole r) noexcept {
@@ -252,6 +258,12 @@ RouterMetrics::RouterMetrics(Registry& registry)
                             "Other router replicas whose PULL socket KV-ready notifications "
                             "for their requests are forwarded to.")
                          .Add({})),
+      kv_ready_disconnects(
+          counters(registry, "pdrouter_kv_ready_disconnects_total",
+                   "Sender connections to the LMCache kv-ready socket that ended: the sender "
+                   "closed it, the guard refused it, or libzmq dropped it for a message over "
+                   "ZMQ_MAXMSGSIZE or a protocol error (notifications in flight on it are lost).")
+              .Add({})),
       request_body_buffered(
           gauges(registry, "pdrouter_request_body_buffered_bytes",
                  "Request-body bytes held against --max-buffered-body-bytes (bodies still "
@@ -395,6 +407,11 @@ RouterMetrics::RouterMetrics(Registry& registry)
                       "KV-ready notifications for another router replica's requests, or "
                       "forwarded here by one, by result."),
              "result", kKvReadyForwards);
+    add_each(kv_ready_refused_,
+             counters(registry, "pdrouter_kv_ready_refused_total",
+                      "Connections to the LMCache kv-ready socket refused at the handshake, by "
+                      "reason: an address not in --kv-ready-allow, or a CURVE key not allowed."),
+             "reason", kKvReadyRefusedReasons);
     auto& resolutions = counters(registry, "pdrouter_discovery_resolutions_total",
                                  "DNS discovery lookups, by what they discover and result.");
     auto& discovered = gauges(registry, "pdrouter_discovery_addresses",
@@ -498,6 +515,10 @@ void RouterMetrics::kv_ready_timeout(KvReadyTimeoutPolicy policy) noexcept {
 
 void RouterMetrics::kv_ready_forward(KvReadyForward result) noexcept {
     kv_ready_forwards_[idx(result)]->Increment();
+}
+
+void RouterMetrics::kv_ready_refused(KvReadyRefused reason) noexcept {
+    kv_ready_refused_[idx(reason)]->Increment();
 }
 
 void RouterMetrics::discovery_resolution(DiscoveryRole role, DiscoveryResult result,

@@ -74,6 +74,10 @@ inline constexpr std::size_t kKvReadyTimeoutPolicyCount = 2;
 // forwarded one was not ours (never forwarded twice).
 enum class KvReadyForward { Sent, Received, QueueFull, UnknownOwner, NotOwner };
 inline constexpr std::size_t kKvReadyForwardCount = 5;
+// Why the kv-ready socket's guard refused a connection: its address is not allowed, or its
+// CURVE key is not (router/kv/kv_ready_guard.hpp).
+enum class KvReadyRefused { Address, Key };
+inline constexpr std::size_t kKvReadyRefusedCount = 2;
 // What DNS discovery looks up: prefill or decode instances, or the router replicas' PULL
 // addresses (--peer-routers-dns).
 enum class DiscoveryRole { Prefill, Decode, Router };
@@ -99,9 +103,11 @@ std::string_view to_string(KvReadyOutcome o) noexcept;        // "matched", ...,
 std::string_view to_string(KvReadyMalformed r) noexcept;      // "not_msgpack", ..., "too_large"
 std::string_view to_string(KvReadyEviction r) noexcept;       // "ttl", "capacity"
 std::string_view to_string(KvReadyTimeoutPolicy p) noexcept;  // "error", "proceed"
-std::string_view to_string(KvReadyForward f) noexcept;        // "sent", ..., "not_owner"
-std::string_view to_string(DiscoveryRole r) noexcept;         // "prefill", "decode", "router"
-std::string_view to_string(DiscoveryResult r) noexcept;       // "ok", "empty", "failed"
+std::string_view to_string(KvReadyForward f) noexcept;
+std::string_view to_string(
+    KvReadyRefused r) noexcept;  // "address", "key"        // "sent", ..., "not_owner"
+std::string_view to_string(DiscoveryRole r) noexcept;    // "prefill", "decode", "router"
+std::string_view to_string(DiscoveryResult r) noexcept;  // "ok", "empty", "failed"
 // "2xx".."5xx"; statuses below 300 count as 2xx, 600 and above as 5xx.
 std::string_view status_class(int status) noexcept;
 
@@ -158,6 +164,8 @@ public:
     void kv_ready_timeout(KvReadyTimeoutPolicy policy) noexcept;
     // pdrouter_kv_ready_forwarded_total{result}
     void kv_ready_forward(KvReadyForward result) noexcept;
+    // pdrouter_kv_ready_refused_total{reason}
+    void kv_ready_refused(KvReadyRefused reason) noexcept;
     // pdrouter_discovery_resolutions_total{role,result}; on success also
     // pdrouter_discovery_addresses{role} (the addresses the lookup gave).
     void discovery_resolution(DiscoveryRole role, DiscoveryResult result,
@@ -199,6 +207,7 @@ public:
     Gauge& kv_ready_pending;           // pdrouter_kv_ready_pending (entries in the kv-ready table)
     Histogram& kv_ready_wait;          // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
     Gauge& kv_ready_peers;             // pdrouter_kv_ready_peers (replicas we can forward to)
+    Counter& kv_ready_disconnects;     // pdrouter_kv_ready_disconnects_total (sender conns ended)
     Gauge& request_body_buffered;      // pdrouter_request_body_buffered_bytes (set at scrape)
     Gauge& request_body_waiting;       // pdrouter_request_body_budget_waiting (set at scrape)
 
@@ -223,6 +232,7 @@ private:
     std::array<Counter*, kRoleCount> legs_failed_on_down_{};
     std::array<Counter*, kDirectReasonCount> direct_requests_{};
     std::array<Counter*, kKvReadyForwardCount> kv_ready_forwards_{};
+    std::array<Counter*, kKvReadyRefusedCount> kv_ready_refused_{};
     std::array<std::array<Counter*, kDiscoveryResultCount>, kDiscoveryRoleCount> resolutions_{};
     std::array<Gauge*, kDiscoveryRoleCount> discovered_{};
     // Families whose series appear on first use.

@@ -99,8 +99,33 @@ TEST(ConfigLmcache, Errors) {
                  "pdrouter: invalid value for --on-kv-ready-timeout: expected one of "
                  "error, proceed");
     expect_error(parse(with_instances({"--kv-ready-bind", "tcp://*:1"})),
-                 "pdrouter: --kv-ready-bind, --lmcache-* and --kv-ready-expected are only used "
-                 "with --kv-mode lmcache (the mode is pull)");
+                 "pdrouter: --kv-ready-bind, --kv-ready-allow, --kv-ready-curve-*, --lmcache-* "
+                 "and --kv-ready-expected are only used with --kv-mode lmcache (the mode is pull)");
+    expect_error(parse(with_instances({"--kv-ready-allow", "10.0.0.0/8"})),
+                 "pdrouter: --kv-ready-bind, --kv-ready-allow, --kv-ready-curve-*, --lmcache-* "
+                 "and --kv-ready-expected are only used with --kv-mode lmcache (the mode is pull)");
+    expect_error(parse(lmcache({"--kv-ready-allow", "10.0.0.0/8", "prefill-0.internal"})),
+                 "pdrouter: invalid value for --kv-ready-allow: expected CIDRs or IP addresses (a "
+                 "sender is known by its address only, host names cannot match)");
+    expect_error(parse(lmcache({"--kv-ready-allow", "10.0.0.0/33"})),
+                 "pdrouter: invalid value for --kv-ready-allow: expected a CIDR such as "
+                 "10.0.0.0/8 or fd00::/8");
+    expect_error(parse(lmcache({"--kv-ready-allow", std::string(100'000, '1')})),
+                 "pdrouter: invalid value for --kv-ready-allow: expected a CIDR, an IP address or "
+                 "a host name");
+    expect_error(parse(lmcache({"--kv-ready-curve-clients-file", "/etc/keys"})),
+                 "pdrouter: --kv-ready-curve-clients-file needs --kv-ready-curve-secret-key-file "
+                 "(the senders' keys are checked only when CURVE is on)");
+}
+
+TEST(ConfigLmcache, SenderAllowListAndCurveFiles) {
+    auto r = parse(
+        lmcache({"--kv-ready-allow", "10.0.0.0/8", "::1", "--kv-ready-curve-secret-key-file",
+                 "/run/secrets/kv.key", "--kv-ready-curve-clients-file", "/run/secrets/clients"}));
+    ASSERT_EQ(r.action, ParseOutcome::Action::Run) << r.output;
+    EXPECT_EQ(r.config.kv_ready_allow, (std::vector<std::string>{"10.0.0.0/8", "::1"}));
+    EXPECT_EQ(r.config.kv_ready_curve_secret_key_file, "/run/secrets/kv.key");
+    EXPECT_EQ(r.config.kv_ready_curve_clients_file, "/run/secrets/clients");
 }
 
 // Several replicas: the replica id is the host peers reach the PULL socket at.

@@ -259,6 +259,15 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# HELP pdrouter_kv_ready_forwarded_total KV-ready notifications for another router "
         "replica's requests, or forwarded here by one, by result.",
         "# TYPE pdrouter_kv_ready_forwarded_total counter",
+        "# HELP pdrouter_kv_ready_refused_total Connections to the LMCache kv-ready socket "
+        "refused at the handshake, by reason: an address not in --kv-ready-allow, or a CURVE key "
+        "not allowed.",
+        "# TYPE pdrouter_kv_ready_refused_total counter",
+        "# HELP pdrouter_kv_ready_disconnects_total Sender connections to the LMCache kv-ready "
+        "socket that ended: the sender closed it, the guard refused it, or libzmq dropped it for "
+        "a message over ZMQ_MAXMSGSIZE or a protocol error (notifications in flight on it are "
+        "lost).",
+        "# TYPE pdrouter_kv_ready_disconnects_total counter",
         "# HELP pdrouter_discovery_resolutions_total DNS discovery lookups, by what they discover "
         "and result.",
         "# TYPE pdrouter_discovery_resolutions_total counter",
@@ -333,6 +342,8 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_transfer_seconds_count", 1},
         {"pdrouter_transfer_seconds_sum", 1},
         {"pdrouter_kv_ready_peers", 1},
+        {"pdrouter_kv_ready_refused_total", 2},
+        {"pdrouter_kv_ready_disconnects_total", 1},
         {"pdrouter_kv_ready_forwarded_total", 5},
         {"pdrouter_discovery_resolutions_total", 9},
         {"pdrouter_discovery_addresses", 3},

@@ -98,6 +98,13 @@ Level level() noexcept {
     return g_level.load(std::memory_order_relaxed);
 }
 
+std::string clip(std::string_view value, std::size_t max) {
+    if (value.size() <= max) {
+        return std::string(value);
+    }
+    return std::string(value.substr(0, max)) + "... (" + std::to_string(value.size()) + " bytes)";
+}
+
 bool parse_level(std::string_view s, Level& out) noexcept {
     auto eq = [s](std::string_view w) {
         if (s.size() != w.size()) {

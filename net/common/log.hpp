@@ -3,6 +3,7 @@
 // written with a single write(2). Use the macros so disabled levels cost one comparison.
 #include "config/log_level.hpp"
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -11,6 +12,10 @@ namespace pdr::log {
 void configure(Level level, Format format);
 Level level() noexcept;
 bool parse_level(std::string_view s, Level& out) noexcept;
+
+// A value a client or an operator gave, for a log line or an error message: itself when it is
+// at most `max` bytes, else its first `max` bytes and "... (N bytes)".
+std::string clip(std::string_view value, std::size_t max = 128);
 
 // Writes one line: time, level, component, the message, and the request id if not empty.
 void write(Level level, std::string_view component, std::string_view message,

@@ -323,8 +323,8 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     } else {
         result = registry.remove(type_s, instance_s);
     }
-    PDR_INFO("admin", std::string(name) + " " + type_s + " " + instance_s + " -> " +
-                          std::to_string(result.status));
+    PDR_INFO("admin", std::string(name) + " " + log::clip(type_s) + " " + log::clip(instance_s) +
+                          " -> " + std::to_string(result.status));
     co_await server::respond_relayed(ex, result.status, "application/json", std::move(result.body));
 }
 

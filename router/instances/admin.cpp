@@ -60,10 +60,12 @@ std::optional<Registry::AdminResult> Registry::parse_admin_target(std::string_vi
     }
     std::string why;
     if (!config::parse_instance_address(instance, addr, why)) {
+        // Quoted back in part (log::clip): an answer the size of a hostile body helps nobody.
         return admin_result(
             action, "bad_request", 400,
             openai_error_body(Errc::InvalidField,
-                              "Invalid instance '" + instance + "': " + why + ".", "instance"));
+                              "Invalid instance '" + log::clip(instance) + "': " + why + ".",
+                              "instance"));
     }
     return std::nullopt;
 }

@@ -80,8 +80,13 @@ TEST_F(AdminTest, AddRejectsBadTypeAndAddress) {
         EXPECT_EQ(r.status, 400u) << bad;
         EXPECT_NE(error_message(r).find("Invalid instance"), std::string::npos) << r.body;
     }
+    // A 100k-character address is refused, and quoted back only in part.
+    r = add("prefill", std::string(100'000, 'a') + ":1");
+    EXPECT_EQ(r.status, 400u);
+    EXPECT_LT(r.body.size(), 1024u);
+    EXPECT_NE(error_message(r).find("... (100002 bytes)"), std::string::npos) << r.body;
     EXPECT_EQ(reg().count(Role::Prefill, false), 0u);
-    EXPECT_EQ(admin_count("add", "bad_request"), 7);
+    EXPECT_EQ(admin_count("add", "bad_request"), 8);
 }
 
 TEST_F(AdminTest, AddFailsWhenTheProbeFails) {

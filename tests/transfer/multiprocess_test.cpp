@@ -230,17 +230,42 @@ TEST_P(MultiProcess, SenderKilledInTheMiddleOfItsNotesDoesNotStopNotesFromOthers
         ASSERT_EQ(to_us.rfind("OK ", 0), 0u) << to_us;
         ASSERT_EQ(next->cmd("FLOOD " + to_us.substr(3)), "OK");
         bool heard = false;
-        auto by = Clock::now() + 10s;
+        std::uint64_t from_flooder = 0;  // drained meanwhile: the killed sender's backlog
+        std::uint64_t from_gone = 0;     // ... the part that came after it was declared gone
+        const std::uint64_t counted_before = agent_->stats().notifications_received;
+        const auto window = Clock::now();
+        auto by = window + 10s;
+        std::string timeline;  // once a second: the killed sender's state and what was drained
+        auto next_mark = window;
         while (!heard && Clock::now() < by) {
             for (const auto& note : drain()) {
                 heard = heard || note.peer == n;
+                from_flooder += note.peer == f ? 1 : 0;
+                from_gone += note.peer == kNoPeer ? 1 : 0;
+            }
+            if (Clock::now() >= next_mark) {
+                next_mark += 1s;
+                timeline +=
+                    " [" +
+                    std::to_string(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - window)
+                            .count()) +
+                    " ms: killed sender alive " + std::to_string(agent_->peer_info(f)->alive) +
+                    ", drained from it " + std::to_string(from_flooder) + ", counted " +
+                    std::to_string(agent_->stats().notifications_received - counted_before) + "]";
             }
             std::this_thread::sleep_for(1ms);
         }
         EXPECT_TRUE(heard) << "round " << round << ": no note from a live sender after a sender "
                            << "was killed in the middle of its notes (live sender alive: "
                            << agent_->peer_info(n)->alive << ", last heard "
-                           << agent_->peer_info(n)->ms_since_heard << " ms ago)";
+                           << agent_->peer_info(n)->ms_since_heard << " ms ago; notes counted "
+                           << "meanwhile "
+                           << agent_->stats().notifications_received - counted_before
+                           << ", drained from the killed sender " << from_flooder << " (after it "
+                           << "was gone " << from_gone
+                           << "), killed sender alive: " << agent_->peer_info(f)->alive
+                           << "; timeline" << timeline << ")";
         EXPECT_EQ(out_of_order, 0u) << "round " << round;
         next->kill_now();
         received = agent_->stats().notifications_received;

@@ -3,7 +3,9 @@
 // notifications and stats around a Backend. One mutex guards everything; user callbacks are
 // queued and run after it is released, on the progress context.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -24,28 +26,46 @@ namespace pdx {
 // a millisecond under a message flood, and a plain mutex is not fair: a caller of the API
 // (drain_notifications, stats, write_blocks...) woken on its release lost the race every
 // time and waited hundreds of ms, so a flooded agent looked deaf to its application. Callers
-// say they wait (lock()); the progress loop (lock_for_progress()) lets them go first, for at
-// most kGiveWay yields, so neither side can starve the other.
+// say they wait (lock()); the progress loop (lock_for_progress()) then waits until one of them
+// has had the lock (served_ moved), not just for a number of yields: on a loaded machine a
+// woken caller may not run for milliseconds, and yields alone left it starved for tens of
+// seconds while the agent kept receiving. The wait is bounded (kGiveWayFor), so a caller that
+// is never scheduled cannot stop progress either.
 class AgentMutex {
 public:
     void lock() {
         waiting_.fetch_add(1, std::memory_order_relaxed);
         m_.lock();
         waiting_.fetch_sub(1, std::memory_order_relaxed);
+        served_.fetch_add(1, std::memory_order_relaxed);
     }
     bool try_lock() { return m_.try_lock(); }
     void unlock() { m_.unlock(); }
     void lock_for_progress() {
-        for (int i = 0; i < kGiveWay && waiting_.load(std::memory_order_relaxed) > 0; ++i) {
-            std::this_thread::yield();
+        if (waiting_.load(std::memory_order_relaxed) > 0) {
+            const std::uint64_t served = served_.load(std::memory_order_relaxed);
+            const auto until = std::chrono::steady_clock::now() + kGiveWayFor;
+            for (int i = 0; waiting_.load(std::memory_order_relaxed) > 0 &&
+                            served_.load(std::memory_order_relaxed) == served;
+                 ++i) {
+                if (i < kYields) {
+                    std::this_thread::yield();
+                } else if (std::chrono::steady_clock::now() < until) {
+                    std::this_thread::sleep_for(std::chrono::microseconds(50));
+                } else {
+                    break;
+                }
+            }
         }
         m_.lock();
     }
 
 private:
-    static constexpr int kGiveWay = 256;
+    static constexpr int kYields = 64;  // then short sleeps: the caller may need our CPU
+    static constexpr std::chrono::milliseconds kGiveWayFor{50};
     std::mutex m_;
     std::atomic<int> waiting_{0};
+    std::atomic<std::uint64_t> served_{0};
 };
 
 // A lock_guard for the progress loop's side of AgentMutex.

@@ -7,8 +7,13 @@
 // a prefill or decode killed mid-transfer.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <atomic>
 #include <future>
+#include <iostream>
 #include <set>
+#include <thread>
 
 #include "tests/support/checks.hpp"
 #include "tests/support/fixture.hpp"
@@ -346,6 +351,101 @@ TEST_P(PushTransportTest, ADecodeKilledMidPushEndsTheRequestAndFreesThePrefill) 
     r = send_generation(*pd.router, body);
     EXPECT_TRUE(answer_ok(r, body)) << r.describe() << pd.cluster->logs();
     EXPECT_EQ(http_get(pd.router->port, "/health").status, 200);
+}
+
+// Under load (8 clients, bounded in count and time), a decode SIGKILLed and a prefill stopped
+// (SIGSTOP) for 4 s and resumed: every request ends, with the exact text or an OpenAI
+// error (a stream: one error event), none hangs; the router stays up and serves again on what
+// is left; every prefill's held blocks, the stopped one's included, come back to 0, and so do
+// the survivors' taken blocks and the router's in-flight gauges.
+TEST_F(PushFlowTest, UnderLoadAKilledDecodeAndAStoppedPrefillEndEveryRequestAndFreeTheBlocks) {
+    PushOptions o;
+    o.agent = true;
+    o.prefills = 2;
+    o.decodes = 2;
+    o.prefill_args = {"--prefill-delay-ms", "20"};
+    o.decode_args = {"--token-delay-ms", "10", "--kv-wait-timeout-ms", "10000"};
+    PdCluster pd = start_push(o);
+    constexpr int kClients = 8, kPerClient = 12;
+    struct Sent {
+        json body;
+        HttpResponse answer;
+    };
+    std::vector<std::vector<Sent>> sent(kClients);
+    std::atomic<int> done{0};
+    const auto stop_by = Clock::now() + std::chrono::seconds(60);
+    std::vector<std::thread> clients;
+    for (int c = 0; c < kClients; ++c) {
+        clients.emplace_back([&, c] {
+            for (int i = 0; i < kPerClient && Clock::now() < stop_by; ++i) {
+                Sent s;
+                s.body = completion_body(words(20 + c + i), 4 + i % 4, i % 2 == 1);
+                s.answer = send_generation(
+                    *pd.router, s.body,
+                    {{"X-Request-Id", "load-" + std::to_string(c) + "-" + std::to_string(i)}},
+                    Ms{30000});
+                sent[c].push_back(std::move(s));
+                ++done;
+            }
+        });
+    }
+    EXPECT_TRUE(wait_until([&] { return done >= 16; }, Ms{20000}));
+    pd.decode[1]->proc.kill_now();
+    const int at_kill = done;
+    EXPECT_TRUE(wait_until([&] { return done >= at_kill + 16; }, Ms{20000}));
+    pd.prefill[1]->proc.signal(SIGSTOP);
+    // The fault's length, not a wait for a condition: stopped past the transfer agents' 3 s
+    // peer timeout, so every side declares the others gone (and P, resumed, does too).
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    pd.prefill[1]->proc.signal(SIGCONT);
+    for (auto& t : clients) {
+        t.join();
+    }
+    int ok = 0, errors = 0;
+    for (int c = 0; c < kClients; ++c) {
+        for (std::size_t i = 0; i < sent[c].size(); ++i) {
+            const HttpResponse& r = sent[c][i].answer;
+            const std::string where = "client " + std::to_string(c) + " request " +
+                                      std::to_string(i) + ": " + r.describe();
+            if (answer_ok(r, sent[c][i].body)) {
+                ++ok;
+                continue;
+            }
+            ++errors;
+            ASSERT_NE(r.status, 0) << "no answer (a hang) " << where;
+            if (r.status == 200) {  // a stream whose head went out: one error event, no [DONE]
+                EXPECT_EQ(error_events(r.body).size(), 1u) << where;
+                EXPECT_EQ(r.body.find("[DONE]"), std::string::npos) << where;
+            } else {
+                EXPECT_GE(r.status, 500) << where;
+                EXPECT_TRUE(is_openai_error(r.body)) << where;
+            }
+        }
+    }
+    EXPECT_EQ(ok + errors, kClients * kPerClient) << "the clients ran out of time";
+    EXPECT_GT(ok, kClients * kPerClient / 2) << ok << " ok, " << errors << " errors";
+    std::cout << "[push load] " << ok << " ok, " << errors << " ended with an error\n";
+    EXPECT_EQ(http_get(pd.router->port, "/health").status, 200);
+    for (int i = 0; i < 4; ++i) {  // the survivors serve, the resumed prefill included
+        const json body = completion_body(words(40 + i), 5, i % 2 == 1);
+        auto r = send_generation(*pd.router, body, {}, Ms{30000});
+        EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+    }
+    EXPECT_TRUE(blocks_freed(pd, Ms{10000})) << "held " << held(pd);
+    EXPECT_TRUE(
+        wait_until([&] { return sum_counter(pd.decode, "kv_blocks_taken") == 0; }, Ms{10000}))
+        << sum_counter(pd.decode, "kv_blocks_taken");
+    EXPECT_TRUE(wait_until(
+        [&] {
+            const std::string m = metrics_text(*pd.router);
+            return metric(m, "pdrouter_requests_in_flight").value_or(-1) == 0 &&
+                   metric(m, "pdrouter_instance_in_flight").value_or(-1) == 0;
+        },
+        Ms{5000}))
+        << metrics_text(*pd.router);
+    if (HasFailure()) {
+        std::cerr << pd.cluster->logs();
+    }
 }
 
 TEST_F(PushFlowTest, APrefillNotInPushModeIsAConfigurationError) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -129,6 +130,41 @@ private:
     std::unique_ptr<LineChannel> ch_;
     std::vector<std::byte> desc_;
 };
+
+// The pdx_test_peer processes running now, one line each (pid, parent, state, age, command
+// line): for failure messages.
+inline std::string peer_processes() {
+    std::string out;
+    FILE* f =
+        ::popen("ps -eo pid,ppid,stat,etimes,args | grep '[p]dx_test_peer' | cut -c1-160", "r");
+    if (!f) {
+        return "<ps failed>";
+    }
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, f)) {
+        out += buf;
+    }
+    ::pclose(f);
+    return out;
+}
+
+// This process's resident memory now and at its peak (VmRSS, VmHWM): for failure messages.
+inline std::string memory_peaks() {
+    std::string out;
+    FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) {
+        return "<no /proc/self/status>";
+    }
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, f)) {
+        const std::string line(buf);
+        if (line.rfind("VmRSS", 0) == 0 || line.rfind("VmHWM", 0) == 0) {
+            out += line.substr(0, line.size() - 1) + " ";
+        }
+    }
+    std::fclose(f);
+    return out;
+}
 
 // Waits (bounded) until `cond` holds.
 template <class F>

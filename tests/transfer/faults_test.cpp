@@ -81,6 +81,63 @@ TEST_P(Faults, StoppedPeerResumedAfterBeingDeclaredGoneNeverCrashesTheSurvivor) 
     EXPECT_TRUE(agent_->peer_info(p)->alive);
 }
 
+// The one-sided case: the peer is stopped past our peer timeout, we declare it gone and close
+// our side, and it resumes still taking us for alive (it reads our heartbeats queued while it
+// was stopped before its own timeout check). When we add it again, its old connection to us is
+// stale (over tcp what it sends there no longer reaches us: the soak's push mode, where every
+// write of a resumed prefill to its decode hung until cancelled). Our new connection tells it
+// so, and it connects again: its next write to us, under its new handle, lands with its note.
+TEST_P(Faults, APeerResumedStillTakingUsForAliveConnectsAgainWhenWeAddItAgain) {
+    make_agent(kFastPeerTimeout);
+    std::unique_ptr<Child> child;
+    PeerHandle p = start(child);
+    ASSERT_NE(p, kNoPeer);
+    std::string ours = child->cmd("PEER " + to_hex(agent_->descriptor()));  // its handle of us
+    ASSERT_EQ(ours.rfind("OK ", 0), 0u) << ours;
+    ours = ours.substr(3);
+    for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        child->stop();
+        ASSERT_TRUE(until([&] { return !agent_->peer_info(p)->alive; }, 10s));
+        child->resume();
+        auto again = agent_->add_peer(child->descriptor());  // the same instance: a new handle
+        ASSERT_TRUE(again) << again.message();
+        ASSERT_NE(*again, p);
+        p = *again;
+        // It connects again when our new connection's first heartbeat reaches it: its handle
+        // of us changes (add_peer with our descriptor answers the live one).
+        std::string answer;
+        EXPECT_TRUE(until(
+            [&] {
+                answer = child->cmd("PEER " + to_hex(agent_->descriptor()));
+                return answer.rfind("OK ", 0) == 0 && answer != "OK " + ours;
+            },
+            10s))
+            << "it never connected again: " << answer;
+        ours = answer.substr(3);
+        ASSERT_TRUE(until([&] { return agent_->peer_info(p)->ms_since_heard >= 0; }, 10s));
+        ASSERT_EQ(child->cmd("FILL " + std::to_string(200 + round)), "OK");
+        const std::uint64_t xfer = 3000 + round;
+        const std::string w =
+            child->cmd("WRITE " + ours + " " + std::to_string(xfer) + " 8000 1:2 5:6", 20s);
+        EXPECT_EQ(w, "OK ok") << "the resumed peer's write to us (its handle " << ours << ")";
+        const auto until_note = Clock::now() + 10s;
+        bool noted = false;
+        while (!noted && Clock::now() < until_note) {
+            for (const auto& n : agent_->drain_notifications()) {
+                noted = noted || (n.notification.transfer_id == xfer && n.peer == p);
+            }
+            std::this_thread::sleep_for(2ms);
+        }
+        EXPECT_TRUE(noted) << "its Done note, from its new connection";
+        EXPECT_EQ(check_block(agent_->block(layout_, 2), 200 + round, 1), -1);
+        EXPECT_EQ(check_block(agent_->block(layout_, 6), 200 + round, 5), -1);
+        if (HasFailure()) {
+            break;
+        }
+    }
+}
+
 // Collects the agent's peer events (they come on its progress thread).
 class PeerEvents {
 public:

@@ -6,6 +6,8 @@
 //   FREEZE <ms>                     stop progressing    -> OK (sent before freezing)
 //   WAITNOTE <kind> <xfer> <ms>     wait for a notification -> OK <payload> | TIMEOUT
 //   ALIVE <handle>                  peer_info           -> OK <alive 0|1> | ERR <status>
+//   WRITE <handle> <xfer> <ms> <src>:<dst> ...  write_blocks with a Done note, waited for
+//                                   at most <ms>        -> OK <status> | ERR <status> <msg>
 //   QUIT
 #include <poll.h>
 
@@ -172,6 +174,38 @@ int main(int argc, char** argv) {
         } else if (cmd == "RELEASE") {  // unmaps the region (the descriptor sent is stale)
             auto r = a.release_region(*region);
             ch.send(r ? std::string("OK") : "ERR " + r.message());
+        } else if (cmd == "WRITE") {
+            pdx::PeerHandle h = 0;
+            std::uint64_t xfer = 0;
+            int ms = 0;
+            in >> h >> xfer >> ms;
+            std::vector<pdx::BlockId> src, dst;
+            std::string pair;
+            while (in >> pair) {
+                const auto colon = pair.find(':');
+                src.push_back(std::stoul(pair.substr(0, colon)));
+                dst.push_back(std::stoul(pair.substr(colon + 1)));
+            }
+            pdx::TransferRequest w;
+            w.peer = h;
+            w.local_layout = *layout;
+            w.local_ids = src;
+            w.remote_layout = 0;
+            w.remote_ids = dst;
+            w.transfer_id = xfer;
+            w.deadline = pdx::Clock::now() + std::chrono::milliseconds(ms);
+            w.notify = pdx::Notification{pdx::NotifyKind::Done,
+                                         xfer,
+                                         0,
+                                         1,
+                                         pdx::Status::Ok,
+                                         "written-" + std::to_string(xfer)};
+            auto t = a.write_blocks(w);
+            if (!t) {
+                ch.send(std::string("ERR ") + pdx::to_string(t.status()) + " " + t.message());
+                continue;
+            }
+            ch.send(std::string("OK ") + pdx::to_string(a.wait(*t, std::chrono::milliseconds(ms))));
         } else if (cmd == "ALIVE") {
             pdx::PeerHandle h = 0;
             in >> h;

@@ -111,7 +111,9 @@ public:
         std::uint32_t generation = 0;
         std::string host_id;
         std::string gone_reason;
-        Clock::time_point last_heard{};  // the last message, or add_peer (liveness starts there)
+        Clock::time_point last_heard{};    // the last message, or add_peer (liveness starts there)
+        Clock::time_point connected_at{};  // add_peer: when this connection was made
+        Clock::time_point gone_at{};       // when it was declared gone (its connection closed)
         std::unordered_set<TransferHandle> in_flight;
         // Same host and pid namespace: the peer's process (Running: its pidfd is in epoll_fd_).
         detail::ProcessWatch process;
@@ -148,6 +150,15 @@ public:
     // memory / peers (agent.cpp)
     Result<RegionId> add_region(Result<detail::LocalRegion> r);
     Result<Peer*> live_peer(PeerHandle h);
+    // add_peer with mu_ held. `may_tell_reconnect`: when the descriptor's instance was declared
+    // gone here before, its first heartbeat asks it to connect again (kNotifyFlagReconnect);
+    // false when this add is itself the answer to such a request (no ping-pong).
+    Result<PeerHandle> add_peer_locked(detail::Descriptor d, bool may_tell_reconnect);
+    // The live peers whose message asked for a new connection (kNotifyFlagReconnect): each is
+    // retired (Replaced: its transfers end PeerGone) and connected again from its descriptor
+    // under a new handle. Run by progress() after the backend's round, not inside it.
+    void reconnect_pending_locked();
+    std::vector<PeerHandle> reconnect_;
     // Ends the peer's transfers (PeerGone), closes its connection (Graceful unless the peer is
     // known dead: Exited, ConnectionError; see Backend::disconnect) and queues its PeerEvent.
     void peer_gone(Peer& p, PeerState state, PeerGoneReason why, const std::string& reason);
@@ -250,9 +261,13 @@ public:
     std::vector<std::pair<CompletionFn, TransferResult>> callbacks_;
     std::vector<PeerEvent> peer_events_;  // waiting for the peer handler
     PeerEventFn peer_handler_;
-    detail::ProcessId process_;                    // this process, as descriptors carry it
-    std::vector<ReceivedNotification> received_;   // waiting for handler dispatch
-    std::vector<ReceivedNotification> undrained_;  // no handler: kept for drain_notifications
+    detail::ProcessId process_;                   // this process, as descriptors carry it
+    std::vector<ReceivedNotification> received_;  // (mu_) waiting for handler dispatch
+    // No handler: kept for drain_notifications, under its own lock (taken after mu_, never
+    // before it), so the application drains without waiting for the progress loop's sections
+    // of mu_: under a flood on a loaded machine a drain that needed mu_ waited 10-80 s.
+    std::mutex notes_mu_;
+    std::vector<ReceivedNotification> undrained_;
     NotificationFn notification_handler_;
     std::mutex callback_mu_;  // one callback runner at a time
 

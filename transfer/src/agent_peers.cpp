@@ -1,6 +1,8 @@
 // Agent: descriptors and peers (add/remove, generations, error mode selection).
 #include <cstdlib>
 
+#include <optional>
+
 #include "agent_impl.hpp"
 
 namespace pdx {
@@ -96,8 +98,18 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     if (!d) {
         return {d.status(), d.message()};
     }
-    auto& im = *impl_;
-    std::unique_lock lk(im.mu_);
+    std::unique_lock lk(impl_->mu_);
+    Result<PeerHandle> h = impl_->add_peer_locked(std::move(*d), true);
+    lk.unlock();
+    if (h) {
+        impl_->wake();
+    }
+    return h;
+}
+
+Result<PeerHandle> Agent::Impl::add_peer_locked(detail::Descriptor desc, bool may_tell_reconnect) {
+    auto& im = *this;
+    auto* d = &desc;
     if (d->backend != im.cfg_.backend) {
         return {Status::Invalid, "add_peer: backend kind differs"};
     }
@@ -106,8 +118,8 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     }
     auto known = im.by_instance_.find(d->instance);
     if (known != im.by_instance_.end()) {
-        Impl::Peer& p = im.peers_.at(known->second);
-        if (p.state == Impl::PeerState::Alive) {
+        Peer& p = im.peers_.at(known->second);
+        if (p.state == PeerState::Alive) {
             auto u = im.backend_->update_regions(p.conn, d->regions);
             if (!u) {
                 return {u.status(), u.message()};
@@ -124,7 +136,16 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
                                      "' was replaced by a newer generation (stale descriptor)"};
     }
     const bool named = !d->name.empty();  // only named peers have generations (see Config::name)
-    Impl::Peer p;
+    // This instance was declared gone here and its connection closed: its own connection to
+    // us may outlive ours (a peer that was stopped and kept taking us for alive).
+    std::optional<Clock::time_point> closed_at;
+    for (const auto& [handle, old] : im.peers_) {
+        if (may_tell_reconnect && old.instance == d->instance && old.state != PeerState::Alive &&
+            (!closed_at || old.gone_at > *closed_at)) {
+            closed_at = old.gone_at;
+        }
+    }
+    Peer p;
     p.same_host = d->host_id == im.host_id_;
     if (p.same_host) {
         p.process = detail::ProcessWatch::open(d->process, im.process_);
@@ -152,11 +173,11 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
             if (it != im.peers_.end()) {
                 // Alive: another instance (the same one alive was refreshed above). Otherwise
                 // gone already (maybe this very instance, re-added after a timeout).
-                if (it->second.state == Impl::PeerState::Alive) {
-                    im.peer_gone(it->second, Impl::PeerState::Replaced, PeerGoneReason::Replaced,
+                if (it->second.state == PeerState::Alive) {
+                    im.peer_gone(it->second, PeerState::Replaced, PeerGoneReason::Replaced,
                                  "replaced by a new generation of '" + d->name + "'");
                 } else {
-                    it->second.state = Impl::PeerState::Replaced;
+                    it->second.state = PeerState::Replaced;
                 }
                 // Kept only to answer its stale handle: its descriptor (worker address, packed
                 // keys, layouts) is dead weight once a newer generation took over.
@@ -172,6 +193,7 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     p.conn = *conn;
     p.desc = std::move(*d);
     p.last_heard = Clock::now();
+    p.connected_at = p.last_heard;
     PeerHandle h = p.handle;
     im.by_conn_[p.conn] = h;
     im.by_instance_[p.instance] = h;
@@ -183,9 +205,16 @@ Result<PeerHandle> Agent::add_peer(std::span<const std::byte> blob) {
     ++im.stats_.peers;
     Notification hb;
     hb.kind = NotifyKind::Heartbeat;
-    im.send_locked(stored, hb, detail::kNotifyFlagInternal);
-    lk.unlock();
-    im.wake();
+    std::uint8_t flags = detail::kNotifyFlagInternal;
+    if (closed_at) {
+        flags |= detail::kNotifyFlagReconnect;
+        hb.transfer_id = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(stored.connected_at - *closed_at)
+                .count());
+        hb.sequence = static_cast<std::uint32_t>(
+            std::min<std::int64_t>(cfg_.peer_timeout.count(), 0xffffffff));
+    }
+    im.send_locked(stored, hb, flags);
     return h;
 }
 

@@ -94,6 +94,29 @@ void Agent::Impl::settle(std::unordered_map<TransferHandle, Xfer>::iterator it) 
 
 // ---- progress ----------------------------------------------------------------------------
 
+void Agent::Impl::reconnect_pending_locked() {
+    auto pending = std::move(reconnect_);
+    reconnect_.clear();
+    for (PeerHandle h : pending) {
+        auto it = peers_.find(h);
+        if (it == peers_.end() || it->second.state != PeerState::Alive) {
+            continue;
+        }
+        Peer& p = it->second;
+        detail::Descriptor desc = p.desc;
+        const std::string name = p.name;
+        peer_gone(p, PeerState::Replaced, PeerGoneReason::Replaced,
+                  "connected again: '" + name +
+                      "' had declared this agent gone and closed its side of the connection");
+        if (!name.empty() && by_name_.count(name) && by_name_[name] == h) {
+            by_name_.erase(name);  // the new connection is the same instance, not a successor
+        }
+        // The same instance again: a new handle (named: the next generation), its descriptor
+        // as last added; its notes are attributed to the new handle from now on.
+        (void)add_peer_locked(std::move(desc), false);
+    }
+}
+
 void Agent::Impl::tick_locked(Clock::time_point now) {
     for (auto& [h, x] : xfers_) {
         if (!is_terminal(x.res.status) && now >= x.deadline) {
@@ -165,6 +188,10 @@ std::size_t Agent::Impl::progress() {
         ProgressLock lk(mu_);
         drain_wake_locked();
         n += backend_->progress();
+        if (!reconnect_.empty()) {
+            reconnect_pending_locked();
+            ++n;
+        }
         // Deadlines, heartbeats, peer timeouts and lease expiry at most once per kTickEvery:
         // a caller that busy-polls progress() does not walk every transfer on every call.
         const auto now = Clock::now();
@@ -224,11 +251,16 @@ void Agent::Impl::run_callbacks() {
             handler = notification_handler_;
             if (handler) {
                 notes.swap(received_);
-            } else {
-                for (auto& r : received_) {
-                    undrained_.push_back(std::move(r));
+            } else if (!received_.empty()) {
+                std::lock_guard nl(notes_mu_);
+                if (undrained_.empty()) {
+                    undrained_.swap(received_);
+                } else {
+                    for (auto& r : received_) {
+                        undrained_.push_back(std::move(r));
+                    }
+                    received_.clear();
                 }
-                received_.clear();
             }
         }
         if (cbs.empty() && notes.empty() && events.empty()) {

@@ -67,6 +67,7 @@ void Agent::Impl::peer_gone(Peer& p, PeerState state, PeerGoneReason why,
     }
     p.state = state;
     p.gone_reason = reason;
+    p.gone_at = Clock::now();
     --stats_.peers;
     ++stats_.peers_gone;
     watch_process(p, false);
@@ -446,6 +447,20 @@ void Agent::Impl::on_message(std::span<const std::byte> message) {
         p.last_heard = Clock::now();
         rn.peer = p.handle;
         rn.peer_name = p.name;
+        // The sender had declared us gone, closed its side and connected again: ours to it is
+        // stale if it was made before that close. A stale one was made at least the sender's
+        // peer_timeout before it (the sender heard its first heartbeat, then nothing for that
+        // long); one made after the close is fine. Half that timeout is the margin for the
+        // note's time in transit.
+        if ((d->header.flags & detail::kNotifyFlagReconnect) && p.state == PeerState::Alive) {
+            const auto closed_ago = std::chrono::milliseconds(
+                std::min<std::uint64_t>(d->header.transfer_id, std::uint64_t(1) << 40));
+            const auto margin = std::chrono::milliseconds(d->header.sequence / 2);
+            if (p.last_heard - p.connected_at > closed_ago + margin &&
+                std::find(reconnect_.begin(), reconnect_.end(), p.handle) == reconnect_.end()) {
+                reconnect_.push_back(p.handle);
+            }
+        }
     }
     if (d->header.flags & detail::kNotifyFlagInternal) {
         return;
@@ -616,10 +631,13 @@ void Agent::set_notification_handler(NotificationFn handler) {
 }
 
 std::vector<ReceivedNotification> Agent::drain_notifications() {
-    std::lock_guard lk(impl_->mu_);
+    // Never waits for mu_: what the progress loop received and has not moved here yet (it
+    // does at the end of every progress round) comes along only if mu_ is free right now.
+    std::lock_guard nl(impl_->notes_mu_);
     auto out = std::move(impl_->undrained_);
     impl_->undrained_.clear();
-    if (!impl_->notification_handler_) {
+    std::unique_lock lk(impl_->mu_, std::try_to_lock);
+    if (lk.owns_lock() && !impl_->notification_handler_) {
         for (auto& r : impl_->received_) {
             out.push_back(std::move(r));
         }

@@ -18,6 +18,12 @@ inline constexpr std::uint32_t kNotifyMagic = 0x4e584450;  // "PDXN"
 inline constexpr std::uint16_t kNotifyVersion = 1;
 inline constexpr std::size_t kNotifyHeaderBytes = 40;
 inline constexpr std::uint8_t kNotifyFlagInternal = 0x1;  // core heartbeat, not delivered
+// On the first heartbeat of an add_peer that connects again to an instance this agent had
+// declared gone (and whose connection it closed), with transfer_id = milliseconds since that
+// close and sequence = the sender's peer_timeout in ms: a receiver whose own connection to the
+// sender was made before that close is left with a stale one (over tcp what it sends there no
+// longer arrives), so it connects again.
+inline constexpr std::uint8_t kNotifyFlagReconnect = 0x2;
 inline constexpr std::size_t kMaxDescriptorBytes = 16u << 20;
 // Upper bounds of the descriptor's variable-length fields (a blob past them is refused).
 inline constexpr std::size_t kMaxNameBytes = 256;

@@ -123,8 +123,10 @@ struct Config {
     // Connections over max_client_connections that may still be served, for GET/HEAD /health and
     // /metrics only (a probe must not fail because clients took every slot).
     std::size_t reserved_probe_connections = 16;
-    std::size_t max_connections_per_source = 0;   // open connections per client address (0: off)
-    std::size_t max_kv_params_bytes = 64u << 10;  // a prefill's kv_transfer_params, as text
+    std::size_t max_connections_per_source = 0;  // open connections per client address (0: off)
+    // a prefill's kv_transfer_params, as text: fits a 1M-token prompt's block ids (62,500 ids
+    // of 16 tokens, up to 8 bytes each as JSON, ~500 KB per KV group) for several KV groups
+    std::size_t max_kv_params_bytes = 4u << 20;
     std::size_t max_upstream_body_bytes = 64u << 20;  // a whole (not streamed) upstream answer
     // Admin-added instances get the upstream API key only when they match one of these (CIDR
     // "10.0.0.0/8", an address, or a host name as written); static and discovered ones always do.

@@ -82,14 +82,20 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             last_errc = Errc::UpstreamProtocol;
             deps.registry.report_error(*p, reason);
         } else if (hs == HandleStatus::Ok && handle.params.size() > deps.cfg.max_kv_params_bytes) {
-            // Not passed on to a decode: a handle that big is P's fault, and another P is tried.
+            // Not passed on to a decode. A handle grows with the prompt (its block ids), so this
+            // is P's answer to this prompt, not P's fault: P is not marked, and no other P is
+            // tried (it would answer as big a handle).
+            deps.registry.report_success(*p);
             deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Protocol);
-            reason = "answered kv_transfer_params of " + std::to_string(handle.params.size()) +
-                     " bytes, over the --max-kv-params-bytes limit of " +
-                     std::to_string(deps.cfg.max_kv_params_bytes);
-            last_errc = Errc::UpstreamProtocol;
-            deps.registry.report_error(*p, reason);
-            handle = {};
+            const std::string why = "answered kv_transfer_params of " +
+                                    std::to_string(handle.params.size()) +
+                                    " bytes, over the --max-kv-params-bytes limit of " +
+                                    std::to_string(deps.cfg.max_kv_params_bytes) +
+                                    " (raise it to serve prompts this long)";
+            log_failure(req, "prefill", p->name, why);
+            co_await respond_error(req.exchange, Errc::UpstreamProtocol,
+                                   "prefill instance " + p->client_name() + " " + why);
+            co_return PrefillEnd::Answered;
         }
         if (!reason.empty()) {
             tries.failed(p->client_name() + " " + reason);

@@ -723,23 +723,61 @@ TEST_F(FailureTest, ProbesAreServedWithEveryClientSlotTaken) {
 }
 
 // A prefill whose kv_transfer_params is over --max-kv-params-bytes: the handle never reaches a
-// decode, and the error names the prefill and the limit.
-TEST_F(FailureTest, OversizedKvHandleIsThePrefillsError) {
-    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+// decode, the error names the prefill, the limit and its flag, and no other prefill is tried (a
+// handle grows with the prompt: another one would answer as big a handle) nor is P marked.
+TEST_F(FailureTest, OversizedKvHandleIsAnsweredAtOnceNamingTheLimit) {
+    auto& pd = start(
+        PdOptions{}.p(2).sim(kFastSim).router(fast_router({"--max-kv-params-bytes", "65536"})));
     const json huge{{"id", "cmpl-x"},
                     {"object", "text_completion"},
                     {"choices", json::array()},
                     {"kv_transfer_params", {{"remote_block_ids", std::string(70000, '7')}}}};
-    sim_fault(*pd.prefill[0], {{"status", 200}, {"body", huge.dump()}});
+    for (Server* p : pd.prefill) {
+        sim_fault(*p, {{"status", 200}, {"body", huge.dump()}, {"count", 1}});
+    }
     auto r = send_generation(*pd.router, completion_body("huge handle", 3, false));
     EXPECT_EQ(r.status, 502) << r.describe();
     const std::string msg = error_message(r);
-    EXPECT_NE(msg.find("prefill instance " + pd.prefill[0]->address()), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--max-kv-params-bytes limit of 65536"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("prefill instance 127.0.0.1:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("over the --max-kv-params-bytes limit of 65536"), std::string::npos) << msg;
+    EXPECT_EQ(sum_counter(pd.prefill, "requests"), 1) << "another prefill was tried";
     EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0) << "the handle reached decode";
-    // A handle within the limit goes on as before.
-    const json body = completion_body("small handle", 3, false);
-    EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+    for (Server* p : pd.prefill) {
+        sim_fault(*p, {{"count", 0}});
+    }
+    // P was not marked: both prefills serve the next ones.
+    for (int i = 0; i < 2; ++i) {
+        const json body = completion_body("small handle " + std::to_string(i), 3, false);
+        EXPECT_TRUE(answer_ok(send_generation(*pd.router, body), body));
+    }
+    EXPECT_EQ(sum_counter(pd.prefill, "requests"), 3);
+}
+
+// A 1M-token prompt's handle (62,500 block ids of 16 tokens, ~500 KB as JSON) fits the
+// default limit and reaches the decode whole.
+TEST_F(FailureTest, AMillionTokenHandleFitsTheDefaultLimit) {
+    auto& pd = start(PdOptions{}.sim(kFastSim).router(fast_router()));
+    json ids = json::array();
+    for (int i = 0; i < 62500; ++i) {
+        ids.push_back(1000000 + i);
+    }
+    const json big{{"id", "cmpl-long"},
+                   {"object", "text_completion"},
+                   {"choices", json::array()},
+                   {"kv_transfer_params",
+                    {{"do_remote_prefill", true},
+                     {"do_remote_decode", false},
+                     {"remote_block_ids", ids},
+                     {"remote_engine_id", "p-long"},
+                     {"remote_host", "127.0.0.1"},
+                     {"remote_port", 5600},
+                     {"remote_request_id", "long-1"}}}};
+    sim_fault(*pd.prefill[0], {{"status", 200}, {"body", big.dump()}, {"count", 1}});
+    auto r = send_generation(*pd.router, completion_body("a long prompt", 3, false),
+                             {{"X-Request-Id", "long-1"}});
+    const auto seen = requests_with_id(*pd.decode[0], "long-1");
+    ASSERT_EQ(seen.size(), 1u) << r.describe();
+    EXPECT_EQ(seen[0]["body"]["kv_transfer_params"]["remote_block_ids"], ids);
 }
 
 // A whole decode answer over --max-upstream-body-bytes: 502 whose message names the limit and

@@ -13,7 +13,7 @@ TEST(ConfigHardening, Defaults) {
     const Config& c = r.config;
     EXPECT_EQ(c.reserved_probe_connections, 16u);
     EXPECT_EQ(c.max_connections_per_source, 0u);
-    EXPECT_EQ(c.max_kv_params_bytes, 65536u);
+    EXPECT_EQ(c.max_kv_params_bytes, std::size_t{4} << 20);
     EXPECT_EQ(c.max_upstream_body_bytes, std::size_t{64} << 20);
     EXPECT_TRUE(c.instance_allow.empty());
     EXPECT_EQ(c.health_backoff_max.count(), 5000);

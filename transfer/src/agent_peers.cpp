@@ -140,7 +140,10 @@ Result<PeerHandle> Agent::Impl::add_peer_locked(detail::Descriptor desc, bool ma
     // us may outlive ours (a peer that was stopped and kept taking us for alive).
     std::optional<Clock::time_point> closed_at;
     for (const auto& [handle, old] : im.peers_) {
-        if (may_tell_reconnect && old.instance == d->instance && old.state != PeerState::Alive &&
+        if (!may_tell_reconnect) {
+            break;
+        }
+        if (old.instance == d->instance && old.state != PeerState::Alive &&
             (!closed_at || old.gone_at > *closed_at)) {
             closed_at = old.gone_at;
         }

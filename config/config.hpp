@@ -105,9 +105,12 @@ struct Config {
     // engines' own keep-alive close (uvicorn, vLLM's server: 5 s), so a request never goes out on
     // a connection the engine is closing at that moment (a POST is never sent twice).
     Duration upstream_idle_timeout{4000};
-    Duration shutdown_grace{10000};     // SIGTERM/SIGINT: in-flight requests get this long
-    Duration kv_lease_timeout{30000};   // P's KV lease; refreshes every kv_lease_timeout/3
-    bool lease_refresh = true;          // --no-lease-refresh turns the LeaseKeeper off
+    Duration shutdown_grace{10000};    // SIGTERM/SIGINT: in-flight requests get this long
+    Duration kv_lease_timeout{30000};  // P's KV lease; refreshes every kv_lease_timeout/3
+    bool lease_refresh = true;         // --no-lease-refresh turns the LeaseKeeper off
+    // A prefill that answered 404/405 on the lease-refresh route is asked again after this
+    // (or when it comes back from down, or is added again).
+    Duration lease_route_recheck{600000};
     Duration health_interval{5000};     // probe period for instances that are up
     Duration health_backoff_max{5000};  // re-probe backoff cap for instances that are down
     std::size_t max_body_bytes = 8u << 20;

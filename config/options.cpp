@@ -80,6 +80,11 @@ const std::array kOptions = {
     Option{.name = "kv-lease-timeout-ms", .kind = Kind::Number, .meta = "MS",
            .help = "prefill KV lease; refreshed every third of it (default 30000)",
            .millis = &Config::kv_lease_timeout, .min = 100, .max = kMaxMillis},
+    Option{.name = "lease-route-recheck-ms", .kind = Kind::Number, .meta = "MS",
+           .help = "a prefill without the lease-refresh route (404/405, as merged vLLM: D "
+                   "renews leases itself) is not refreshed; it is asked again after this, or "
+                   "when it comes back from down (default 600000)",
+           .millis = &Config::lease_route_recheck, .min = 1, .max = kMaxMillis},
     Option{.name = "health-interval-ms", .kind = Kind::Number, .meta = "MS",
            .help = "probe period for healthy instances (default 5000)",
            .millis = &Config::health_interval, .min = 1, .max = kMaxMillis},
@@ -114,7 +119,7 @@ const std::array kOptions = {
            .size = &Config::max_connections_per_source, .min = 0, .max = 1000000},
     Option{.name = "max-kv-params-bytes", .kind = Kind::Number, .meta = "N",
            .help = "largest kv_transfer_params a prefill may answer; a bigger one is the "
-                   "prefill's error (default 65536)",
+                   "prefill's answer, refused with 502 (default 4194304)",
            .size = &Config::max_kv_params_bytes, .min = 64, .max = std::uint64_t{1} << 30},
     Option{.name = "max-upstream-body-bytes", .kind = Kind::Number, .meta = "N",
            .help = "largest whole (not streamed) upstream answer: prefill, non-stream decode, "

@@ -84,7 +84,8 @@ bool parse_double(const std::string& s, double& out) {
 
 std::string usage_text() {
     return "usage: pdsim --role prefill|decode [--port N] [--host H] [--engine-id ID]\n"
-           "             [--model NAME] [--kv-lease-seconds S] [--token-delay-ms MS]\n"
+           "             [--model NAME] [--kv-lease-seconds S] [--lease-route on|off]\n"
+           "             [--token-delay-ms MS]\n"
            "             [--prefill-delay-ms MS] [--decode-setup-delay-ms MS]\n"
            "             [--block-size-tokens N] [--keep-alive-ms MS] [--port-file PATH]\n"
            "             [--log-level debug|info|warn|error] [--kv-mode pull|lmcache]\n"
@@ -102,6 +103,9 @@ std::string usage_text() {
            "  --engine-id         KV engine id (default pdsim-<role>-<port>)\n"
            "  --model             served model name (default pdsim-model)\n"
            "  --kv-lease-seconds  how long prefill holds KV blocks without read/refresh (30)\n"
+           "  --lease-route       on: serve POST /internal/nixl/lease_refresh (vLLM with\n"
+           "                      #35764); off: answer it 404, as merged vLLM (the calls are\n"
+           "                      still counted in lease_refresh_calls) (default on)\n"
            "  --token-delay-ms    delay per generated token (default 0)\n"
            "  --prefill-delay-ms  prefill: the prompt's compute, waited before the KV is held,\n"
            "                      written or sent, in every KV mode (default 0)\n"
@@ -167,6 +171,7 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                                                       "--engine-id",
                                                       "--model",
                                                       "--kv-lease-seconds",
+                                                      "--lease-route",
                                                       "--token-delay-ms",
                                                       "--prefill-delay-ms",
                                                       "--decode-setup-delay-ms",
@@ -239,6 +244,11 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                 return bad(flag, value, "expected seconds > 0 (at most 86400)");
             }
             cfg.kv_lease_seconds = d;
+        } else if (flag == "--lease-route") {
+            if (value != "on" && value != "off") {
+                return bad(flag, value, "expected on or off");
+            }
+            cfg.lease_route = value == "on";
         } else if (flag == "--token-delay-ms") {
             if (!parse_long(value, n) || n < 0 || n > 60'000) {
                 return bad(flag, value, "expected milliseconds 0-60000");

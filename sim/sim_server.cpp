@@ -204,6 +204,10 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         std::string body = dump_json(
             json{{"tokens", std::move(tokens)}, {"count", count}, {"max_model_len", kMaxModelLen}});
         co_await send_json(x, http::status::ok, std::move(body));
+    } else if (path == "/internal/nixl/lease_refresh" && !cfg.lease_route) {
+        ++state.counters.lease_refresh_calls;
+        co_await send_error(x, http::status::not_found, "no route for " + std::string(path),
+                            kInvalid);
     } else if (path == "/internal/nixl/lease_refresh") {
         json b = parse_object(req.body());
         if (!b.is_object() || !b.contains("request_ids") || !b["request_ids"].is_array()) {

@@ -46,7 +46,10 @@ struct SimConfig {
     std::string engine_id;  // default: "pdsim-prefill-<port>" / "pdsim-decode-<port>"
     std::string model = "pdsim-model";
     double kv_lease_seconds = 30.0;  // how long prefill holds blocks without a read or refresh
-    Duration token_delay{0};         // per generated token (streaming and non-streaming)
+    // POST /internal/nixl/lease_refresh is served (vLLM with #35764); false: it answers 404, as
+    // merged vLLM, whose D renews P's leases with NIXL "HB:" notes (vllm#41383).
+    bool lease_route = true;
+    Duration token_delay{0};  // per generated token (streaming and non-streaming)
     // Prefill role: the prompt's compute, waited before anything else a prefill does (in every
     // KV mode, before its KV is held, written or sent), so that benchmarks can give the prefill
     // a cost that push mode overlaps with D's setup.

@@ -7,6 +7,7 @@
 #include "net/common/shared_state.hpp"
 #include "router/api/validate.hpp"
 #include "router/disagg/flow.hpp"
+#include "router/kv/lease_keeper.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -265,7 +266,8 @@ awaitable<bool> admit_admin(server::Exchange& ex, std::string_view action,
 
 awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
                              instances::Registry& registry, metrics::RouterMetrics& metrics,
-                             std::string_view admin_key, config::KvMode mode) {
+                             std::string_view admin_key, config::KvMode mode,
+                             const kv::LeaseKeeper* leases) {
     const std::string_view name = action_name(action);
     const bool admitted = co_await admit_admin(ex, name, metrics, admin_key);
     if (!admitted) {
@@ -273,9 +275,18 @@ awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
     }
     if (action == AdminAction::List) {
         metrics.admin_request(name, "ok");
+        nlohmann::json list = registry.to_json();
+        if (leases != nullptr) {
+            for (auto& entry : list) {
+                if (entry["role"] == "prefill") {
+                    entry["lease_refresh"] =
+                        kv::LeaseKeeper::to_string(leases->route(entry["name"].get<std::string>()));
+                }
+            }
+        }
         co_await server::respond_relayed(
             ex, 200, "application/json",
-            registry.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+            list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         co_return;
     }
     disagg::Json body;

@@ -10,6 +10,10 @@
 
 #include <string_view>
 
+namespace pdr::kv {
+class LeaseKeeper;
+}
+
 namespace pdr::api {
 
 enum class AdminAuth { Ok, Disabled, Missing, Wrong };
@@ -26,9 +30,11 @@ awaitable<bool> admit_admin(server::Exchange& ex, std::string_view action,
 
 enum class AdminAction { Add, Remove, List };
 
-// Runs one admin request (auth, body checks, registry call) and answers it.
+// Runs one admin request (auth, body checks, registry call) and answers it. `leases`
+// (nullable): GET /instances shows each prefill's lease_refresh from it.
 awaitable<void> handle_admin(server::Exchange& ex, AdminAction action,
                              instances::Registry& registry, metrics::RouterMetrics& metrics,
-                             std::string_view admin_key, config::KvMode mode);
+                             std::string_view admin_key, config::KvMode mode,
+                             const kv::LeaseKeeper* leases = nullptr);
 
 }  // namespace pdr::api

@@ -154,6 +154,12 @@ App::App(net::io_context& control, config::Config cfg, std::size_t workers)
             net::post(w->ex, [c = &w->client] { c->sweep_idle(); });
         }
     });
+    // An instance added, or back from down, may be another engine build: ask its lease route.
+    registry_.set_instance_back_handler([this](const instances::Instance& inst) {
+        if (inst.role == instances::Role::Prefill) {
+            lease_keeper_.recheck_route(inst.name);
+        }
+    });
     // A failed probe ends the stalled legs on the instance wherever they are: on every worker.
     registry_.set_stalled_legs_handler([this](const instances::Instance& inst, Duration quiet) {
         for (auto& w : workers_) {
@@ -386,7 +392,7 @@ awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
             break;
         case RouteId::InstancesList:
             co_await handle_admin(ex, AdminAction::List, registry_, router_metrics_,
-                                  cfg_.admin_api_key, cfg_.kv_mode);
+                                  cfg_.admin_api_key, cfg_.kv_mode, &lease_keeper_);
             break;
         case RouteId::LeaseRefresh:
             co_await handle_lease_refresh(ex);

@@ -286,6 +286,16 @@ disagg::Json App::status_body() {
     body["model"] = cfg_.model.empty() ? disagg::Json(nullptr) : disagg::Json(cfg_.model);
     body["requests_in_flight"] = generations_in_flight_.load();
     body["kv_handles_held"] = lease_keeper_.held();
+    {
+        // How each prefill's leases are kept alive (kv::LeaseKeeper::Route).
+        disagg::Json leases = disagg::Json::array();
+        for (const auto& p : registry_.list(Role::Prefill)) {
+            leases.push_back(
+                {{"name", p->client_name()},
+                 {"lease_refresh", kv::LeaseKeeper::to_string(lease_keeper_.route(p->name))}});
+        }
+        body["prefill_leases"] = std::move(leases);
+    }
     if (cfg_.kv_mode == config::KvMode::Push) {
         // push mode: each prefill's KV coordinates (what D is sent to register its blocks).
         disagg::Json coords = disagg::Json::array();
@@ -374,6 +384,7 @@ awaitable<void> App::handle_lease_refresh(TrackedExchange& ex) {
     disagg::Json out = disagg::Json::object();
     out["forwarded"] = r.forwarded;
     out["unknown"] = r.unknown;
+    out["no_route"] = r.no_route;
     co_await respond_json(ex, 200, out);
 }
 

@@ -120,6 +120,9 @@ InstancePtr Registry::insert(Role role, const config::InstanceAddress& a, Instan
     instances_[index(role)].push_back(inst);
     update_counts(role);
     wake_health_loop();
+    if (back_handler_) {
+        back_handler_(*inst);
+    }
     return inst;
 }
 
@@ -257,6 +260,9 @@ void Registry::start_trial(Instance& inst) {
                        " passed its health check: on trial, one request at a time until one "
                        "succeeds");
     update_counts(inst.role);
+    if (back_handler_) {
+        back_handler_(inst);
+    }
 }
 
 void Registry::report_leg_failure(Instance& inst, upstream::Failure f, std::string_view reason) {

@@ -156,6 +156,11 @@ public:
     // each on its own thread.
     void set_idle_sweep_handler(std::function<void()> h) { sweep_handler_ = std::move(h); }
 
+    // Called when an instance is inserted, or passes a probe after being down (an engine
+    // restarted there may serve other routes): the lease keeper asks its route again.
+    using InstanceBackHandler = std::function<void(const Instance&)>;
+    void set_instance_back_handler(InstanceBackHandler h) { back_handler_ = std::move(h); }
+
     void start();  // starts the health loop
     void stop();   // cancels the health loop and running probes
 
@@ -198,6 +203,7 @@ private:
     std::vector<std::size_t> candidates_;  // pick()'s scratch list
     StalledLegsHandler stalled_handler_;
     std::function<void()> sweep_handler_;
+    InstanceBackHandler back_handler_;
     std::string router_id_;  // set_self
     std::string listen_host_;
     unsigned short listen_port_ = 0;

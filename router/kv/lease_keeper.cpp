@@ -3,6 +3,8 @@
 #include "router/kv/lease_keeper.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <string>
 #include <unordered_set>
 #include <utility>
 #include <variant>
@@ -24,6 +26,81 @@ Duration period_of(const config::Config& cfg) {
     return std::max<Duration>(cfg.kv_lease_timeout / 3, Duration{1});
 }
 }  // namespace
+
+std::string_view LeaseKeeper::to_string(Route r) noexcept {
+    switch (r) {
+        case Route::Unknown:
+            return "unknown";
+        case Route::Http:
+            return "http";
+        case Route::TransferAgent:
+            return "transfer_agent";
+        case Route::Absent:
+            return "absent";
+        case Route::Off:
+            return "off";
+    }
+    return "unknown";
+}
+
+LeaseKeeper::Route LeaseKeeper::route(const std::string& authority) const {
+    SharedLock lock;
+    if (!enabled_) {
+        return Route::Off;
+    }
+    auto it = routes_.find(authority);
+    return it == routes_.end() ? Route::Unknown : it->second.route;
+}
+
+void LeaseKeeper::recheck_route(const std::string& authority) {
+    SharedLock lock;
+    auto it = routes_.find(authority);
+    if (it == routes_.end()) {
+        return;
+    }
+    if (it->second.route == Route::Absent) {
+        --absent_;
+        metrics_.lease_route_absent.Set(static_cast<double>(absent_));
+        PDR_INFO(kLog, "prefill instance " + authority +
+                           " came back or was added again: its lease-refresh route is asked "
+                           "again at the next refresh");
+    }
+    routes_.erase(it);
+}
+
+bool LeaseKeeper::skip_route(const std::string& key, Clock::time_point now) const {
+    auto it = routes_.find(key);
+    return it != routes_.end() && it->second.route == Route::Absent && now < it->second.recheck_at;
+}
+
+void LeaseKeeper::learn_route(const std::string& key, Route r) {
+    RouteState& st = routes_[key];
+    const Route was = st.route;
+    st.route = r;
+    if (r == Route::Absent) {
+        st.recheck_at = Clock::now() + cfg_.lease_route_recheck;
+    }
+    if (was == r) {
+        return;
+    }
+    if (r == Route::Absent) {
+        ++absent_;
+        const auto seconds =
+            std::chrono::duration_cast<std::chrono::seconds>(cfg_.lease_route_recheck).count();
+        PDR_WARN(kLog, "prefill instance " + key +
+                           " has no /internal/nixl/lease_refresh route (404/405): it keeps its "
+                           "KV leases itself (merged vLLM: the decode renews them with NIXL "
+                           "heartbeats, kv_lease_duration). The router stops refreshing it and "
+                           "asks again in " +
+                           std::to_string(seconds) +
+                           " s (--lease-route-recheck-ms) or when it comes back from down");
+    } else if (was == Route::Absent) {
+        --absent_;
+        PDR_INFO(kLog, "prefill instance " + key + " serves lease refreshes again (" +
+                           std::string(to_string(r)) + ")");
+    }
+    metrics_.lease_route_absent.Set(static_cast<double>(absent_));
+}
 
 LeaseKeeper::Hold::Hold(Hold&& o) noexcept
     : keeper_(std::exchange(o.keeper_, nullptr)), token_(o.token_) {}
@@ -153,9 +230,11 @@ upstream::Request LeaseKeeper::make_post(const std::vector<std::string>& ids, bo
 
 awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std::string> ids,
                                           bool count_sent, bool with_key) {
+    const std::string key = ep.authority();
     if (renewer_ != nullptr) {
         const bool renewed = co_await renewer_->renew(ep, ids);
         if (renewed) {
+            learn_route(key, Route::TransferAgent);
             if (count_sent) {
                 metrics_.lease_refresh_sent.Increment(static_cast<double>(ids.size()));
             }
@@ -175,12 +254,21 @@ awaitable<bool> LeaseKeeper::post_batches(upstream::Endpoint ep, std::vector<std
             co_return false;  // stop() / caller gone
         }
         const unsigned status = res.ok() ? res.response.result_int() : 0;
+        if (status == 404 || status == 405) {
+            // No such route: the engine keeps its leases itself. Nothing was refreshed.
+            metrics_.lease_refresh_request(metrics::RouterMetrics::LeaseRefreshResult::NoRoute);
+            learn_route(key, Route::Absent);
+            co_return false;
+        }
         const bool ok = res.ok() && status >= 200 && status < 300;
-        metrics_.lease_refresh_request(ok);
+        metrics_.lease_refresh_request(ok ? metrics::RouterMetrics::LeaseRefreshResult::Ok
+                                          : metrics::RouterMetrics::LeaseRefreshResult::Error);
         if (count_sent) {
             metrics_.lease_refresh_sent.Increment(static_cast<double>(batch.size()));
         }
-        if (!ok) {
+        if (ok) {
+            learn_route(key, Route::Http);
+        } else {
             all_ok = false;
             std::string why = res.ok() ? "HTTP " + std::to_string(status)
                                        : std::string(upstream::to_string(res.failure));
@@ -214,7 +302,7 @@ awaitable<void> LeaseKeeper::refresh_loop() {
     while (!stopped_) {
         const auto now = Clock::now();
         for (auto& [key, g] : groups_) {
-            if (g.in_progress || g.refreshing.empty() || g.due > now) {
+            if (g.in_progress || g.refreshing.empty() || g.due > now || skip_route(key, now)) {
                 continue;
             }
             std::vector<std::string> ids;
@@ -296,6 +384,10 @@ awaitable<LeaseKeeper::ForwardResult> LeaseKeeper::forward(const std::vector<std
             continue;
         }
         const std::string& key = entries_.at(it->second).p_key;
+        if (skip_route(key, Clock::now())) {
+            ++r.no_route;
+            continue;
+        }
         auto [pit, created] = by_p.try_emplace(key);
         if (created) {
             const Group& g = groups_.at(key);

@@ -12,12 +12,19 @@
 // SharedLock); hold(), first_byte(), lease_until() and ~Hold() take SharedLock and are O(1);
 // workers co_spawn forward() on the control executor.
 //
+// A P that answers 404/405 on the route has none (merged vLLM: D renews P's leases with NIXL
+// "HB:" notifications, vllm#41383): the keeper logs it once, stops posting to it, and asks again
+// after cfg.lease_route_recheck or when recheck_route() says the instance came back or was
+// added again. Its leases are then never taken as refreshed (lease_until() stays at P's answer
+// plus the declared lease).
+//
 // Lifetime: Holds must not outlive the LeaseKeeper; call stop() and let the io_context finish
 // before destroying it.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -84,6 +91,7 @@ public:
 
     struct ForwardResult {
         std::size_t forwarded = 0, unknown = 0;
+        std::size_t no_route = 0;  // held, but their P has no lease-refresh route: not posted
     };
     // The router's own POST /internal/nixl/lease_refresh: each id held now (before or after
     // first byte) goes to the P that prefilled it, one batched POST per P, concurrently.
@@ -93,6 +101,21 @@ public:
     std::size_t held() const noexcept { return refreshing_; }       // ids being refreshed now
     std::size_t known() const noexcept { return entries_.size(); }  // Holds alive
     Duration period() const noexcept { return period_; }
+
+    // How the leases on the P at `authority` ("host:port") are renewed, as far as the keeper
+    // knows: GET /instances and /status show it.
+    enum class Route {
+        Unknown,        // no refresh went to it yet
+        Http,           // it answered a refresh POST with 2xx
+        TransferAgent,  // renewed with the transfer agent's Heartbeat notes
+        Absent,         // it answered 404/405: not posted to until asked again
+        Off,            // --no-lease-refresh
+    };
+    static std::string_view to_string(Route r) noexcept;
+    Route route(const std::string& authority) const;
+    // The instance at `authority` was added, or came back from down: a restarted engine may
+    // serve the route now, so the next refresh asks it again.
+    void recheck_route(const std::string& authority);
 
     // Refreshes go through `renewer` first (nullable; it must outlive the refreshes: stop()).
     void set_renewer(LeaseRenewer* renewer) noexcept { renewer_ = renewer; }
@@ -115,6 +138,13 @@ private:
         bool in_progress = false;
         bool with_key = true;  // refreshes carry --upstream-api-key
     };
+    struct RouteState {
+        Route route = Route::Unknown;
+        Clock::time_point recheck_at{};  // Absent: when to ask again
+    };
+    // True when P at `key` is known to lack the route and is not due for a re-check.
+    bool skip_route(const std::string& key, Clock::time_point now) const;
+    void learn_route(const std::string& key, Route r);
     void stop_refreshing(std::uint64_t token);
     void release(std::uint64_t token);
     void maybe_erase_group(const std::string& key);
@@ -137,6 +167,10 @@ private:
     std::unordered_map<std::uint64_t, Entry> entries_;
     std::unordered_multimap<std::string, std::uint64_t> by_id_;
     std::unordered_map<std::string, Group> groups_;
+    // By P authority: entries are made by refresh answers and dropped by recheck_route(), so
+    // the map holds at most the prefill addresses refreshed since they were last added.
+    std::unordered_map<std::string, RouteState> routes_;
+    std::size_t absent_ = 0;  // routes_ entries that are Absent
     std::size_t refreshing_ = 0;
     LeaseRenewer* renewer_ = nullptr;
 

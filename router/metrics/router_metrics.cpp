@@ -224,6 +224,10 @@ RouterMetrics::RouterMetrics(Registry& registry)
       kv_handles_held(gauges(registry, "pdrouter_kv_handles_held",
                              "KV handles the router is keeping alive on prefill instances.")
                           .Add({})),
+      lease_route_absent(gauges(registry, "pdrouter_lease_refresh_route_absent",
+                                "Prefill instances that answered 404/405 on the lease-refresh "
+                                "route: not refreshed until asked again.")
+                             .Add({})),
       kv_handover_gap(latency_histogram(
           histograms(registry, "pdrouter_kv_handover_gap_seconds",
                      "Time from the prefill answer to the decode leg's first byte."),
@@ -359,8 +363,8 @@ RouterMetrics::RouterMetrics(Registry& registry)
     auto& lease_refresh_requests =
         counters(registry, "pdrouter_lease_refresh_requests_total",
                  "Lease refresh requests sent to prefill instances, by result.");
-    const char* results[2] = {"ok", "error"};
-    for (std::size_t i = 0; i < 2; ++i) {
+    const char* results[3] = {"ok", "error", "no_route"};
+    for (std::size_t i = 0; i < 3; ++i) {
         lease_refresh_requests_[i] = &lease_refresh_requests.Add({{"result", results[i]}});
     }
     add_each(kv_ready_notifications_,
@@ -492,8 +496,8 @@ void RouterMetrics::flow_started(FlowMode mode) noexcept {
     flows_[idx(mode)]->Increment();
 }
 
-void RouterMetrics::lease_refresh_request(bool ok) noexcept {
-    lease_refresh_requests_[ok ? 0 : 1]->Increment();
+void RouterMetrics::lease_refresh_request(LeaseRefreshResult result) noexcept {
+    lease_refresh_requests_[static_cast<std::size_t>(result)]->Increment();
 }
 
 void RouterMetrics::kv_ready_notification(KvReadyOutcome outcome) noexcept {

@@ -151,8 +151,10 @@ public:
     void policy_pick(Role role, config::Policy policy) noexcept;
     // pdrouter_direct_requests_total{reason="short_prompt"|"no_prefill"}
     void direct_request(DirectReason reason) noexcept;
-    // pdrouter_lease_refresh_requests_total{result="ok"|"error"}
-    void lease_refresh_request(bool ok) noexcept;
+    // pdrouter_lease_refresh_requests_total{result="ok"|"error"|"no_route"}; no_route: P answered
+    // 404/405 (it has no such route: merged vLLM renews leases from D itself).
+    enum class LeaseRefreshResult { Ok, Error, NoRoute };
+    void lease_refresh_request(LeaseRefreshResult result) noexcept;
     // pdrouter_kv_ready_notifications_total{outcome}; a Malformed one through kv_ready_malformed.
     void kv_ready_notification(KvReadyOutcome outcome) noexcept;
     // pdrouter_kv_ready_notifications_total{outcome="malformed"} and
@@ -199,17 +201,18 @@ public:
     Counter& lease_refresh_forwarded;  // pdrouter_lease_refresh_forwarded_total
     Counter& lease_refresh_unknown;    // pdrouter_lease_refresh_unknown_total
     Gauge& kv_handles_held;            // pdrouter_kv_handles_held
-    Histogram& kv_handover_gap;        // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
-    Counter& recomputes;               // pdrouter_recomputes_total
-    Counter& kv_mode_mismatches;       // pdrouter_kv_mode_mismatch_total (push: P not in push)
-    Histogram& transfer_seconds;       // pdrouter_transfer_seconds (push: dispatch → P's Done)
-    Counter& transfer_bytes;           // pdrouter_transfer_bytes_total (push, P's Done copies)
-    Gauge& kv_ready_pending;           // pdrouter_kv_ready_pending (entries in the kv-ready table)
-    Histogram& kv_ready_wait;          // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
-    Gauge& kv_ready_peers;             // pdrouter_kv_ready_peers (replicas we can forward to)
-    Counter& kv_ready_disconnects;     // pdrouter_kv_ready_disconnects_total (sender conns ended)
-    Gauge& request_body_buffered;      // pdrouter_request_body_buffered_bytes (set at scrape)
-    Gauge& request_body_waiting;       // pdrouter_request_body_budget_waiting (set at scrape)
+    Gauge& lease_route_absent;    // pdrouter_lease_refresh_route_absent (P known without the route)
+    Histogram& kv_handover_gap;   // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
+    Counter& recomputes;          // pdrouter_recomputes_total
+    Counter& kv_mode_mismatches;  // pdrouter_kv_mode_mismatch_total (push: P not in push)
+    Histogram& transfer_seconds;  // pdrouter_transfer_seconds (push: dispatch → P's Done)
+    Counter& transfer_bytes;      // pdrouter_transfer_bytes_total (push, P's Done copies)
+    Gauge& kv_ready_pending;      // pdrouter_kv_ready_pending (entries in the kv-ready table)
+    Histogram& kv_ready_wait;     // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
+    Gauge& kv_ready_peers;        // pdrouter_kv_ready_peers (replicas we can forward to)
+    Counter& kv_ready_disconnects;  // pdrouter_kv_ready_disconnects_total (sender conns ended)
+    Gauge& request_body_buffered;   // pdrouter_request_body_buffered_bytes (set at scrape)
+    Gauge& request_body_waiting;    // pdrouter_request_body_budget_waiting (set at scrape)
 
 private:
     Registry& registry_;
@@ -222,7 +225,7 @@ private:
     std::array<Counter*, kDisconnectPhaseCount> disconnects_{};
     std::array<Counter*, kLegCount> mid_stream_errors_{};
     std::array<Counter*, kFlowModeCount> flows_{};
-    std::array<Counter*, 2> lease_refresh_requests_{};           // ok, error
+    std::array<Counter*, 3> lease_refresh_requests_{};           // ok, error, no_route
     std::array<std::array<Gauge*, 2>, kRoleCount> instances_{};  // [role][up, down]
     std::array<Counter*, kKvReadyOutcomeCount> kv_ready_notifications_{};
     std::array<Counter*, kKvReadyMalformedCount> kv_ready_malformed_{};

@@ -294,6 +294,56 @@ TEST_F(PullFlowTest, LeaseKeptAliveWhileDecodeIsDelayed) {
     EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "lease_refresh_calls"), calls);
 }
 
+// A prefill as merged vLLM: no lease route (404); its leases are its own (the decode renews
+// them with NIXL heartbeats). The router asks once, says so once in its log and in
+// GET /instances and /status, and stops posting: three requests that each wait 1.2 s for the
+// decode (six refresh periods each) make one refresh call, not eighteen.
+TEST_F(PullFlowTest, APrefillWithoutTheLeaseRouteIsAskedOnceThenLeftAlone) {
+    const Headers admin{{"X-API-Key", "lease-admin-key"}};
+    auto& pd =
+        start(PdOptions{}
+                  .p(1)
+                  .d(1)
+                  .sim({"--kv-lease-seconds", "30"})
+                  .prefill_sim({"--lease-route", "off"})
+                  .router({"--kv-lease-timeout-ms", "600", "--admin-api-key", "lease-admin-key"}));
+    sim_fault(*pd.decode[0], {{"delay_ms", 1200}, {"count", 3}});
+    for (int i = 0; i < 3; ++i) {
+        json body = chat_body("no lease route " + std::to_string(i), 4, i % 2 == 0);
+        auto r = send_generation(*pd.router, body);
+        EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+    }
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "lease_refresh_calls"), 1);
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "lease_refreshes"), 0);
+    auto m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_lease_refresh_requests_total", {{"result", "no_route"}}), 1) << m;
+    EXPECT_EQ(metric(m, "pdrouter_lease_refresh_requests_total", {{"result", "error"}}), 0);
+    EXPECT_EQ(metric(m, "pdrouter_lease_refresh_route_absent"), 1);
+    const json listed = http_get(pd.router->port, "/instances", admin).json();
+    int prefills = 0;
+    for (const auto& inst : listed) {
+        if (inst["role"] == "prefill") {
+            ++prefills;
+            EXPECT_EQ(inst["lease_refresh"], "absent") << listed.dump();
+        } else {
+            EXPECT_FALSE(inst.contains("lease_refresh")) << listed.dump();
+        }
+    }
+    EXPECT_EQ(prefills, 1);
+    const json status = http_get(pd.router->port, "/status").json();
+    ASSERT_EQ(status["prefill_leases"].size(), 1u) << status.dump();
+    EXPECT_EQ(status["prefill_leases"][0]["lease_refresh"], "absent") << status.dump();
+    const std::string log = pd.router->proc.log();
+    std::size_t said = 0;
+    for (auto at = log.find("has no /internal/nixl/lease_refresh route"); at != std::string::npos;
+         at = log.find("has no /internal/nixl/lease_refresh route", at + 1)) {
+        ++said;
+    }
+    EXPECT_EQ(said, 1u) << log;
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
 TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
     // The route is an admin route (its answer tells which ids are in flight).
     const Headers admin{{"X-API-Key", "lease-admin-key"}};

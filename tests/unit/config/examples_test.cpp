@@ -30,6 +30,7 @@ TEST_P(ConfigExamples, ParsesWithDefaults) {
     EXPECT_EQ(c.upstream_idle_timeout, d.upstream_idle_timeout);
     EXPECT_EQ(c.shutdown_grace, d.shutdown_grace);
     EXPECT_EQ(c.kv_lease_timeout, d.kv_lease_timeout);
+    EXPECT_EQ(c.lease_route_recheck, d.lease_route_recheck);
     EXPECT_EQ(c.health_interval, d.health_interval);
     EXPECT_EQ(c.health_backoff_max, d.health_backoff_max);
     EXPECT_EQ(c.max_body_bytes, d.max_body_bytes);

@@ -240,6 +240,72 @@ TEST_F(LeaseKeeperTest, FailedRefreshesAreCountedAndRetriedNextPeriod) {
         Duration{1000}));
 }
 
+double refresh_results(metrics::Registry& reg, const std::string& result) {
+    return metrics::series_value(reg, "pdrouter_lease_refresh_requests_total", {{"result", result}})
+        .value_or(-1);
+}
+
+// Merged vLLM has no lease route (its D renews P's leases itself, vllm#41383): one 404 and the
+// keeper stops posting to that P, while it goes on refreshing a P that has the route, and it
+// never takes the unanswered leases as renewed.
+TEST_F(LeaseKeeperTest, APrefillWithoutTheRouteIsAskedOnceThenLeftAlone) {
+    p1.set_handler([](const FakeHttpServer::Request&) { return FakeReply{404, "{}"}; });
+    p1.start();
+    p2.start();
+    auto a = lk().hold("a", endpoint_of(p1));
+    auto b = lk().hold("b", endpoint_of(p2));
+    const auto a_until = a.lease_until();
+    const auto b_until = b.lease_until();
+    const std::string p1_key = endpoint_of(p1).authority();
+    const std::string p2_key = endpoint_of(p2).authority();
+    EXPECT_EQ(lk().route(p1_key), LeaseKeeper::Route::Unknown);
+    lk().start();
+    // Six periods of p2's refreshes: p1 would have had as many without the learning.
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return p2.requests().size() >= 6; }, Duration{3000}));
+    EXPECT_EQ(p1.requests().size(), 1u);
+    EXPECT_EQ(lk().route(p1_key), LeaseKeeper::Route::Absent);
+    EXPECT_EQ(lk().route(p2_key), LeaseKeeper::Route::Http);
+    EXPECT_EQ(refresh_results(mreg, "no_route"), 1);
+    EXPECT_EQ(refresh_results(mreg, "error"), 0);
+    EXPECT_EQ(rm.lease_route_absent.Value(), 1);
+    EXPECT_EQ(a.lease_until(), a_until) << "a refresh that was not made was taken as made";
+    EXPECT_GT(b.lease_until(), b_until);
+    // An inbound refresh for p1's id is not posted either.
+    auto r = test::run_task(ioc, lk().forward({"a"}), Duration{1000});
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->no_route, 1u);
+    EXPECT_EQ(r->forwarded, 0u);
+    EXPECT_EQ(p1.requests().size(), 1u);
+
+    // The instance came back from down (another engine build may serve the route): asked again.
+    p1.set_handler(ok_reply);
+    lk().recheck_route(p1_key);
+    EXPECT_EQ(rm.lease_route_absent.Value(), 0);
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return lk().route(p1_key) == LeaseKeeper::Route::Http; }, Duration{2000}));
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return a.lease_until() > a_until; }, Duration{2000}));
+}
+
+TEST_F(LeaseKeeperTest, ARouteAnsweredMethodNotAllowedIsAskedAgainAfterTheRecheckTime) {
+    cfg.lease_route_recheck = Duration{400};  // four periods
+    p1.set_handler([](const FakeHttpServer::Request&) { return FakeReply{405, "{}"}; });
+    p1.start();
+    p2.start();
+    auto a = lk().hold("a", endpoint_of(p1));
+    auto b = lk().hold("b", endpoint_of(p2));
+    lk().start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return p1.requests().size() >= 2; }, Duration{3000}));
+    // The second ask came one recheck time after the first, not one period.
+    EXPECT_GE(p1.requests()[1].at - p1.requests()[0].at, Duration{380});
+    EXPECT_GE(p2.requests().size(), 3u);
+    EXPECT_EQ(refresh_results(mreg, "no_route"), 2);
+    EXPECT_EQ(lk().route(endpoint_of(p1).authority()), LeaseKeeper::Route::Absent);
+    EXPECT_EQ(rm.lease_route_absent.Value(), 1);  // the same instance, counted once
+}
+
 TEST_F(LeaseKeeperTest, ForwardGroupsByPrefillAndCountsUnknown) {
     p1.start();
     p2.start();

@@ -64,7 +64,8 @@ TEST(RouterMetrics, HelpersUpdateTheRightSeries) {
     m.mid_stream_error(Leg::Decode);
     m.legs_failed_on_down(Role::Decode, 3);
     m.flow_started(FlowMode::Push);
-    m.lease_refresh_request(false);
+    m.lease_refresh_request(RouterMetrics::LeaseRefreshResult::Error);
+    m.lease_refresh_request(RouterMetrics::LeaseRefreshResult::NoRoute);
     m.bad_request("invalid_request_error");
     m.admin_request("add", "conflict");
     m.set_instance_counts(Role::Decode, 2, 1);
@@ -93,6 +94,7 @@ TEST(RouterMetrics, HelpersUpdateTheRightSeries) {
     EXPECT_TRUE(contains(t, "pdrouter_legs_failed_on_down_total{role=\"prefill\"} 0\n"));
     EXPECT_TRUE(contains(t, "pdrouter_flow_requests_total{mode=\"push\"} 1\n"));
     EXPECT_TRUE(contains(t, "pdrouter_lease_refresh_requests_total{result=\"error\"} 1\n"));
+    EXPECT_TRUE(contains(t, "pdrouter_lease_refresh_requests_total{result=\"no_route\"} 1\n"));
     EXPECT_TRUE(contains(t, "pdrouter_bad_requests_total{code=\"invalid_request_error\"} 1\n"));
     EXPECT_TRUE(
         contains(t, "pdrouter_admin_requests_total{action=\"add\",result=\"conflict\"} 1\n"));
@@ -183,6 +185,8 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "requests forwarded to their prefill instance.",
         "# HELP pdrouter_lease_refresh_requests_total Lease refresh requests sent to prefill "
         "instances, by result.",
+        "# HELP pdrouter_lease_refresh_route_absent Prefill instances that answered 404/405 on the "
+        "lease-refresh route: not refreshed until asked again.",
         "# HELP pdrouter_lease_refresh_sent_total KV lease ids the router refreshed toward prefill "
         "instances.",
         "# HELP pdrouter_lease_refresh_unknown_total Lease ids from inbound lease_refresh requests "
@@ -225,6 +229,7 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# TYPE pdrouter_kv_ready_wait_seconds histogram",
         "# TYPE pdrouter_lease_refresh_forwarded_total counter",
         "# TYPE pdrouter_lease_refresh_requests_total counter",
+        "# TYPE pdrouter_lease_refresh_route_absent gauge",
         "# TYPE pdrouter_lease_refresh_sent_total counter",
         "# TYPE pdrouter_lease_refresh_unknown_total counter",
         "# TYPE pdrouter_leg_duration_seconds histogram",
@@ -314,7 +319,8 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_kv_ready_wait_seconds_count", 1},
         {"pdrouter_kv_ready_wait_seconds_sum", 1},
         {"pdrouter_lease_refresh_forwarded_total", 1},
-        {"pdrouter_lease_refresh_requests_total", 2},
+        {"pdrouter_lease_refresh_requests_total", 3},
+        {"pdrouter_lease_refresh_route_absent", 1},
         {"pdrouter_lease_refresh_sent_total", 1},
         {"pdrouter_lease_refresh_unknown_total", 1},
         {"pdrouter_leg_duration_seconds_bucket", 38},

@@ -167,8 +167,9 @@ private:
     std::unordered_map<std::uint64_t, Entry> entries_;
     std::unordered_multimap<std::string, std::uint64_t> by_id_;
     std::unordered_map<std::string, Group> groups_;
-    // By P authority: entries are made by refresh answers and dropped by recheck_route(), so
-    // the map holds at most the prefill addresses refreshed since they were last added.
+    // By P authority: an entry is made by a refresh answer and dropped by recheck_route() (the
+    // address added again or back from down); a removed instance's entry stays, so the map holds
+    // at most one entry per prefill address ever refreshed.
     std::unordered_map<std::string, RouteState> routes_;
     std::size_t absent_ = 0;  // routes_ entries that are Absent
     std::size_t refreshing_ = 0;

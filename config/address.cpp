@@ -217,6 +217,18 @@ std::string_view to_string(OnMissingKvParams v) noexcept {
     return v == OnMissingKvParams::Error ? "error" : "recompute";
 }
 
+std::string_view to_string(RewriteKvHost v) noexcept {
+    switch (v) {
+        case RewriteKvHost::Never:
+            return "never";
+        case RewriteKvHost::Always:
+            return "always";
+        case RewriteKvHost::Auto:
+            break;
+    }
+    return "auto";
+}
+
 std::string_view to_string(KvMode v) noexcept {
     switch (v) {
         case KvMode::Pull:

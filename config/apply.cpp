@@ -296,6 +296,27 @@ void apply(const Source& src, const std::vector<RawSetting>& settings, Config& c
                     v == "error" ? OnMissingKvParams::Error : OnMissingKvParams::Recompute;
                 break;
             }
+            case Kind::RewriteKvHost: {
+                std::string v = ascii::lower(value);
+                if (v == "auto") {
+                    cfg.rewrite_kv_host = config::RewriteKvHost::Auto;
+                } else if (v == "never") {
+                    cfg.rewrite_kv_host = config::RewriteKvHost::Never;
+                } else if (v == "always") {
+                    cfg.rewrite_kv_host = config::RewriteKvHost::Always;
+                } else {
+                    bad_value(src, s, value, "expected one of auto, never, always");
+                }
+                break;
+            }
+            case Kind::PassThroughRole: {
+                std::string v = ascii::lower(value);
+                if (v != "decode" && v != "prefill") {
+                    bad_value(src, s, value, "expected decode or prefill");
+                }
+                cfg.pass_through_role = v == "prefill" ? ::pdr::Role::Prefill : ::pdr::Role::Decode;
+                break;
+            }
             case Kind::KvMode: {
                 std::string v = ascii::lower(value);
                 if (v == "pull") {

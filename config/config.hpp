@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/log_level.hpp"
+#include "config/role.hpp"
 
 namespace pdr {
 using Duration = std::chrono::milliseconds;  // same alias as net/common/io.hpp
@@ -32,6 +33,9 @@ struct InstanceAddress {
 bool parse_instance_address(std::string_view s, InstanceAddress& out, std::string& error);
 
 enum class OnMissingKvParams { Error, Recompute };
+// Pull mode: whether P's kv_transfer_params.remote_host is replaced by the P address the router
+// used. Auto: only a loopback or wildcard host (P left VLLM_NIXL_SIDE_CHANNEL_HOST unset).
+enum class RewriteKvHost { Auto, Never, Always };
 
 // How the KV cache gets from P to D (docs/protocols.md), and so which flow serves a request.
 // pull: vLLM NixlConnector (D reads P's blocks with the handle P answered). lmcache: LMCache's PD
@@ -167,6 +171,12 @@ struct Config {
     bool transfer_agent = false;
     std::string transfer_agent_transports;  // UCX_TLS of the router's agent ("" = UCX's choice)
     OnMissingKvParams on_missing_kv_params = OnMissingKvParams::Error;
+    RewriteKvHost rewrite_kv_host = RewriteKvHost::Auto;
+    // The role whose instances serve the pass-through routes (/tokenize, /v1/embeddings, ...).
+    ::pdr::Role pass_through_role = ::pdr::Role::Decode;
+    // D's kv_transfer_params in its answer (block ids, host and port, for multi-turn reuse)
+    // reach the client; by default they are taken out.
+    bool expose_decode_kv_params = false;
     int prefill_retries = 1;  // extra attempts on another P after 5xx/connect/timeout
     int decode_retries = 1;   // extra attempts on another D after a connect failure
     log::Level log_level = log::Level::Info;
@@ -220,6 +230,7 @@ std::string_view version();  // "<major>.<minor>.<patch>" from the CMake project
 PushCoords push_coords_of(const Config& cfg, std::size_t i);
 
 std::string_view to_string(OnMissingKvParams v) noexcept;
+std::string_view to_string(RewriteKvHost v) noexcept;
 std::string_view to_string(KvMode v) noexcept;
 std::string_view to_string(OnKvReadyTimeout v) noexcept;
 std::string_view to_string(Policy v) noexcept;  // "round_robin", "least_outstanding", ...

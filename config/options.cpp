@@ -132,6 +132,17 @@ const std::array kOptions = {
            .group = "Behaviour"},
     Option{.name = "on-missing-kv-params", .kind = Kind::OnMissingKv, .meta = "error|recompute",
            .help = "when P answers without kv_transfer_params (default error)"},
+    Option{.name = "rewrite-kv-host", .kind = Kind::RewriteKvHost, .meta = "auto|never|always",
+           .help = "pull: replace P's kv_transfer_params.remote_host by the P address the router "
+                   "used; auto: only a loopback or wildcard host (default auto)"},
+    Option{.name = "pass-through-role", .kind = Kind::PassThroughRole, .meta = "decode|prefill",
+           .help = "instances that serve /tokenize, /detokenize, /version, /v1/embeddings, "
+                   "/pooling, /classify, /score, /rerank, passed through to one healthy "
+                   "instance of this role (default decode)"},
+    Option{.name = "expose-decode-kv-params", .kind = Kind::SetTrue, .meta = "",
+           .help = "pass the kv_transfer_params of D's answer (its block ids and host) on to the "
+                   "client (default: taken out)",
+           .flag = &Config::expose_decode_kv_params},
     Option{.name = "prefill-retries", .kind = Kind::Number, .meta = "N",
            .help = "extra prefill attempts on another P, 0..10 (default 1)",
            .count = &Config::prefill_retries, .min = 0, .max = 10},

@@ -24,6 +24,8 @@ enum class Kind {
     LogLevel,
     LogFormat,
     OnMissingKv,
+    RewriteKvHost,
+    PassThroughRole,
     KvMode,
     OnKvReadyTimeout,
     LmcachePorts,      // per decode instance, one comma list per instance; `init` picks the list

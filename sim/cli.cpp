@@ -85,6 +85,7 @@ bool parse_double(const std::string& s, double& out) {
 std::string usage_text() {
     return "usage: pdsim --role prefill|decode [--port N] [--host H] [--engine-id ID]\n"
            "             [--model NAME] [--kv-lease-seconds S] [--lease-route on|off]\n"
+           "             [--kv-host H] [--answer-kv-params on|off]\n"
            "             [--token-delay-ms MS]\n"
            "             [--prefill-delay-ms MS] [--decode-setup-delay-ms MS]\n"
            "             [--block-size-tokens N] [--keep-alive-ms MS] [--port-file PATH]\n"
@@ -106,6 +107,9 @@ std::string usage_text() {
            "  --lease-route       on: serve POST /internal/nixl/lease_refresh (vLLM with\n"
            "                      #35764); off: answer it 404, as merged vLLM (the calls are\n"
            "                      still counted in lease_refresh_calls) (default on)\n"
+           "  --kv-host           the remote_host of KV handles (default --host)\n"
+           "  --answer-kv-params  decode, on: the answer carries kv_transfer_params naming\n"
+           "                      D's blocks and host, as vLLM's D does (default off)\n"
            "  --token-delay-ms    delay per generated token (default 0)\n"
            "  --prefill-delay-ms  prefill: the prompt's compute, waited before the KV is held,\n"
            "                      written or sent, in every KV mode (default 0)\n"
@@ -172,6 +176,8 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                                                       "--model",
                                                       "--kv-lease-seconds",
                                                       "--lease-route",
+                                                      "--kv-host",
+                                                      "--answer-kv-params",
                                                       "--token-delay-ms",
                                                       "--prefill-delay-ms",
                                                       "--decode-setup-delay-ms",
@@ -249,6 +255,16 @@ int parse_args(int argc, char** argv, SimConfig& cfg, std::string& port_file,
                 return bad(flag, value, "expected on or off");
             }
             cfg.lease_route = value == "on";
+        } else if (flag == "--kv-host") {
+            if (value.empty()) {
+                return bad(flag, value, "expected a host name or address");
+            }
+            cfg.kv_host = value;
+        } else if (flag == "--answer-kv-params") {
+            if (value != "on" && value != "off") {
+                return bad(flag, value, "expected on or off");
+            }
+            cfg.answer_kv_params = value == "on";
         } else if (flag == "--token-delay-ms") {
             if (!parse_long(value, n) || n < 0 || n > 60'000) {
                 return bad(flag, value, "expected milliseconds 0-60000");

@@ -152,6 +152,7 @@ std::optional<std::string> FaultPlan::set(std::string_view body) {
         !read_int(obj, "kv_hold_after_ms", f.kv_hold_after_ms, error) ||
         !read_bool(obj, "kv_corrupt_block", f.kv_corrupt_block, error) ||
         !read_bool(obj, "kv_answer_pull", f.kv_answer_pull, error) ||
+        !read_bool(obj, "kv_answer_push", f.kv_answer_push, error) ||
         !read_bool(obj, "kv_failed_to_router_only", f.kv_failed_to_router_only, error) ||
         !read_lmcache(obj, f.lmcache, error)) {
         return error;

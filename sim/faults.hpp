@@ -52,6 +52,7 @@ struct Fault {
     int kv_hold_after_ms = 0;       // push, decode: hold this long after P's Done or Failed
     bool kv_corrupt_block = false;  // prefill: one byte of one held block is wrong
     bool kv_answer_pull = false;    // push, prefill: answer a pull handle (transfer_mode "pull")
+    bool kv_answer_push = false;    // pull, prefill: answer a push handle (transfer_mode "push")
     // push, prefill: the write fails without being made, and its Failed reaches only the
     // router's control peer (the decode's copy is lost): only the router can end D's wait.
     bool kv_failed_to_router_only = false;

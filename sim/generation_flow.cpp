@@ -125,9 +125,10 @@ struct AnswerPlan {
     Duration token_delay{0};
     int close_after_chunks = -1;
     bool cut_last_event = false;
-    bool close_delimited = false;         // a stream's body is ended by the close, not chunked
-    Duration split_first_event{0};        // see Fault::split_first_event_ms
-    std::function<void(json&)> finalize;  // adds fields to a non-stream answer before it is sent
+    bool close_delimited = false;   // a stream's body is ended by the close, not chunked
+    Duration split_first_event{0};  // see Fault::split_first_event_ms
+    // Adds fields to a non-stream answer, or to a stream's last token chunk, before it is sent.
+    std::function<void(json&)> finalize;
 };
 
 awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx,
@@ -199,7 +200,11 @@ awaitable<void> answer(SimServer::Impl& im, server::Exchange& x, RequestCtx& ctx
         if (!co_await pause(ctx, x, plan.token_delay)) {
             co_return;
         }
-        const std::string ev = sse_event(token_chunk(meta, id_text(gen.next()), i + 1 == n));
+        json chunk = token_chunk(meta, id_text(gen.next()), i + 1 == n);
+        if (i + 1 == n && plan.finalize) {
+            plan.finalize(chunk);
+        }
+        const std::string ev = sse_event(chunk);
         if (!co_await w.emit(ev)) {
             co_return;
         }
@@ -467,6 +472,22 @@ awaitable<void> SimServer::Impl::handle_generation(server::Exchange& x, Api api)
     guard.blocks = static_cast<std::uint64_t>(
         blocks_for(g.prompt_tokens + g.max_tokens, cfg.block_size_tokens));
     state.counters.decode_blocks_in_use += guard.blocks;
+    if (cfg.answer_kv_params) {
+        // What vLLM's D answers for multi-turn reuse: a handle to its own blocks.
+        json ids = json::array();
+        for (std::uint64_t b = 0; b < guard.blocks; ++b) {
+            ids.push_back(b);
+        }
+        json params{{"do_remote_prefill", true},
+                    {"do_remote_decode", false},
+                    {"remote_engine_id", cfg.engine_id},
+                    {"remote_block_ids", std::move(ids)},
+                    {"remote_host", cfg.kv_host.empty() ? cfg.host : cfg.kv_host},
+                    {"remote_port", cfg.port}};
+        plan.finalize = [params = std::move(params)](json& body) {
+            body["kv_transfer_params"] = params;
+        };
+    }
     co_await answer(*this, x, *ctx, g, plan);
 }
 

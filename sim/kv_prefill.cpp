@@ -50,7 +50,7 @@ json SimServer::Impl::prefill_hold(const std::string& rid, int prompt_tokens,
     KvHandle h;
     h.engine_id = cfg.engine_id;
     h.request_id = rid;
-    h.host = cfg.host;
+    h.host = cfg.kv_host.empty() ? cfg.host : cfg.kv_host;
     h.port = cfg.port;
     h.num_tokens = prompt_tokens;
     const int n = blocks_for(prompt_tokens, cfg.block_size_tokens);
@@ -58,6 +58,9 @@ json SimServer::Impl::prefill_hold(const std::string& rid, int prompt_tokens,
     if (h.block_ids.empty() && n > 0) {
         ++state.counters.kv_pool_refusals;
         return json();
+    }
+    if (f && f->kv_answer_push) {
+        return push_answer_json(h, "xfer-fault-" + rid);  // the blocks stay held until the lease
     }
     if (!agent) {
         return kv_handle_json(h);

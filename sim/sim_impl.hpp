@@ -126,6 +126,8 @@ struct SimServer::Impl : std::enable_shared_from_this<Impl> {
 
     // Completions and chat (generation_flow.cpp).
     awaitable<void> handle_generation(server::Exchange& x, Api api);
+    // /version, /detokenize, embeddings, pooling, classify, score, rerank (serving_routes.cpp).
+    awaitable<void> handle_serving(server::Exchange& x, std::string_view path);
 
     // LMCache mode (lmcache_flow.cpp).
     void lmcache_start();  // opens the notifier / the receivers (throws on failure)

@@ -21,6 +21,7 @@ constexpr Duration kMaxSweepWait{50};
 struct Route {
     std::string_view path;
     http::verb method;
+    bool serving = false;  // answered by handle_serving (serving_routes.cpp)
 };
 
 constexpr std::array kRoutes{
@@ -30,6 +31,16 @@ constexpr std::array kRoutes{
     Route{"/health", http::verb::get},
     Route{"/metrics", http::verb::get},
     Route{"/tokenize", http::verb::post},
+    Route{"/version", http::verb::get, true},
+    Route{"/detokenize", http::verb::post, true},
+    Route{"/v1/embeddings", http::verb::post, true},
+    Route{"/pooling", http::verb::post, true},
+    Route{"/classify", http::verb::post, true},
+    Route{"/score", http::verb::post, true},
+    Route{"/v1/score", http::verb::post, true},
+    Route{"/rerank", http::verb::post, true},
+    Route{"/v1/rerank", http::verb::post, true},
+    Route{"/v2/rerank", http::verb::post, true},
     Route{"/internal/nixl/lease_refresh", http::verb::post},
     Route{"/internal/pdsim/kv_read", http::verb::post},
     Route{"/internal/pdsim/kv_release", http::verb::post},
@@ -159,7 +170,9 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         co_await send_error(x, http::status::method_not_allowed, msg, kInvalid);
         co_return;
     }
-    if (path == "/v1/completions") {
+    if (match->serving) {
+        co_await handle_serving(x, path);
+    } else if (path == "/v1/completions") {
         co_await handle_generation(x, Api::Completions);
     } else if (path == "/v1/chat/completions") {
         co_await handle_generation(x, Api::Chat);
@@ -183,6 +196,7 @@ awaitable<void> SimServer::Impl::dispatch(server::Exchange& x) {
         res.body() = metrics_text(identity, state, store);
         co_await x.respond(std::move(res));
     } else if (path == "/tokenize") {
+        ++state.counters.serving_requests;
         json b = parse_object(req.body());
         std::string prompt;
         std::string error;

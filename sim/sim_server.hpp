@@ -49,6 +49,12 @@ struct SimConfig {
     // POST /internal/nixl/lease_refresh is served (vLLM with #35764); false: it answers 404, as
     // merged vLLM, whose D renews P's leases with NIXL "HB:" notes (vllm#41383).
     bool lease_route = true;
+    // The remote_host of the KV handles it answers (empty: `host`). An engine that was not told
+    // its address says "localhost" (vLLM: VLLM_NIXL_SIDE_CHANNEL_HOST unset).
+    std::string kv_host;
+    // Decode role: its answer (a non-stream body, or a stream's last token chunk) carries
+    // kv_transfer_params naming its own blocks and host, as vLLM's D does for multi-turn reuse.
+    bool answer_kv_params = false;
     Duration token_delay{0};  // per generated token (streaming and non-streaming)
     // Prefill role: the prompt's compute, waited before anything else a prefill does (in every
     // KV mode, before its KV is held, written or sent), so that benchmarks can give the prefill

@@ -48,6 +48,7 @@ json state_json(const Identity& id, const SimState& s, const BlockStore& store) 
                 {"engine_id", id.engine_id},
                 {"port", id.port},
                 {"requests", c.requests},
+                {"serving_requests", c.serving_requests},
                 {"completed", c.completed},
                 {"protocol_violations", c.protocol_violations},
                 {"violations", std::move(violations)},

@@ -18,7 +18,8 @@ inline constexpr std::size_t kMaxLoggedRequests = 256;
 inline constexpr std::size_t kKvCapacityBlocks = 65536;  // denominator of kv_cache_usage_perc
 
 struct Counters {
-    std::uint64_t requests = 0;  // completion/chat requests received
+    std::uint64_t requests = 0;          // completion/chat requests received
+    std::uint64_t serving_requests = 0;  // /tokenize, /version, embeddings, score, rerank...
     std::uint64_t completed = 0;
     std::uint64_t protocol_violations = 0;
     std::uint64_t lease_refreshes = 0;  // ids refreshed

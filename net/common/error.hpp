@@ -41,7 +41,7 @@ enum class Errc {
     HttpVersion,             // 505 (a request line with an HTTP major version other than 1)
     UpstreamAnswerMismatch,  // 502 (the answer's X-Request-Id names another request)
     UpstreamEncoding,        // 502 (an answer with a content or transfer coding not relayed)
-    KvModeMismatch,          // 502 (push mode: P answered a transfer_mode other than "push")
+    KvModeMismatch,          // 502 (P answered a transfer_mode of another KV mode)
     LoopDetected,            // 508 (a request that already went through this router: a loop)
     ServerBusy,  // 503 (request bodies over the buffered-body budget; added by the net layer)
 };

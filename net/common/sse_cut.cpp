@@ -102,16 +102,26 @@ void SseCutter::take(std::string& piece) {
         at_boundary_ = true;
         return;
     }
+    const std::size_t before = held_.size();
     held_.append(piece);
+    if (!needle_.empty() && !needle_held_) {
+        // only the new bytes (and a needle begun before them) are looked at
+        const std::size_t from = before > needle_.size() ? before - needle_.size() : 0;
+        needle_held_ = held_.find(needle_, from) != std::string::npos;
+    }
     std::size_t cut = sse_events_end(held_);
     if (cut == 0 && !at_boundary_) {
         cut = end_begun_before();
     }
-    if (cut == 0 && held_.size() > max_held_) {
+    const std::size_t cap = needle_held_ ? std::max(max_held_, needle_max_held_) : max_held_;
+    if (cut == 0 && held_.size() > cap) {
         cut = held_.size();
     }
     piece.assign(held_, 0, cut);
     held_.erase(0, cut);
+    if (cut > 0 && needle_held_) {
+        needle_held_ = held_.find(needle_) != std::string::npos;
+    }
     passed_on(piece);
 }
 

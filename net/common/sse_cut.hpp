@@ -45,6 +45,12 @@ public:
 
     // `piece` holds bytes just read; on return it holds the bytes to send now (possibly none).
     void take(std::string& piece);
+    // An unfinished event that holds `needle` is held up to `max_held` bytes instead (an event
+    // the caller must see whole to change it, such as one carrying a long KV handle).
+    void hold_whole_if(std::string_view needle, std::size_t max_held) {
+        needle_.assign(needle);
+        needle_max_held_ = max_held;
+    }
     // End of the stream: everything still held (an unfinished last event), to send as it is.
     std::string flush();
     std::size_t held() const noexcept { return held_.size(); }
@@ -58,6 +64,9 @@ private:
     std::size_t end_begun_before() const;
 
     std::size_t max_held_;
+    std::string needle_;               // hold_whole_if
+    std::size_t needle_max_held_ = 0;  // the cap for an event that holds needle_
+    bool needle_held_ = false;         // held_ holds needle_
     std::string held_;
     std::string tail_;  // the last bytes passed on: at most 4, all a blank line's end needs
     bool at_boundary_ = true;

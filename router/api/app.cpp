@@ -373,6 +373,9 @@ awaitable<void> App::dispatch(TrackedExchange& ex, const RouteMatch& route,
         case RouteId::Models:
             co_await handle_models(ex, w);
             break;
+        case RouteId::PassThrough:
+            co_await handle_pass_through(ex, w);
+            break;
         case RouteId::Health:
             co_await handle_health(ex);
             break;

@@ -98,6 +98,13 @@ private:
     awaitable<void> handle_generation(TrackedExchange& ex, RouteId id, std::string_view path,
                                       Clock::time_point started, Worker& w);
     awaitable<void> handle_models(TrackedExchange& ex, Worker& w);
+    // /tokenize, /version, /v1/embeddings, ...: to one healthy --pass-through-role instance.
+    awaitable<void> handle_pass_through(TrackedExchange& ex, Worker& w);
+    // `verb target body` to one healthy instance of `role` (retried per the role's retries: a
+    // GET after any failure, a POST only when nothing was sent), its answer relayed as it is.
+    awaitable<void> forward_to_one(TrackedExchange& ex, Worker& w, Role role, http::verb verb,
+                                   std::string_view target, std::string body,
+                                   upstream::Timeouts timeouts, std::string_view what);
     awaitable<void> handle_health(TrackedExchange& ex);
     awaitable<void> handle_status(TrackedExchange& ex);
     disagg::Json status_body();

@@ -193,48 +193,100 @@ awaitable<void> App::handle_generation(TrackedExchange& ex, RouteId id, std::str
 awaitable<void> App::handle_models(TrackedExchange& ex, Worker& w) {
     // A model list, not a generation: a decode that stalls on it gets a probe's time, not
     // --decode-timeout-ms, before the next one is asked.
-    const upstream::Timeouts timeouts = registry_.probe_timeouts();
+    co_await forward_to_one(ex, w, Role::Decode, http::verb::get, "/v1/models", {},
+                            registry_.probe_timeouts(), "models");
+}
+
+awaitable<void> App::handle_pass_through(TrackedExchange& ex, Worker& w) {
+    const server::Request& request = ex.request();
+    const http::verb verb =
+        request.method() == http::verb::head ? http::verb::get : request.method();
+    if (verb == http::verb::post) {
+        const std::string_view ct = wire::field_value(request, http::field::content_type);
+        if (!disagg::is_json_content_type(ct)) {
+            router_metrics_.bad_request(error_info(Errc::UnsupportedMediaType).code);
+            co_await server::respond_error(
+                ex, Errc::UnsupportedMediaType,
+                "Content-Type must be application/json, got '" + std::string(ct) + "'");
+            co_return;
+        }
+    }
+    // Embeddings and scores compute like a prefill: the decode leg's deadlines, not a probe's.
+    const upstream::Timeouts timeouts =
+        verb == http::verb::get
+            ? registry_.probe_timeouts()
+            : upstream::Timeouts{cfg_.connect_timeout, cfg_.decode_timeout, cfg_.decode_timeout};
+    co_await forward_to_one(ex, w, cfg_.pass_through_role, verb, origin_form(request.target()),
+                            std::string(request.body()), timeouts, "pass-through");
+}
+
+awaitable<void> App::forward_to_one(TrackedExchange& ex, Worker& w, Role role, http::verb verb,
+                                    std::string_view target, std::string body,
+                                    upstream::Timeouts timeouts, std::string_view what) {
     if (co_await refuse_loop(ex)) {
         co_return;
     }
+    const metrics::Leg leg = role == Role::Prefill ? metrics::Leg::Prefill : metrics::Leg::Decode;
+    const std::string_view role_name = role == Role::Prefill ? "prefill" : "decode";
     const disagg::LegHeaders headers =
         disagg::leg_headers(ex.request(), cfg_.upstream_api_key, router_id_);
-    disagg::InstanceAttempts tries(registry_, Role::Decode, cfg_.decode_retries);
+    disagg::InstanceAttempts tries(
+        registry_, role, role == Role::Prefill ? cfg_.prefill_retries : cfg_.decode_retries);
     upstream::Failure last_failure = upstream::Failure::None;
-    while (instances::InstancePtr decode = tries.next()) {
+    while (instances::InstancePtr inst = tries.next()) {
         // Counted like a leg: in flight, and in the instance's request total (its failures are).
-        upstream::PreparedRequest req = disagg::make_leg_request(
-            http::verb::get, "/v1/models", ex.request_id(), headers, {}, decode->upstream_key);
-        upstream::Result res =
-            co_await w.client.request(decode->endpoint, std::move(req), timeouts);
+        const bool last = tries.last();
+        upstream::PreparedRequest req =
+            disagg::make_leg_request(verb, target, ex.request_id(), headers,
+                                     last ? std::move(body) : body, inst->upstream_key);
+        upstream::Result res = co_await w.client.request(inst->endpoint, std::move(req), timeouts);
         if (res.failure == upstream::Failure::Canceled || ex.client_gone()) {
+            router_metrics_.client_disconnect(metrics::DisconnectPhase::Decode);
             co_return;
         }
         if (!res.ok()) {
             last_failure = res.failure;
-            tries.failed(decode->client_name() + ": " +
-                         std::string(upstream::to_string(res.failure)));
-            registry_.report_leg_failure(*decode, res.failure, upstream::to_string(res.failure));
-            if (!tries.last()) {
-                disagg::log_retry(ex, ex.request_id(), "models", decode->name,
-                                  upstream::to_string(res.failure));
+            router_metrics_.upstream_error(leg, disagg::error_kind_for(res.failure));
+            const std::string reason = disagg::describe_failure(cfg_, res.failure, res.ec);
+            tries.failed(inst->client_name() + " " + reason);
+            registry_.report_leg_failure(*inst, res.failure, reason);
+            // A GET is asked again after any failure; a POST (an embedding, a score: work the
+            // engine may have done) only when nothing was sent.
+            const bool unsent = res.failure == upstream::Failure::Connect ||
+                                res.failure == upstream::Failure::ConnectTimeout;
+            if (!last && (verb == http::verb::get || unsent)) {
+                disagg::log_retry(ex, ex.request_id(), what, inst->name, reason);
+                continue;
             }
-            continue;
+            disagg::log_failure(ex, ex.request_id(), what, inst->name, reason);
+            co_await server::respond_error(
+                ex, disagg::errc_for(res.failure),
+                std::string(role_name) + " instance " + tries.last_error());
+            co_return;
         }
-        auto ct = res.response[http::field::content_type];
-        co_await server::respond_relayed(ex, res.response.result_int(), ct,
-                                         std::move(res.response.body()));
+        const unsigned status = res.response.result_int();
+        if (status >= 500) {
+            router_metrics_.upstream_error(leg, metrics::UpstreamErrorKind::Status5xx);
+            disagg::log_failure(ex, ex.request_id(), what, inst->name,
+                                "status " + std::to_string(status));
+        }
+        const std::string_view ct = wire::field_value(res.response, http::field::content_type);
+        const std::string_view retry_after =
+            wire::field_value(res.response, http::field::retry_after);
+        co_await server::respond_relayed(ex, status, ct, std::move(res.response.body()),
+                                         retry_after);
         co_return;
     }
     if (tries.tried() == 0) {
-        router_metrics_.upstream_error(metrics::Leg::Decode,
-                                       metrics::UpstreamErrorKind::NoInstance);
-        co_await server::respond_error(ex, Errc::NoDecodeInstance, "no healthy decode instance");
+        router_metrics_.upstream_error(leg, metrics::UpstreamErrorKind::NoInstance);
+        co_await server::respond_error(
+            ex, role == Role::Prefill ? Errc::NoPrefillInstance : Errc::NoDecodeInstance,
+            "no healthy " + std::string(role_name) + " instance");
     } else {
-        disagg::log_failure(ex, ex.request_id(), "models", tries.last_failed(),
+        disagg::log_failure(ex, ex.request_id(), what, tries.last_failed(),
                             "last try: " + tries.last_error());
         co_await server::respond_error(ex, disagg::errc_for(last_failure),
-                                       "decode instance " + tries.last_error());
+                                       std::string(role_name) + " instance " + tries.last_error());
     }
 }
 

@@ -26,6 +26,19 @@ constexpr std::array kRoutes{
     Entry{"/instances/remove", http::verb::post, "POST", RouteId::InstancesRemove},
     Entry{"/instances", http::verb::get, "GET, HEAD", RouteId::InstancesList},
     Entry{"/internal/nixl/lease_refresh", http::verb::post, "POST", RouteId::LeaseRefresh},
+    // vLLM's serving routes that need no disaggregation (vllm/entrypoints/openai/api_server.py
+    // and the pooling/score routers): passed through to one instance.
+    Entry{"/tokenize", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/detokenize", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/version", http::verb::get, "GET, HEAD", RouteId::PassThrough},
+    Entry{"/v1/embeddings", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/pooling", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/classify", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/score", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/v1/score", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/rerank", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/v1/rerank", http::verb::post, "POST", RouteId::PassThrough},
+    Entry{"/v2/rerank", http::verb::post, "POST", RouteId::PassThrough},
 };
 
 }  // namespace
@@ -87,6 +100,8 @@ metrics::Route metrics_route(RouteId id) noexcept {
             return R::Instances;
         case RouteId::LeaseRefresh:
             return R::LeaseRefresh;
+        case RouteId::PassThrough:
+            return R::PassThrough;
     }
     return R::Other;
 }

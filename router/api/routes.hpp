@@ -19,6 +19,7 @@ enum class RouteId {
     InstancesRemove,
     InstancesList,
     LeaseRefresh,
+    PassThrough,  // vLLM's other serving routes, to one instance (App::handle_pass_through)
 };
 
 struct RouteMatch {
@@ -30,6 +31,10 @@ struct RouteMatch {
 };
 
 RouteMatch match_route(http::verb method, std::string_view target) noexcept;
+
+// The path and query of a target: an absolute-form target ("http://host:port/v1/completions")
+// without its scheme and authority, an origin-form target as it is.
+std::string_view origin_form(std::string_view target) noexcept;
 
 metrics::Route metrics_route(RouteId id) noexcept;
 

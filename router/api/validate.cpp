@@ -62,6 +62,20 @@ ValidationError check_generation_limits(GenerationKind kind, const JsonObjectVie
                         key);
         }
     }
+    // One KV handle hands over one sequence: vLLM's P/D connectors serve n = 1 only (a list of
+    // handles per choice is vllm#38900, open). Refused here in every KV mode, and on the direct
+    // path too, so that the answer never depends on the prompt's length.
+    std::int64_t n = -1;
+    if (auto err = check_count(j, "n", 1, n); !err.ok()) {
+        return err;
+    }
+    if (n > 1) {
+        return fail(Errc::InvalidField,
+                    "n must be 1 (got " + std::to_string(n) +
+                        "): a disaggregated request has one KV handle, for one sequence; send n "
+                        "requests instead",
+                    "n");
+    }
     const JsonMember* options = j.find("stream_options");
     if (options != nullptr && options->kind != JsonKind::Null) {
         if (options->kind != JsonKind::Object) {

@@ -96,6 +96,20 @@ awaitable<PrefillEnd> run_prefill_leg(FlowDeps& deps, FlowRequest& req, std::str
             co_await respond_error(req.exchange, Errc::UpstreamProtocol,
                                    "prefill instance " + p->client_name() + " " + why);
             co_return PrefillEnd::Answered;
+        } else if (hs == HandleStatus::Ok && handle.transfer_mode == "push") {
+            // A push producer (vLLM NixlPushConnector) behind a pull router: D's handshake would
+            // fail late on the compatibility hash. A configuration error, not a broken instance:
+            // its health is left as it is, and no other P is tried (as in push mode).
+            deps.metrics.kv_mode_mismatches.Increment();
+            deps.metrics.upstream_error(Leg::Prefill, metrics::UpstreamErrorKind::Protocol);
+            const std::string why =
+                "answered kv_transfer_params.transfer_mode \"push\" where the router runs "
+                "--kv-mode pull: configure this prefill for pull (vLLM: kv_connector "
+                "NixlConnector) or run the router with --kv-mode push";
+            log_failure(req, "prefill", p->name, why);
+            co_await respond_error(req.exchange, Errc::KvModeMismatch,
+                                   "prefill instance " + p->client_name() + " " + why);
+            co_return PrefillEnd::Answered;
         }
         if (!reason.empty()) {
             tries.failed(p->client_name() + " " + reason);

@@ -43,6 +43,13 @@ awaitable<void> run_pull_flow(FlowDeps& deps, FlowRequest& req) {
         co_return;
     }
 
+    // P's side-channel host as D should reach it (--rewrite-kv-host).
+    if (deps.cfg.rewrite_kv_host != config::RewriteKvHost::Never &&
+        rewrite_kv_host(handle.params, prefill->endpoint.host,
+                        deps.cfg.rewrite_kv_host == config::RewriteKvHost::Always)) {
+        deps.metrics.kv_host_rewrites.Increment();
+    }
+
     // 2. Handover: P's blocks stay leased until D's first byte, and are let go when the decode
     // leg ends (vLLM's D frees them once it read them, or when its request is cancelled).
     std::string p_request_id =

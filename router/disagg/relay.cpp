@@ -3,6 +3,7 @@
 #include "net/common/fields.hpp"
 #include "net/common/log.hpp"
 #include "net/common/sse_cut.hpp"
+#include "router/disagg/rewrite.hpp"
 
 #include <algorithm>
 
@@ -87,6 +88,9 @@ awaitable<RelayEnd> relay_whole(FlowDeps& deps, FlowRequest& req, upstream::Resp
         }
         body = std::move(shaped);
         content_type = "application/json";
+    }
+    if (status < 300 && !deps.cfg.expose_decode_kv_params && strip_kv_params(body)) {
+        deps.metrics.decode_kv_params_removed.Increment();
     }
     if (status < 400 && !req.exchange.responded() && !req.exchange.client_gone()) {
         // the whole answer goes out now: its first byte is the client's first byte
@@ -233,6 +237,12 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
     // in one write. A head that came alone is passed on at once.
     // (No co_await on a conditional expression: GCC 12 frees its awaitable's frame too early.)
     StreamState st;
+    if (!deps.cfg.expose_decode_kv_params) {
+        // Taking D's kv_transfer_params out of an event needs that event whole: it may be as big
+        // as a KV handle.
+        st.cutter.hold_whole_if("\"kv_transfer_params\"",
+                                SseCutter::kDefaultMaxHeld + deps.cfg.max_kv_params_bytes);
+    }
     st.head = up.body_buffered() ? StreamState::Head::Held : StreamState::Head::Sent;
     error_code begun;
     if (st.head == StreamState::Head::Held) {
@@ -314,6 +324,10 @@ awaitable<RelayEnd> relay_stream(FlowDeps& deps, FlowRequest& req, upstream::Res
                 co_return RelayEnd::UpstreamFailed;
             }
             piece.swap(shaped);
+        }
+        if (!deps.cfg.expose_decode_kv_params && st.cutter.at_boundary() &&
+            strip_kv_params_events(piece)) {
+            deps.metrics.decode_kv_params_removed.Increment();
         }
         if (!start.empty()) {
             piece.insert(0, start);

@@ -2,9 +2,12 @@
 
 #include "config/ascii.hpp"
 #include "net/common/fields.hpp"
+#include "net/common/sse_cut.hpp"
 
 #include "net/common/uuid.hpp"
 #include "router/instances/instance.hpp"
+
+#include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -176,7 +179,105 @@ HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out) {
     if (rid != nullptr && rid->kind == JsonKind::String) {
         out.remote_request_id = json_string(rid->value);
     }
+    out.transfer_mode.clear();
+    const JsonMember* mode = params.find("transfer_mode");
+    if (mode != nullptr && mode->kind == JsonKind::String) {
+        out.transfer_mode = json_string(mode->value);
+    }
     return HandleStatus::Ok;
+}
+
+bool is_loopback_or_wildcard_host(std::string_view host) {
+    host = ascii::trim(host);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+    }
+    if (host.empty()) {
+        return true;
+    }
+    const std::string lower = ascii::lower(host);
+    constexpr std::string_view kLocal = "localhost";
+    if (lower == kLocal || lower == "localhost." ||
+        (lower.size() > kLocal.size() + 1 && lower.ends_with(".localhost"))) {
+        return true;
+    }
+    boost::system::error_code ec;
+    const auto addr = boost::asio::ip::make_address(lower, ec);
+    if (ec) {
+        return false;
+    }
+    if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+        const auto v4 = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, addr.to_v6());
+        return v4.is_loopback() || v4.is_unspecified();
+    }
+    return addr.is_loopback() || addr.is_unspecified();
+}
+
+bool rewrite_kv_host(std::string& params, std::string_view p_host, bool always) {
+    JsonObjectView view;
+    if (view.scan(params) != JsonScanStatus::Ok) {
+        return false;
+    }
+    const JsonMember* host = view.find("remote_host");
+    if (!always) {
+        if (host == nullptr || host->kind != JsonKind::String ||
+            !is_loopback_or_wildcard_host(json_string(host->value))) {
+            return false;
+        }
+    }
+    const std::string value = dump(Json(std::string(p_host)));
+    if (host != nullptr && host->value == value) {
+        return false;
+    }
+    params = view.rewrite({{"remote_host", value, JsonEdit::Op::Set}});
+    return true;
+}
+
+bool strip_kv_params(std::string& text) {
+    if (text.find(kKvKey) == std::string::npos) {
+        return false;
+    }
+    JsonObjectView view;
+    if (view.scan(text) != JsonScanStatus::Ok || view.find(kKvKey) == nullptr) {
+        return false;
+    }
+    text = view.rewrite({{kKvKey, {}, JsonEdit::Op::Erase}});
+    return true;
+}
+
+bool strip_kv_params_events(std::string& events) {
+    if (events.find(kKvKey) == std::string::npos) {
+        return false;
+    }
+    std::string out;
+    out.reserve(events.size());
+    bool changed = false;
+    const std::string_view all(events);
+    SseLineEnds line_ends(all);
+    std::string payload;
+    for (std::size_t at = 0; at < all.size();) {
+        const std::size_t eol = line_ends.next(at);
+        const std::string_view line = all.substr(at, eol - at);
+        std::size_t data = 0;
+        if (line.starts_with("data:") && line.find(kKvKey) != std::string_view::npos) {
+            data = line.size() > 5 && line[5] == ' ' ? 6 : 5;
+            payload.assign(line.substr(data));
+        }
+        if (data != 0 && strip_kv_params(payload)) {
+            out.append(line.substr(0, data)).append(payload);
+            changed = true;
+        } else {
+            out.append(line);
+        }
+        if (eol < all.size()) {
+            out.push_back(all[eol]);
+        }
+        at = eol + 1;
+    }
+    if (changed) {
+        events.swap(out);
+    }
+    return changed;
 }
 
 bool is_json_content_type(std::string_view value) noexcept {

@@ -79,9 +79,26 @@ std::string make_plain_decode_body(std::string_view original);
 struct KvHandle {
     std::string params;             // the object's text, verbatim
     std::string remote_request_id;  // params.remote_request_id when it is a string, else empty
+    std::string transfer_mode;      // params.transfer_mode when it is a string, else empty
 };
 enum class HandleStatus { Ok, NotJson, Missing };
 HandleStatus parse_kv_handle(std::string_view prefill_answer, KvHandle& out);
+
+// Pull mode's --rewrite-kv-host: P reports the side-channel host D should reach it at, which is
+// "localhost" when the engine was not told its address (vLLM: VLLM_NIXL_SIDE_CHANNEL_HOST unset).
+// Sets `params`' remote_host to `p_host` (the address the router reached P at) when `always`, or
+// when remote_host is a loopback or wildcard address (empty, localhost, 127.0.0.0/8, ::1, 0.0.0.0,
+// ::). Returns whether it changed `params` (an object's text; anything else is left alone).
+bool rewrite_kv_host(std::string& params, std::string_view p_host, bool always);
+// True for "", "localhost" (and names under .localhost) and loopback or unspecified addresses.
+bool is_loopback_or_wildcard_host(std::string_view host);
+
+// D's answer without its top-level kv_transfer_params (vLLM returns D's own block ids and host
+// there, for multi-turn reuse): a JSON object's text, or an SSE data payload. Returns false, and
+// leaves `text` alone, when there is no such member (or the text is not a JSON object).
+bool strip_kv_params(std::string& text);
+// The same for each `data:` line of whole SSE events; every other byte is kept as it is.
+bool strip_kv_params_events(std::string& events);
 
 // "application/json" with optional parameters, case-insensitive.
 bool is_json_content_type(std::string_view value) noexcept;

@@ -24,6 +24,8 @@ std::string_view to_string(Route r) noexcept {
             return "instances";
         case Route::LeaseRefresh:
             return "lease_refresh";
+        case Route::PassThrough:
+            return "pass_through";
         case Route::Other:
             return "other";
     }
@@ -236,9 +238,18 @@ RouterMetrics::RouterMetrics(Registry& registry)
                           "Requests whose KV was recomputed (re-prefilled or decoded without "
                           "remote KV).")
                      .Add({})),
+      decode_kv_params_removed(
+          counters(registry, "pdrouter_decode_kv_params_removed_total",
+                   "Decode answers (whole bodies or stream events) whose kv_transfer_params the "
+                   "router took out before the client (--expose-decode-kv-params passes them).")
+              .Add({})),
+      kv_host_rewrites(counters(registry, "pdrouter_kv_host_rewrites_total",
+                                "Pull-mode KV handles whose remote_host the router replaced by "
+                                "the prefill's address (--rewrite-kv-host).")
+                           .Add({})),
       kv_mode_mismatches(counters(registry, "pdrouter_kv_mode_mismatch_total",
-                                  "Push-mode prefill answers whose transfer_mode was not "
-                                  "\"push\" (a prefill configured for another KV mode).")
+                                  "Prefill answers whose transfer_mode was not the router's "
+                                  "KV mode (a prefill configured for another KV mode).")
                              .Add({})),
       transfer_seconds(latency_histogram(
           histograms(registry, "pdrouter_transfer_seconds",

@@ -24,9 +24,10 @@ enum class Route {
     Metrics,
     Instances,
     LeaseRefresh,
+    PassThrough,
     Other,
 };
-inline constexpr std::size_t kRouteCount = 9;
+inline constexpr std::size_t kRouteCount = 10;
 
 enum class Leg { Prefill, Decode };
 inline constexpr std::size_t kLegCount = 2;
@@ -201,18 +202,20 @@ public:
     Counter& lease_refresh_forwarded;  // pdrouter_lease_refresh_forwarded_total
     Counter& lease_refresh_unknown;    // pdrouter_lease_refresh_unknown_total
     Gauge& kv_handles_held;            // pdrouter_kv_handles_held
-    Gauge& lease_route_absent;    // pdrouter_lease_refresh_route_absent (P known without the route)
-    Histogram& kv_handover_gap;   // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
-    Counter& recomputes;          // pdrouter_recomputes_total
-    Counter& kv_mode_mismatches;  // pdrouter_kv_mode_mismatch_total (push: P not in push)
-    Histogram& transfer_seconds;  // pdrouter_transfer_seconds (push: dispatch → P's Done)
-    Counter& transfer_bytes;      // pdrouter_transfer_bytes_total (push, P's Done copies)
-    Gauge& kv_ready_pending;      // pdrouter_kv_ready_pending (entries in the kv-ready table)
-    Histogram& kv_ready_wait;     // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
-    Gauge& kv_ready_peers;        // pdrouter_kv_ready_peers (replicas we can forward to)
-    Counter& kv_ready_disconnects;  // pdrouter_kv_ready_disconnects_total (sender conns ended)
-    Gauge& request_body_buffered;   // pdrouter_request_body_buffered_bytes (set at scrape)
-    Gauge& request_body_waiting;    // pdrouter_request_body_budget_waiting (set at scrape)
+    Gauge& lease_route_absent;   // pdrouter_lease_refresh_route_absent (P known without the route)
+    Histogram& kv_handover_gap;  // pdrouter_kv_handover_gap_seconds (P answer → D 1st byte)
+    Counter& recomputes;         // pdrouter_recomputes_total
+    Counter& decode_kv_params_removed;  // pdrouter_decode_kv_params_removed_total
+    Counter& kv_host_rewrites;          // pdrouter_kv_host_rewrites_total (--rewrite-kv-host)
+    Counter& kv_mode_mismatches;        // pdrouter_kv_mode_mismatch_total (P answered another mode)
+    Histogram& transfer_seconds;        // pdrouter_transfer_seconds (push: dispatch → P's Done)
+    Counter& transfer_bytes;            // pdrouter_transfer_bytes_total (push, P's Done copies)
+    Gauge& kv_ready_pending;            // pdrouter_kv_ready_pending (entries in the kv-ready table)
+    Histogram& kv_ready_wait;           // pdrouter_kv_ready_wait_seconds (P answer → KV ready)
+    Gauge& kv_ready_peers;              // pdrouter_kv_ready_peers (replicas we can forward to)
+    Counter& kv_ready_disconnects;      // pdrouter_kv_ready_disconnects_total (sender conns ended)
+    Gauge& request_body_buffered;       // pdrouter_request_body_buffered_bytes (set at scrape)
+    Gauge& request_body_waiting;        // pdrouter_request_body_budget_waiting (set at scrape)
 
 private:
     Registry& registry_;

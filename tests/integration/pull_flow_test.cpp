@@ -344,6 +344,183 @@ TEST_F(PullFlowTest, APrefillWithoutTheLeaseRouteIsAskedOnceThenLeftAlone) {
     EXPECT_TRUE(kv_freed(pd, Ms{2000}));
 }
 
+// The handle D got for the request with X-Request-Id `id`.
+json decode_handle(const Server& d, const std::string& id) {
+    auto reqs = requests_with_id(d, id);
+    if (reqs.size() != 1 || !reqs[0]["body"].contains("kv_transfer_params")) {
+        return json();
+    }
+    return reqs[0]["body"]["kv_transfer_params"];
+}
+
+TEST_F(PullFlowTest, ALoopbackKvHostIsRewrittenToThePrefillAddress) {
+    // P says "localhost" (vLLM with VLLM_NIXL_SIDE_CHANNEL_HOST unset): D gets the address the
+    // router reached P at, as vLLM's demo proxy does.
+    auto& pd = start(PdOptions{}.p(1).d(1).prefill_sim({"--kv-host", "localhost"}));
+    for (bool stream : {false, true}) {
+        const std::string id = std::string("kv-host-auto-") + (stream ? "s" : "n");
+        json body = completion_body("rewrite my kv host", 4, stream);
+        auto r = send_generation(*pd.router, body, {{"X-Request-Id", id}});
+        EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+        const json handle = decode_handle(*pd.decode[0], id);
+        EXPECT_EQ(handle.value("remote_host", ""), "127.0.0.1") << handle.dump();
+        EXPECT_EQ(handle.value("remote_port", 0), pd.prefill[0]->port) << handle.dump();
+    }
+    EXPECT_EQ(metric(metrics_text(*pd.router), "pdrouter_kv_host_rewrites_total").value_or(-1), 2);
+    EXPECT_TRUE(no_violations(pd));
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(PullFlowTest, RewriteKvHostNeverPassesPsHostAsItIs) {
+    auto& pd = start(PdOptions{}
+                         .p(1)
+                         .d(1)
+                         .prefill_sim({"--kv-host", "localhost"})
+                         .router({"--rewrite-kv-host", "never"}));
+    json body = completion_body("keep my kv host", 4, false);
+    auto r = send_generation(*pd.router, body, {{"X-Request-Id", "kv-host-never"}});
+    EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+    const json handle = decode_handle(*pd.decode[0], "kv-host-never");
+    EXPECT_EQ(handle.value("remote_host", ""), "localhost") << handle.dump();
+    EXPECT_EQ(metric(metrics_text(*pd.router), "pdrouter_kv_host_rewrites_total").value_or(-1), 0);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(PullFlowTest, APushModePrefillIsAModeMismatchNamingIt) {
+    auto& pd = start(PdOptions{}.p(1).d(1));
+    sim_fault(*pd.prefill[0], {{"kv_answer_push", true}});
+    json body = chat_body("a push producer behind a pull router", 4, false);
+    auto r = send_generation(*pd.router, body);
+    EXPECT_EQ(r.status, 502) << r.describe();
+    EXPECT_EQ(r.json()["error"]["code"], "kv_mode_mismatch") << r.body;
+    EXPECT_NE(r.body.find(pd.prefill[0]->address()), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("--kv-mode pull"), std::string::npos) << r.body;
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+    auto m = metrics_text(*pd.router);
+    EXPECT_EQ(metric(m, "pdrouter_kv_mode_mismatch_total").value_or(0), 1) << m;
+    EXPECT_EQ(metric(m, "pdrouter_retries_total", {{"leg", "prefill"}}).value_or(0), 0) << m;
+    // A configuration error, not a broken instance: P stays up and serves the next request.
+    json again = chat_body("the next one", 4, true);
+    auto ok = send_generation(*pd.router, again);
+    EXPECT_TRUE(answer_ok(ok, again)) << ok.describe();
+}
+
+TEST_F(PullFlowTest, DecodeKvParamsDoNotReachTheClient) {
+    auto& pd = start(PdOptions{}.p(1).d(1).decode_sim({"--answer-kv-params", "on"}));
+    for (bool stream : {false, true}) {
+        json body = chat_body("hide the decode's handle", 5, stream);
+        auto r = send_generation(*pd.router, body);
+        EXPECT_TRUE(answer_ok(r, body)) << r.describe();
+        EXPECT_EQ(r.body.find("kv_transfer_params"), std::string::npos) << r.body;
+        EXPECT_EQ(r.body.find("remote_block_ids"), std::string::npos) << r.body;
+    }
+    EXPECT_EQ(
+        metric(metrics_text(*pd.router), "pdrouter_decode_kv_params_removed_total").value_or(-1),
+        2);
+    EXPECT_TRUE(kv_freed(pd, Ms{2000}));
+}
+
+TEST_F(PullFlowTest, ExposeDecodeKvParamsPassesThemOn) {
+    auto& pd = start(PdOptions{}
+                         .p(1)
+                         .d(1)
+                         .decode_sim({"--answer-kv-params", "on"})
+                         .router({"--expose-decode-kv-params"}));
+    json whole = chat_body("show the decode's handle", 5, false);
+    auto r = send_generation(*pd.router, whole);
+    EXPECT_TRUE(answer_ok(r, whole)) << r.describe();
+    EXPECT_EQ(r.json()["kv_transfer_params"].value("remote_engine_id", ""),
+              sim_state(*pd.decode[0]).value("engine_id", "?"))
+        << r.body;
+    json streamed = chat_body("show the decode's handle", 5, true);
+    auto s = send_generation(*pd.router, streamed);
+    EXPECT_TRUE(answer_ok(s, streamed)) << s.describe();
+    EXPECT_NE(s.body.find("\"kv_transfer_params\""), std::string::npos) << s.body;
+    EXPECT_EQ(
+        metric(metrics_text(*pd.router), "pdrouter_decode_kv_params_removed_total").value_or(-1),
+        0);
+}
+
+TEST_F(PullFlowTest, MoreThanOneChoiceIsRefusedNamingN) {
+    auto& pd = start(PdOptions{}.p(1).d(1));
+    json body = chat_body("two choices please", 4, false);
+    body["n"] = 2;
+    auto r = send_generation(*pd.router, body);
+    EXPECT_EQ(r.status, 400) << r.describe();
+    EXPECT_EQ(r.json()["error"]["param"], "n") << r.body;
+    EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("n must be 1"),
+              std::string::npos)
+        << r.body;
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "requests"), 0);
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "requests"), 0);
+}
+
+TEST_F(PullFlowTest, ServingRoutesArePassedThroughToOneInstance) {
+    auto& pd = start(PdOptions{}.p(1).d(1).router({"--upstream-api-key", "engine-key"}));
+    const std::vector<std::pair<std::string, json>> posts{
+        {"/tokenize", {{"model", "m"}, {"prompt", "one two three"}}},
+        {"/detokenize", {{"model", "m"}, {"tokens", {1, 2}}}},
+        {"/v1/embeddings", {{"model", "m"}, {"input", {"a b", "c"}}}},
+        {"/pooling", {{"model", "m"}, {"input", "a b"}}},
+        {"/classify", {{"model", "m"}, {"input", "a b"}}},
+        {"/score", {{"model", "m"}, {"text_1", "q"}, {"text_2", {"a", "b"}}}},
+        {"/v1/score", {{"model", "m"}, {"text_1", "q"}, {"text_2", "a"}}},
+        {"/rerank", {{"model", "m"}, {"query", "q"}, {"documents", {"a", "b", "c"}}}},
+        {"/v1/rerank", {{"model", "m"}, {"query", "q"}, {"documents", {"a"}}}},
+        {"/v2/rerank", {{"model", "m"}, {"query", "q"}, {"documents", {"a"}}}},
+    };
+    for (const auto& [path, body] : posts) {
+        auto r = http_post_json(pd.router->port, path, body, {{"X-Request-Id", "pt" + path}});
+        EXPECT_EQ(r.status, 200) << path << " " << r.describe();
+    }
+    auto emb = http_post_json(pd.router->port, "/v1/embeddings",
+                              {{"model", "m"}, {"input", {"a b", "c"}}});
+    ASSERT_EQ(emb.status, 200) << emb.describe();
+    EXPECT_EQ(emb.json()["data"].size(), 2u) << emb.body;
+    EXPECT_EQ(emb.json()["data"][1]["embedding"].size(), 8u) << emb.body;
+    auto tok = http_post_json(pd.router->port, "/tokenize", {{"model", "m"}, {"prompt", "a b c"}});
+    EXPECT_EQ(tok.json()["count"], 3) << tok.body;
+    auto version = http_get(pd.router->port, "/version");
+    EXPECT_EQ(version.status, 200) << version.describe();
+    EXPECT_EQ(version.json()["version"], "0.0.0+pdsim") << version.body;
+    // All on the decode (the default --pass-through-role), none disaggregated, with the
+    // engines' key and the client's request id.
+    const json d = sim_state(*pd.decode[0]);
+    EXPECT_EQ(counter(d, "serving_requests"), static_cast<std::int64_t>(posts.size()) + 3);
+    EXPECT_EQ(counter(d, "requests"), 0);
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "serving_requests"), 0);
+    auto seen = requests_with_id(*pd.decode[0], "pt/v1/rerank");
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0]["path"], "/v1/rerank");
+    EXPECT_EQ(seen[0]["headers"].value("authorization", ""), "Bearer engine-key") << seen[0].dump();
+    auto m = metrics_text(*pd.router);
+    EXPECT_EQ(
+        metric(m, "pdrouter_requests_total", {{"route", "pass_through"}, {"status_class", "2xx"}}),
+        static_cast<double>(posts.size()) + 3)
+        << m;
+    // Bad input is the router's own answer; an unknown route names itself.
+    auto form = http_post(pd.router->port, "/v1/embeddings", "input=a", {}, Ms{10000},
+                          "application/x-www-form-urlencoded");
+    EXPECT_EQ(form.status, 415) << form.describe();
+    auto bad = http_post_json(pd.router->port, "/v1/embeddings", {{"model", "m"}});
+    EXPECT_EQ(bad.status, 400) << bad.describe();  // the engine's 400, relayed
+    EXPECT_NE(bad.body.find("input"), std::string::npos) << bad.body;
+    auto unknown = http_post_json(pd.router->port, "/v1/audio/speech", {{"model", "m"}});
+    EXPECT_EQ(unknown.status, 404) << unknown.describe();
+    EXPECT_NE(unknown.body.find("no route for /v1/audio/speech"), std::string::npos)
+        << unknown.body;
+    auto wrong = http_get(pd.router->port, "/v1/embeddings");
+    EXPECT_EQ(wrong.status, 405) << wrong.describe();
+}
+
+TEST_F(PullFlowTest, PassThroughRolePrefillSendsThemToAPrefill) {
+    auto& pd = start(PdOptions{}.p(1).d(1).router({"--pass-through-role", "prefill"}));
+    auto r = http_post_json(pd.router->port, "/v1/embeddings", {{"model", "m"}, {"input", "x"}});
+    EXPECT_EQ(r.status, 200) << r.describe();
+    EXPECT_EQ(counter(sim_state(*pd.prefill[0]), "serving_requests"), 1);
+    EXPECT_EQ(counter(sim_state(*pd.decode[0]), "serving_requests"), 0);
+}
+
 TEST_F(PullFlowTest, RouterForwardsLeaseRefreshToThePrefillThatHoldsTheId) {
     // The route is an admin route (its answer tells which ids are in flight).
     const Headers admin{{"X-API-Key", "lease-admin-key"}};

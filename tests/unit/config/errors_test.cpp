@@ -95,6 +95,11 @@ TEST(ConfigErrors, BadEnumsAndBooleans) {
     expect_error(parse(with_instances({"--on-missing-kv-params", "ignore"})),
                  "pdrouter: invalid value for --on-missing-kv-params: expected one of "
                  "error, recompute");
+    expect_error(parse(with_instances({"--rewrite-kv-host", "sometimes"})),
+                 "pdrouter: invalid value for --rewrite-kv-host: expected one of auto, never, "
+                 "always");
+    expect_error(parse(with_instances({"--pass-through-role", "both"})),
+                 "pdrouter: invalid value for --pass-through-role: expected decode or prefill");
     expect_error(parse(with_instances({"--kv-mode", "nixl"})),
                  "pdrouter: invalid value for --kv-mode: expected pull, push or lmcache");
     expect_error(parse(with_instances({"--demo=maybe"})),

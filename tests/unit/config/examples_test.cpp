@@ -38,6 +38,9 @@ TEST_P(ConfigExamples, ParsesWithDefaults) {
     EXPECT_EQ(c.max_concurrent_requests, d.max_concurrent_requests);
     EXPECT_EQ(c.max_client_connections, d.max_client_connections);
     EXPECT_EQ(c.on_missing_kv_params, d.on_missing_kv_params);
+    EXPECT_EQ(c.rewrite_kv_host, d.rewrite_kv_host);
+    EXPECT_EQ(c.pass_through_role, d.pass_through_role);
+    EXPECT_EQ(c.expose_decode_kv_params, d.expose_decode_kv_params);
     EXPECT_EQ(c.prefill_retries, d.prefill_retries);
     EXPECT_EQ(c.decode_retries, d.decode_retries);
     EXPECT_EQ(c.lease_refresh, d.lease_refresh);

@@ -30,6 +30,8 @@ const char* kJson = R"({
   "max_header_bytes": 2048,
   "max_concurrent_requests": 7,
   "on_missing_kv_params": "recompute",
+  "rewrite_kv_host": "never",
+  "expose_decode_kv_params": true,
   "prefill_retries": 2,
   "decode_retries": 0,
   "no_lease_refresh": true,
@@ -61,6 +63,8 @@ void expect_file_values(const Config& c) {
     EXPECT_EQ(c.max_header_bytes, 2048u);
     EXPECT_EQ(c.max_concurrent_requests, 7u);
     EXPECT_EQ(c.on_missing_kv_params, OnMissingKvParams::Recompute);
+    EXPECT_EQ(c.rewrite_kv_host, RewriteKvHost::Never);
+    EXPECT_TRUE(c.expose_decode_kv_params);
     EXPECT_EQ(c.prefill_retries, 2);
     EXPECT_EQ(c.decode_retries, 0);
     EXPECT_FALSE(c.lease_refresh);
@@ -103,6 +107,8 @@ max_body_bytes: 1024
 max_header_bytes: 2048
 max_concurrent_requests: 7
 on_missing_kv_params: recompute
+rewrite_kv_host: never
+expose_decode_kv_params: yes
 prefill_retries: 2
 decode_retries: 0
 lease_refresh: false

@@ -37,6 +37,9 @@ TEST(ConfigFlags, DefaultsWithOnlyInstances) {
     EXPECT_EQ(c.max_concurrent_requests, 1024u);
     EXPECT_EQ(c.max_client_connections, 10000u);
     EXPECT_EQ(c.on_missing_kv_params, OnMissingKvParams::Error);
+    EXPECT_EQ(c.rewrite_kv_host, RewriteKvHost::Auto);
+    EXPECT_EQ(c.pass_through_role, Role::Decode);
+    EXPECT_FALSE(c.expose_decode_kv_params);
     EXPECT_EQ(c.prefill_retries, 1);
     EXPECT_EQ(c.decode_retries, 1);
     EXPECT_EQ(c.log_level, log::Level::Info);
@@ -96,6 +99,11 @@ TEST(ConfigFlags, EveryValueFlag) {
         "5",
         "--on-missing-kv-params",
         "recompute",
+        "--rewrite-kv-host",
+        "ALWAYS",
+        "--pass-through-role",
+        "prefill",
+        "--expose-decode-kv-params",
         "--prefill-retries",
         "0",
         "--decode-retries",
@@ -133,6 +141,9 @@ TEST(ConfigFlags, EveryValueFlag) {
     EXPECT_EQ(c.max_concurrent_requests, 3u);
     EXPECT_EQ(c.max_client_connections, 5u);
     EXPECT_EQ(c.on_missing_kv_params, OnMissingKvParams::Recompute);
+    EXPECT_EQ(c.rewrite_kv_host, RewriteKvHost::Always);
+    EXPECT_EQ(c.pass_through_role, Role::Prefill);
+    EXPECT_TRUE(c.expose_decode_kv_params);
     EXPECT_EQ(c.prefill_retries, 0);
     EXPECT_EQ(c.decode_retries, 4);
     EXPECT_FALSE(c.lease_refresh);

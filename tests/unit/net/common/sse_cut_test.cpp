@@ -238,6 +238,31 @@ TEST(SseCutter, AnEventOverTheCapIsPassedOnUnfinished) {
     EXPECT_EQ(d.held(), 0u);
 }
 
+TEST(SseCutter, AnEventHoldingTheNeedleIsHeldUpToItsOwnCap) {
+    SseCutter c(16);
+    c.hold_whole_if("KEY", 64);
+    // the needle split over two pieces, then the event's end: held whole, over the usual cap
+    auto sent = feed(c, {"data: 01234K", "EY abcdefghij", "klm\n\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"", "", "data: 01234KEY abcdefghijklm\n\n"}));
+    EXPECT_TRUE(c.at_boundary());
+    // a later event without it has the usual cap again
+    sent = feed(c, {"data: 0123456789", "abcdef", "\n\n"});
+    EXPECT_EQ(sent, (std::vector<std::string>{"", "data: 0123456789abcdef", "\n\n"}));
+    // and one with it is passed on unfinished past its own cap
+    SseCutter d(16);
+    d.hold_whole_if("KEY", 32);
+    sent = feed(d, {"data: KEY 0123456789", "abcdefghijklmnopqrstuvwxyz"});
+    EXPECT_EQ(sent.back(), "data: KEY 0123456789abcdefghijklmnopqrstuvwxyz");
+    EXPECT_FALSE(d.at_boundary());
+    // the needle in a whole event passed with the start of the next: that start has the usual cap
+    SseCutter e(16);
+    e.hold_whole_if("KEY", 64);
+    sent = feed(e, {"data: x", "KEY\n\ndata: 0123456789abcdef"});
+    EXPECT_EQ(sent.back(), "data: xKEY\n\n");
+    sent = feed(e, {"g"});
+    EXPECT_EQ(sent.back(), "data: 0123456789abcdefg");
+}
+
 // After an event over the cap went out unfinished, the line ends that close it may come in
 // pieces of their own: the blank line they complete with what was passed on is an event end.
 // They go out at once, and the stream is at a boundary (fuzzing found the cutter holding a

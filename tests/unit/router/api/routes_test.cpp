@@ -28,6 +28,13 @@ const Row kRows[] = {
     {http::verb::get, "/instances", Kind::Found, RouteId::InstancesList, ""},
     {http::verb::post, "/internal/nixl/lease_refresh", Kind::Found, RouteId::LeaseRefresh, ""},
     {http::verb::get, "/metrics?name=x", Kind::Found, RouteId::Metrics, ""},
+    // vLLM's other serving routes: passed through
+    {http::verb::post, "/v1/embeddings", Kind::Found, RouteId::PassThrough, ""},
+    {http::verb::post, "/tokenize", Kind::Found, RouteId::PassThrough, ""},
+    {http::verb::post, "/v2/rerank", Kind::Found, RouteId::PassThrough, ""},
+    {http::verb::get, "/version", Kind::Found, RouteId::PassThrough, ""},
+    {http::verb::head, "/version", Kind::Found, RouteId::PassThrough, ""},
+    {http::verb::get, "/score", Kind::MethodNotAllowed, RouteId::Completions, "POST"},
     // HEAD: a GET route's head
     {http::verb::head, "/health", Kind::Found, RouteId::Health, ""},
     {http::verb::head, "/v1/models", Kind::Found, RouteId::Models, ""},
@@ -45,7 +52,8 @@ const Row kRows[] = {
     // unknown
     {http::verb::get, "/", Kind::NotFound, RouteId::Completions, ""},
     {http::verb::post, "/v1/completions/", Kind::NotFound, RouteId::Completions, ""},
-    {http::verb::post, "/v1/embeddings", Kind::NotFound, RouteId::Completions, ""},
+    {http::verb::post, "/v1/embedding", Kind::NotFound, RouteId::Completions, ""},
+    {http::verb::post, "/v1/audio/speech", Kind::NotFound, RouteId::Completions, ""},
     {http::verb::get, "/healthz", Kind::NotFound, RouteId::Completions, ""},
     {http::verb::get, "", Kind::NotFound, RouteId::Completions, ""},
 };

@@ -92,6 +92,98 @@ TEST(KvHandle, ParsesTheObjectVerbatim) {
     EXPECT_EQ(h.params, kHandleText);  // the bytes P sent
 }
 
+TEST(KvHandle, TakesTheTransferMode) {
+    KvHandle h;
+    ASSERT_EQ(parse_kv_handle(kPrefillAnswer, h), HandleStatus::Ok);
+    EXPECT_EQ(h.transfer_mode, "pull");
+    ASSERT_EQ(parse_kv_handle(R"({"kv_transfer_params":{"transfer_mode":"push","a":1}})", h),
+              HandleStatus::Ok);
+    EXPECT_EQ(h.transfer_mode, "push");
+    ASSERT_EQ(parse_kv_handle(R"({"kv_transfer_params":{"transfer_mode":7}})", h),
+              HandleStatus::Ok);
+    EXPECT_EQ(h.transfer_mode, "");
+    ASSERT_EQ(parse_kv_handle(R"({"kv_transfer_params":{"a":1}})", h), HandleStatus::Ok);
+    EXPECT_EQ(h.transfer_mode, "");
+}
+
+TEST(KvHost, LoopbackAndWildcardHosts) {
+    for (const char* h :
+         {"", "localhost", "LocalHost", "localhost.", "p.localhost", "127.0.0.1", "127.1.2.3",
+          "::1", "[::1]", "0.0.0.0", "::", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1"}) {
+        EXPECT_TRUE(is_loopback_or_wildcard_host(h)) << h;
+    }
+    for (const char* h : {"10.0.0.1", "p0.example", "fe80::1", "128.0.0.1", "localhost.example",
+                          "mylocalhost", "::ffff:10.0.0.1"}) {
+        EXPECT_FALSE(is_loopback_or_wildcard_host(h)) << h;
+    }
+}
+
+TEST(KvHost, AutoRewritesOnlyALoopbackOrWildcardHost) {
+    std::string params = R"({"remote_block_ids":[1],"remote_host":"localhost","remote_port":5600})";
+    EXPECT_TRUE(rewrite_kv_host(params, "10.0.0.7", false));
+    EXPECT_EQ(params, R"({"remote_block_ids":[1],"remote_host":"10.0.0.7","remote_port":5600})");
+    params = R"({"remote_host":"0.0.0.0"})";
+    EXPECT_TRUE(rewrite_kv_host(params, "fd00::7", false));
+    EXPECT_EQ(params, R"({"remote_host":"fd00::7"})");
+    // A host P was told is its own: kept.
+    params = R"({"remote_host":"10.0.0.9","remote_port":5600})";
+    EXPECT_FALSE(rewrite_kv_host(params, "10.0.0.7", false));
+    EXPECT_EQ(params, R"({"remote_host":"10.0.0.9","remote_port":5600})");
+    // None or not a string: nothing to rewrite (D refuses such a handle itself).
+    params = R"({"remote_port":5600})";
+    EXPECT_FALSE(rewrite_kv_host(params, "10.0.0.7", false));
+    params = R"({"remote_host":5})";
+    EXPECT_FALSE(rewrite_kv_host(params, "10.0.0.7", false));
+    // The same host already: unchanged.
+    params = R"({"remote_host":"127.0.0.1"})";
+    EXPECT_FALSE(rewrite_kv_host(params, "127.0.0.1", false));
+}
+
+TEST(KvHost, AlwaysRewritesAnyHost) {
+    std::string params = R"({"remote_host":"10.0.0.9","remote_port":5600})";
+    EXPECT_TRUE(rewrite_kv_host(params, "p0.svc", true));
+    EXPECT_EQ(params, R"({"remote_host":"p0.svc","remote_port":5600})");
+    params = R"({"remote_port":5600})";
+    EXPECT_TRUE(rewrite_kv_host(params, "p0.svc", true));
+    EXPECT_EQ(params, R"({"remote_port":5600,"remote_host":"p0.svc"})");
+    params = "not json";
+    EXPECT_FALSE(rewrite_kv_host(params, "p0.svc", true));
+    EXPECT_EQ(params, "not json");
+}
+
+TEST(DecodeKvParams, TakenOutOfAWholeAnswer) {
+    std::string body =
+        R"({"id":"c","choices":[{"text":"a"}],"kv_transfer_params":{"remote_block_ids":[1]},)"
+        R"("usage":{"prompt_tokens":1}})";
+    EXPECT_TRUE(strip_kv_params(body));
+    EXPECT_EQ(body, R"({"id":"c","choices":[{"text":"a"}],"usage":{"prompt_tokens":1}})");
+    // Only the top-level member: a string that mentions the key stays.
+    body = R"({"choices":[{"text":"kv_transfer_params"}]})";
+    EXPECT_FALSE(strip_kv_params(body));
+    EXPECT_EQ(body, R"({"choices":[{"text":"kv_transfer_params"}]})");
+    body = "kv_transfer_params: not json";
+    EXPECT_FALSE(strip_kv_params(body));
+}
+
+TEST(DecodeKvParams, TakenOutOfStreamEventsOnly) {
+    std::string events =
+        "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"
+        "data: {\"choices\":[{\"text\":\"b\"}],\"kv_transfer_params\":"
+        "{\"remote_host\":\"10.0.0.1\"}}\r\n\r\n"
+        ": kv_transfer_params comment\n\n"
+        "data:[DONE]\n\n";
+    EXPECT_TRUE(strip_kv_params_events(events));
+    EXPECT_EQ(events,
+              "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"
+              "data: {\"choices\":[{\"text\":\"b\"}]}\r\n\r\n"
+              ": kv_transfer_params comment\n\n"
+              "data:[DONE]\n\n");
+    std::string plain = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
+    const std::string before = plain;
+    EXPECT_FALSE(strip_kv_params_events(plain));
+    EXPECT_EQ(plain, before);
+}
+
 TEST(KvHandle, MissingNullEmptyOrNotJson) {
     KvHandle h;
     EXPECT_EQ(parse_kv_handle(R"({"choices":[]})", h), HandleStatus::Missing);

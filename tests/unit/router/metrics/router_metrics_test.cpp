@@ -243,8 +243,15 @@ TEST(RouterMetrics, HelpAndTypeLinesAreUnchanged) {
         "# TYPE pdrouter_retries_total counter",
         "# TYPE pdrouter_time_to_first_byte_seconds histogram",
         "# TYPE pdrouter_upstream_errors_total counter",
-        "# HELP pdrouter_kv_mode_mismatch_total Push-mode prefill answers whose transfer_mode was "
-        "not \"push\" (a prefill configured for another KV mode).",
+        "# HELP pdrouter_decode_kv_params_removed_total Decode answers (whole bodies or stream "
+        "events) whose kv_transfer_params the router took out before the client "
+        "(--expose-decode-kv-params passes them).",
+        "# TYPE pdrouter_decode_kv_params_removed_total counter",
+        "# HELP pdrouter_kv_host_rewrites_total Pull-mode KV handles whose remote_host the router "
+        "replaced by the prefill's address (--rewrite-kv-host).",
+        "# TYPE pdrouter_kv_host_rewrites_total counter",
+        "# HELP pdrouter_kv_mode_mismatch_total Prefill answers whose transfer_mode was not the "
+        "router's KV mode (a prefill configured for another KV mode).",
         "# TYPE pdrouter_kv_mode_mismatch_total counter",
         "# HELP pdrouter_transfer_bytes_total Push mode with the transfer agent: KV bytes the "
         "prefills reported written (their Done notes).",
@@ -330,16 +337,18 @@ TEST(RouterMetrics, BoundedSeriesExistFromStartUp) {
         {"pdrouter_mid_stream_errors_total", 2},
         {"pdrouter_policy_picks_total", 8},
         {"pdrouter_recomputes_total", 1},
-        {"pdrouter_request_duration_seconds_bucket", 171},
-        {"pdrouter_request_duration_seconds_count", 9},
-        {"pdrouter_request_duration_seconds_sum", 9},
+        {"pdrouter_request_duration_seconds_bucket", 190},
+        {"pdrouter_request_duration_seconds_count", 10},
+        {"pdrouter_request_duration_seconds_sum", 10},
         {"pdrouter_requests_in_flight", 1},
-        {"pdrouter_requests_total", 36},
+        {"pdrouter_requests_total", 40},
         {"pdrouter_retries_total", 2},
         {"pdrouter_time_to_first_byte_seconds_bucket", 38},
         {"pdrouter_time_to_first_byte_seconds_count", 2},
         {"pdrouter_time_to_first_byte_seconds_sum", 2},
         {"pdrouter_upstream_errors_total", 24},
+        {"pdrouter_decode_kv_params_removed_total", 1},
+        {"pdrouter_kv_host_rewrites_total", 1},
         {"pdrouter_kv_mode_mismatch_total", 1},
         {"pdrouter_transfer_bytes_total", 1},
         {"pdrouter_transfer_notes_received_total", 9},

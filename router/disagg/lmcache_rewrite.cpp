@@ -81,6 +81,41 @@ void adjust_usage(Json& usage, std::int64_t prompt_tokens) {
     usage["total_tokens"] = prompt_tokens + completion + 1;
 }
 
+// Chat content parts that are text (OpenAI's and vLLM's names); any other part is media.
+bool is_text_part(std::string_view type) {
+    return type == "text" || type == "input_text" || type == "output_text" || type == "refusal";
+}
+
+bool text_only_messages(const JsonObjectView& body, std::string& error, std::string& param) {
+    const JsonMember* messages = body.find("messages");
+    if (messages == nullptr || messages->value.find("\"type\"") == std::string_view::npos) {
+        return true;  // string contents only (no part has a type)
+    }
+    const Json list = Json::parse(messages->value, nullptr, false);
+    if (!list.is_array()) {
+        return true;
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const Json& m = list[i];
+        auto content = m.is_object() ? m.find("content") : m.end();
+        if (!m.is_object() || content == m.end() || !content->is_array()) {
+            continue;
+        }
+        for (const Json& part : *content) {
+            auto type = part.is_object() ? part.find("type") : part.end();
+            if (part.is_object() && type != part.end() && type->is_string() &&
+                !is_text_part(type->get<std::string>())) {
+                error = "the lmcache KV mode serves text only: message " + std::to_string(i) +
+                        " has a \"" + type->get<std::string>() +
+                        "\" part (the legs carry token ids, which hold no images or audio)";
+                param = "messages";
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 std::string text_of(const Json& choice) {
     auto it = choice.find("text");
     return it != choice.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -122,7 +157,16 @@ bool read_client_ask(const JsonObjectView& body, Api api, bool stream, ClientAsk
         return false;
     }
     if (api == Api::Chat) {
-        return true;  // validate_generation checked "messages"
+        // validate_generation checked "messages"; its parts must be text: the prefill and decode
+        // legs carry token ids, which hold no image, audio or video.
+        return text_only_messages(body, error, param);
+    }
+    if (body.find("multi_modal_data") != nullptr) {
+        error =
+            "multi_modal_data is not served in the lmcache KV mode (the decode leg's prompt "
+            "is token ids, which carry no images or audio)";
+        param = "multi_modal_data";
+        return false;
     }
     if (const JsonMember* echo = body.find("echo"); echo && echo->value == "true") {
         error = "echo is not served in the lmcache KV mode (the decode leg's prompt is token ids)";

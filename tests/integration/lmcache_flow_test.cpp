@@ -178,6 +178,23 @@ TEST_F(LmcacheFlowTest, OneToOneEveryShapeExactTextFirstTokenFirstAndUsage) {
     EXPECT_EQ(counter(sim_state(*lm.decode[0]), "lmcache_kv_claimed"), 4);
 }
 
+TEST_F(LmcacheFlowTest, ImageOrAudioContentIsRefusedNamingTheMode) {
+    LmCluster lm = start_lm({});
+    json body = chat_body("what is in this picture", 5, false);
+    body["messages"][0]["content"] = json::array(
+        {{{"type", "text"}, {"text", "what is in this picture"}},
+         {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}});
+    const HttpResponse r = send_generation(*lm.router, body);
+    EXPECT_EQ(r.status, 400) << r.describe();
+    EXPECT_EQ(r.json()["error"]["param"], "messages") << r.body;
+    EXPECT_NE(r.body.find("lmcache KV mode serves text only"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("image_url"), std::string::npos) << r.body;
+    // Nothing reached an engine (not even /tokenize).
+    EXPECT_EQ(counter(sim_state(*lm.prefill[0]), "serving_requests"), 0);
+    EXPECT_EQ(counter(sim_state(*lm.prefill[0]), "requests"), 0);
+    EXPECT_EQ(decode_legs(*lm.decode[0]), 0);
+}
+
 TEST_F(LmcacheFlowTest, TwoByTwoWithTp2UsesEveryInstance) {
     LmCluster lm = start_lm({.prefills = 2, .decodes = 2, .tp = 2, .router_args = {}});
     for (int i = 0; i < 8; ++i) {

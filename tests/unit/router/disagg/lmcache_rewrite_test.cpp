@@ -67,6 +67,21 @@ TEST(LmcacheAsk, RefusesWhatOnePrefillCannotServe) {
     EXPECT_EQ(refusal(R"({"prompt":"x","max_tokens":0})"), "max_tokens");
     EXPECT_EQ(refusal(R"({"prompt":"x","max_tokens":1.5})"), "max_tokens");
     EXPECT_EQ(refusal(R"({"messages":[],"n":2})", Api::Chat), "n");
+    // Media: the legs carry token ids, which hold none.
+    EXPECT_EQ(refusal(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},)"
+                      R"({"type":"image_url","image_url":{"url":"data:,"}}]}]})",
+                      Api::Chat),
+              "messages");
+    EXPECT_EQ(refusal(R"({"messages":[{"role":"user","content":[{"type":"input_audio",)"
+                      R"("input_audio":{"data":"","format":"wav"}}]}]})",
+                      Api::Chat),
+              "messages");
+    EXPECT_EQ(refusal(R"({"prompt":"x","multi_modal_data":{"image":"u"}})"), "multi_modal_data");
+    Scanned text_parts(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"}]},)"
+                       R"({"role":"assistant","content":"the \"type\" is b"}]})");
+    ClientAsk ask;
+    std::string error, param;
+    EXPECT_TRUE(read_client_ask(text_parts.view, Api::Chat, false, ask, error, param)) << error;
 }
 
 TEST(LmcacheBodies, TokenizeCarriesThePromptOrTheChatTemplateFields) {
